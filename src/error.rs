@@ -1,0 +1,141 @@
+//! Errors with SQLSTATEs, and the validation of names that every API shares.
+//!
+//! Every user-facing failure goes through `raise` with a specific code, so a
+//! client can branch on SQLSTATE instead of parsing messages. The codes used:
+//!
+//! | situation                                   | SQLSTATE | name                        |
+//! |---------------------------------------------|----------|-----------------------------|
+//! | a required argument is NULL                 | 22004    | null_value_not_allowed      |
+//! | a name is empty or has forbidden characters | 42602    | invalid_name                |
+//! | a name is too long                          | 42622    | name_too_long               |
+//! | unknown queue / consumer / batch / job      | 42704    | undefined_object            |
+//! | the object exists already                   | 42710    | duplicate_object            |
+//! | a parameter value is not acceptable         | 22023    | invalid_parameter_value     |
+//! | a number is out of range                    | 22003    | numeric_value_out_of_range  |
+//! | state forbids it (lease lost, batch open)   | 55000    | object_not_in_prerequisite_state |
+//! | not JSON where JSON is required             | 22P02    | invalid_text_representation |
+use pgrx::pg_sys::errcodes::PgSqlErrorCode;
+use pgrx::pg_sys::panic::ErrorReport;
+use pgrx::PgLogLevel;
+
+pub use PgSqlErrorCode::{
+    ERRCODE_DUPLICATE_OBJECT as DUPLICATE_OBJECT, ERRCODE_INVALID_NAME as INVALID_NAME,
+    ERRCODE_INVALID_PARAMETER_VALUE as INVALID_PARAMETER_VALUE,
+    ERRCODE_INVALID_TEXT_REPRESENTATION as INVALID_TEXT_REPRESENTATION,
+    ERRCODE_NAME_TOO_LONG as NAME_TOO_LONG,
+    ERRCODE_NULL_VALUE_NOT_ALLOWED as NULL_VALUE_NOT_ALLOWED,
+    ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE as OUT_OF_RANGE,
+    ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE as WRONG_STATE,
+    ERRCODE_UNDEFINED_OBJECT as UNDEFINED_OBJECT,
+};
+
+/// Raises an ERROR with `code`; never returns. The current transaction (or
+/// subtransaction) is aborted by PostgreSQL, so nothing done so far persists.
+pub fn raise(code: PgSqlErrorCode, msg: impl Into<String>) -> ! {
+    ErrorReport::new(code, msg.into(), "pgque").report(PgLogLevel::ERROR);
+    unreachable!("ERROR does not return")
+}
+
+/// Like `raise`, with a DETAIL line.
+pub fn raise_detail(code: PgSqlErrorCode, msg: impl Into<String>, detail: impl Into<String>) -> ! {
+    ErrorReport::new(code, msg.into(), "pgque")
+        .set_detail(detail.into())
+        .report(PgLogLevel::ERROR);
+    unreachable!("ERROR does not return")
+}
+
+/// Unwraps a required argument or raises 22004 naming it.
+pub fn required<T>(value: Option<T>, arg: &str) -> T {
+    match value {
+        Some(v) => v,
+        None => raise(NULL_VALUE_NOT_ALLOWED, format!("{arg} must not be NULL")),
+    }
+}
+
+/// Why a name was refused, as pure data so it can be tested without a server.
+#[derive(Debug, PartialEq, Eq)]
+pub enum NameProblem {
+    Empty,
+    TooLong { max: usize },
+    BadChar(char),
+}
+
+/// Longest queue name: NOTIFY channels are `pgque_<queue>` and `pgque_jobs_<queue>`
+/// and must fit in NAMEDATALEN - 1 = 63 bytes, so 63 - len("pgque_jobs_") = 52.
+pub const MAX_QUEUE_NAME: usize = 52;
+/// Longest consumer / worker name.
+pub const MAX_CONSUMER_NAME: usize = 200;
+
+/// Checks a queue or consumer name. Names are data, never SQL, but they also
+/// become NOTIFY channel names and appear in logs, so control characters,
+/// whitespace and quotes are refused; letters (any script), digits and
+/// `_ - . : / @ #` are allowed (`#` is further restricted for plain consumers
+/// by the callers, since it separates slot and subconsumer names).
+pub fn check_name(name: &str, max: usize) -> Result<(), NameProblem> {
+    if name.is_empty() {
+        return Err(NameProblem::Empty);
+    }
+    if name.len() > max {
+        return Err(NameProblem::TooLong { max });
+    }
+    for c in name.chars() {
+        let ok = c.is_alphanumeric() || matches!(c, '_' | '-' | '.' | ':' | '/' | '@' | '#');
+        if !ok {
+            return Err(NameProblem::BadChar(c));
+        }
+    }
+    Ok(())
+}
+
+/// `check_name` that raises: 22004 for NULL, 42602 for empty or bad characters,
+/// 42622 for too long. Returns the name for chaining.
+pub fn valid_name<'a>(name: Option<&'a str>, what: &str, max: usize) -> &'a str {
+    let name = required(name, what);
+    match check_name(name, max) {
+        Ok(()) => name,
+        Err(NameProblem::Empty) => raise(INVALID_NAME, format!("{what} must not be empty")),
+        Err(NameProblem::TooLong { max }) => raise(
+            NAME_TOO_LONG,
+            format!("{what} is {} bytes long; the limit is {max}", name.len()),
+        ),
+        Err(NameProblem::BadChar(c)) => raise(
+            INVALID_NAME,
+            format!(
+                "{what} {name:?} contains {c:?}; allowed are letters, digits and _ - . : / @ #"
+            ),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accepts_ordinary_names() {
+        assert_eq!(check_name("orders", MAX_QUEUE_NAME), Ok(()));
+        assert_eq!(check_name("tenant-42.events_v2", MAX_QUEUE_NAME), Ok(()));
+        assert_eq!(check_name("очередь", MAX_QUEUE_NAME), Ok(()));
+    }
+
+    #[test]
+    fn refuses_empty_long_and_hostile_names() {
+        assert_eq!(check_name("", 10), Err(NameProblem::Empty));
+        assert_eq!(
+            check_name("abcdefghijk", 10),
+            Err(NameProblem::TooLong { max: 10 })
+        );
+        assert_eq!(check_name("a b", 10), Err(NameProblem::BadChar(' ')));
+        assert_eq!(check_name("x';drop", 10), Err(NameProblem::BadChar('\'')));
+        assert_eq!(check_name("q\"", 10), Err(NameProblem::BadChar('"')));
+        assert_eq!(check_name("a;b", 10), Err(NameProblem::BadChar(';')));
+        assert_eq!(check_name("a\nb", 10), Err(NameProblem::BadChar('\n')));
+    }
+
+    #[test]
+    fn limit_counts_bytes_not_chars() {
+        // 26 two-byte letters = 52 bytes: fits; 27 = 54 bytes: does not.
+        assert_eq!(check_name(&"ж".repeat(26), MAX_QUEUE_NAME), Ok(()));
+        assert!(check_name(&"ж".repeat(27), MAX_QUEUE_NAME).is_err());
+    }
+}

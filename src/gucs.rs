@@ -1,0 +1,204 @@
+//! Every `pgque.*` setting, in one place, with typed accessors.
+//!
+//! Worker cadences are `PGC_SIGHUP`: change them in postgresql.conf (or with
+//! ALTER SYSTEM) and `SELECT pg_reload_conf()`; the workers pick them up on
+//! their next loop. Add new settings to the table in `init()` and give each an
+//! accessor below; the README lists them all.
+use pgrx::guc::{GucContext, GucFlags, GucRegistry, GucSetting};
+use std::ffi::CString;
+use std::time::Duration;
+
+// ---- background workers -------------------------------------------------
+pub static ENABLED: GucSetting<bool> = GucSetting::<bool>::new(true);
+pub static DATABASES: GucSetting<Option<CString>> = GucSetting::<Option<CString>>::new(None);
+pub static LAUNCHER_RESCAN_S: GucSetting<i32> = GucSetting::<i32>::new(60);
+pub static DUTY_BACKOFF_MAX_MS: GucSetting<i32> = GucSetting::<i32>::new(30_000);
+pub static WORKER_RESTART_S: GucSetting<i32> = GucSetting::<i32>::new(1);
+
+// ---- event queues -------------------------------------------------------
+pub static TICK_PERIOD_MS: GucSetting<i32> = GucSetting::<i32>::new(100);
+pub static MAINT_PERIOD_MS: GucSetting<i32> = GucSetting::<i32>::new(1_000);
+
+// ---- job queues ---------------------------------------------------------
+pub static JOB_MAINT_PERIOD_MS: GucSetting<i32> = GucSetting::<i32>::new(1_000);
+pub static JOB_EVENT_RETENTION_S: GucSetting<i32> = GucSetting::<i32>::new(7 * 86_400);
+pub static COMPLETED_JOB_RETENTION_S: GucSetting<i32> = GucSetting::<i32>::new(86_400);
+pub static FAILED_JOB_RETENTION_S: GucSetting<i32> = GucSetting::<i32>::new(7 * 86_400);
+pub static ANALYZE_INTERVAL_S: GucSetting<i32> = GucSetting::<i32>::new(300);
+
+fn int(
+    name: &'static std::ffi::CStr,
+    short: &'static std::ffi::CStr,
+    setting: &'static GucSetting<i32>,
+    min: i32,
+    max: i32,
+    unit: GucFlags,
+) {
+    GucRegistry::define_int_guc(
+        name,
+        short,
+        c"",
+        setting,
+        min,
+        max,
+        GucContext::Sighup,
+        unit,
+    );
+}
+
+/// Registers every setting. Called from `_PG_init` in every process that loads
+/// the library, so `SHOW pgque.x` works with or without preload.
+pub fn init() {
+    GucRegistry::define_bool_guc(
+        c"pgque.enabled",
+        c"Run pgque background workers (needs shared_preload_libraries).",
+        c"Off stops every database worker; duties can still be called by hand.",
+        &ENABLED,
+        GucContext::Sighup,
+        GucFlags::default(),
+    );
+    GucRegistry::define_string_guc(
+        c"pgque.databases",
+        c"Comma-separated database names that may get a pgque worker; empty means all.",
+        c"",
+        &DATABASES,
+        GucContext::Sighup,
+        GucFlags::default(),
+    );
+    int(
+        c"pgque.launcher_rescan_interval",
+        c"How often the launcher looks for databases with pgque whose worker is missing.",
+        &LAUNCHER_RESCAN_S,
+        0,
+        86_400,
+        GucFlags::UNIT_S,
+    );
+    int(
+        c"pgque.duty_backoff_max",
+        c"Longest back-off after a duty fails repeatedly.",
+        &DUTY_BACKOFF_MAX_MS,
+        10,
+        3_600_000,
+        GucFlags::UNIT_MS,
+    );
+    int(
+        c"pgque.worker_restart_time",
+        c"Delay before PostgreSQL restarts a pgque worker that died.",
+        &WORKER_RESTART_S,
+        1,
+        3_600,
+        GucFlags::UNIT_S,
+    );
+    int(
+        c"pgque.tick_period_ms",
+        c"Ticker cadence: how often the worker runs pgque.ticker().",
+        &TICK_PERIOD_MS,
+        1,
+        60_000,
+        GucFlags::UNIT_MS,
+    );
+    int(
+        c"pgque.maint_period_ms",
+        c"Event-queue maintenance cadence: retries, rotation, delayed events, idempotency-key GC.",
+        &MAINT_PERIOD_MS,
+        10,
+        3_600_000,
+        GucFlags::UNIT_MS,
+    );
+    int(
+        c"pgque.job_maint_period_ms",
+        c"Job-queue maintenance cadence: lease rescue, scheduled promotion, sweeps.",
+        &JOB_MAINT_PERIOD_MS,
+        10,
+        3_600_000,
+        GucFlags::UNIT_MS,
+    );
+    int(
+        c"pgque.job_event_retention",
+        c"How long job_events rows are kept.",
+        &JOB_EVENT_RETENTION_S,
+        0,
+        i32::MAX,
+        GucFlags::UNIT_S,
+    );
+    int(
+        c"pgque.completed_job_retention",
+        c"How long completed and cancelled jobs are kept.",
+        &COMPLETED_JOB_RETENTION_S,
+        0,
+        i32::MAX,
+        GucFlags::UNIT_S,
+    );
+    int(
+        c"pgque.failed_job_retention",
+        c"How long failed jobs are kept.",
+        &FAILED_JOB_RETENTION_S,
+        0,
+        i32::MAX,
+        GucFlags::UNIT_S,
+    );
+    int(
+        c"pgque.analyze_interval",
+        c"How often the worker refreshes ANALYZE on tables autovacuum does not analyze well.",
+        &ANALYZE_INTERVAL_S,
+        0,
+        86_400 * 7,
+        GucFlags::UNIT_S,
+    );
+}
+
+fn ms(v: i32) -> Duration {
+    Duration::from_millis(v.max(0) as u64)
+}
+fn secs(v: i32) -> Duration {
+    Duration::from_secs(v.max(0) as u64)
+}
+
+pub fn enabled() -> bool {
+    ENABLED.get()
+}
+/// The databases allowed a worker, or None when every database is.
+pub fn databases() -> Option<Vec<String>> {
+    let raw = DATABASES.get()?;
+    let list: Vec<String> = raw
+        .to_string_lossy()
+        .split(',')
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .collect();
+    if list.is_empty() {
+        None
+    } else {
+        Some(list)
+    }
+}
+pub fn launcher_rescan() -> Duration {
+    secs(LAUNCHER_RESCAN_S.get())
+}
+pub fn duty_backoff_max() -> Duration {
+    ms(DUTY_BACKOFF_MAX_MS.get())
+}
+pub fn worker_restart() -> Duration {
+    secs(WORKER_RESTART_S.get())
+}
+pub fn tick_period() -> Duration {
+    ms(TICK_PERIOD_MS.get())
+}
+pub fn maint_period() -> Duration {
+    ms(MAINT_PERIOD_MS.get())
+}
+pub fn job_maint_period() -> Duration {
+    ms(JOB_MAINT_PERIOD_MS.get())
+}
+pub fn job_event_retention() -> Duration {
+    secs(JOB_EVENT_RETENTION_S.get())
+}
+pub fn completed_job_retention() -> Duration {
+    secs(COMPLETED_JOB_RETENTION_S.get())
+}
+pub fn failed_job_retention() -> Duration {
+    secs(FAILED_JOB_RETENTION_S.get())
+}
+pub fn analyze_interval() -> Duration {
+    secs(ANALYZE_INTERVAL_S.get())
+}

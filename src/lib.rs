@@ -1,0 +1,51 @@
+//! pgque: a queue that lives inside PostgreSQL.
+//!
+//! Module map (one concern each):
+//! - `gucs`    every `pgque.*` setting with typed accessors
+//! - `error`   errors with SQLSTATEs, name validation
+//! - `shmem`   shared state of the background workers (status, wake-ups)
+//! - `worker`  the launcher and the per-database worker loop (thin: calls duty functions)
+//! - `admin`   start/stop/status/version
+//! - `log`     the event-log engine: queues, ticks, batches, rotation, retries
+//! - `api`     the PgQue-compatible event API: send / receive / ack / nack, slots, dlq ...
+//! - `jobs`    job queues: enqueue, dispatch, lifecycle, sweeps
+//!
+//! SQL install order (pgrx places each file by its `requires`):
+//!   1. sql/00_bootstrap.sql   schema objects every module needs: roles, pgque.message type
+//!   2. sql/10_event_log.sql   event-queue tables            (src/log/mod.rs)
+//!   3. sql/30_jobs.sql        job-queue tables              (src/jobs/mod.rs)
+//!   4. the #[pg_extern] functions
+//!   5. sql/99_finalize.sql    grants, revokes, worker start (runs last)
+use pgrx::prelude::*;
+
+pub mod admin;
+pub mod error;
+pub mod gucs;
+pub mod shmem;
+pub mod worker;
+
+::pgrx::pg_module_magic!(name, version);
+
+extension_sql_file!("../sql/00_bootstrap.sql", name = "bootstrap", bootstrap);
+extension_sql_file!("../sql/99_finalize.sql", name = "finalize", finalize);
+
+/// Called by PostgreSQL when the library loads (at server start with
+/// `shared_preload_libraries`, or on first use in a backend otherwise).
+#[pg_guard]
+pub extern "C-unwind" fn _PG_init() {
+    gucs::init();
+    if unsafe { pg_sys::process_shared_preload_libraries_in_progress } {
+        shmem::init();
+        worker::init();
+    }
+}
+
+#[cfg(test)]
+pub mod pg_test {
+    pub fn setup(_options: Vec<&str>) {}
+
+    #[must_use]
+    pub fn postgresql_conf_options() -> Vec<&'static str> {
+        vec!["shared_preload_libraries = 'pgque'"]
+    }
+}
