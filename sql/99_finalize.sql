@@ -14,7 +14,19 @@ GRANT EXECUTE ON FUNCTION pgque.version() TO pgque_admin, pgque_reader, pgque_wr
 -- (grants of src/log and src/api functions go here)
 
 -- ---- job queues -----------------------------------------------------------
--- (grants of src/jobs functions go here)
+-- Producers (pgque_writer) enqueue; consumers (pgque_reader) dispatch and
+-- report outcomes; pgque_admin administers queues, actors and single jobs.
+GRANT EXECUTE ON FUNCTION pgque.enqueue_ready_rows(text, text[], jsonb[], smallint[],
+    timestamptz[], text[], text[], text[], text[], int[], text) TO pgque_writer;
+GRANT EXECUTE ON FUNCTION pgque.enqueue(text, text, jsonb, int, timestamptz, text,
+    text, text, text, int, text) TO pgque_writer;
+GRANT EXECUTE ON FUNCTION pgque.create_job_queue(text, text, int) TO pgque_admin;
+GRANT EXECUTE ON FUNCTION pgque.drop_job_queue(text, boolean) TO pgque_admin;
+GRANT EXECUTE ON FUNCTION pgque.set_job_queue_config(text, text, text) TO pgque_admin;
+GRANT EXECUTE ON FUNCTION pgque.pause_job_queue(text) TO pgque_admin;
+GRANT EXECUTE ON FUNCTION pgque.resume_job_queue(text) TO pgque_admin;
+GRANT EXECUTE ON FUNCTION pgque.set_actor_capacity(text, int) TO pgque_admin;
+GRANT SELECT ON pgque.job_queue_status TO pgque_reader, pgque_admin;
 
 -- Start this database's worker now (a no-op without shared_preload_libraries;
 -- the worker waits for this transaction to commit before it begins).

@@ -21,6 +21,7 @@ use pgrx::prelude::*;
 pub mod admin;
 pub mod error;
 pub mod gucs;
+pub mod jobs;
 pub mod shmem;
 pub mod worker;
 

@@ -1,0 +1,64 @@
+//! Prepared statements, prepared once per backend and reused.
+//!
+//! Each hot-path SQL text is a `&'static str`; the first call in a backend
+//! prepares it (`SPI_prepare` + `SPI_keepplan`) and later calls execute the
+//! kept plan, so parse analysis happens once. PostgreSQL's plan cache still
+//! revalidates the plan when a table it uses changes; and when the extension
+//! itself was dropped and created again in this backend (a new extension OID),
+//! the whole cache is thrown away and statements are prepared afresh.
+use pgrx::pg_sys::{self, PgOid};
+use pgrx::spi::{OwnedPreparedStatement, SpiClient};
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+
+struct Cache {
+    ext_oid: pg_sys::Oid,
+    stmts: HashMap<usize, Rc<OwnedPreparedStatement>>,
+}
+
+thread_local! {
+    static CACHE: RefCell<Cache> = RefCell::new(Cache {
+        ext_oid: pg_sys::InvalidOid,
+        stmts: HashMap::new(),
+    });
+}
+
+fn extension_oid() -> pg_sys::Oid {
+    unsafe { pg_sys::get_extension_oid(c"pgque".as_ptr(), true) }
+}
+
+/// The kept plan of `sql` (identified by its address: pass a `const`/`static`
+/// string), preparing it with argument types `types` on first use.
+pub fn prepared(
+    client: &SpiClient<'_>,
+    sql: &'static str,
+    types: &[PgOid],
+) -> Rc<OwnedPreparedStatement> {
+    let ext = extension_oid();
+    let key = sql.as_ptr() as usize;
+    let cached = CACHE.with(|c| {
+        let mut c = c.borrow_mut();
+        if c.ext_oid != ext {
+            c.stmts.clear();
+            c.ext_oid = ext;
+        }
+        c.stmts.get(&key).cloned()
+    });
+    if let Some(stmt) = cached {
+        return stmt;
+    }
+    let stmt = Rc::new(
+        client
+            .prepare_mut(sql, types)
+            .unwrap_or_else(|e| pgrx::error!("pgque: cannot prepare a job statement: {e}"))
+            .keep(),
+    );
+    CACHE.with(|c| c.borrow_mut().stmts.insert(key, stmt.clone()));
+    stmt
+}
+
+/// Argument type of a prepared statement.
+pub const fn ty(o: pg_sys::Oid) -> PgOid {
+    PgOid::from_untagged(o)
+}
