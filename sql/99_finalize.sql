@@ -27,6 +27,20 @@ GRANT EXECUTE ON FUNCTION pgque.pause_job_queue(text) TO pgque_admin;
 GRANT EXECUTE ON FUNCTION pgque.resume_job_queue(text) TO pgque_admin;
 GRANT EXECUTE ON FUNCTION pgque.set_actor_capacity(text, int) TO pgque_admin;
 GRANT SELECT ON pgque.job_queue_status TO pgque_reader, pgque_admin;
+GRANT EXECUTE ON FUNCTION pgque.dispatch(text[], int, text, interval, int) TO pgque_reader;
+GRANT EXECUTE ON FUNCTION pgque.complete(bigint, bigint) TO pgque_reader;
+GRANT EXECUTE ON FUNCTION pgque.complete_many(bigint[], bigint[]) TO pgque_reader;
+GRANT EXECUTE ON FUNCTION pgque.fail(bigint, bigint, text, timestamptz) TO pgque_reader;
+GRANT EXECUTE ON FUNCTION pgque.heartbeat(bigint[], bigint[], interval) TO pgque_reader;
+GRANT EXECUTE ON FUNCTION pgque.snooze(bigint, bigint, timestamptz) TO pgque_reader;
+GRANT EXECUTE ON FUNCTION pgque.cancel(bigint) TO pgque_admin;
+GRANT EXECUTE ON FUNCTION pgque.retry_job(bigint) TO pgque_admin;
+GRANT EXECUTE ON FUNCTION pgque.rescue_expired_leases(int) TO pgque_admin;
+GRANT EXECUTE ON FUNCTION pgque.promote_scheduled_jobs(int) TO pgque_admin;
+GRANT EXECUTE ON FUNCTION pgque.sweep_job_events(int) TO pgque_admin;
+GRANT EXECUTE ON FUNCTION pgque.prune_jobs(int) TO pgque_admin;
+GRANT EXECUTE ON FUNCTION pgque.job_maint() TO pgque_admin;
+GRANT EXECUTE ON FUNCTION pgque.job_analyze() TO pgque_admin;
 
 -- Start this database's worker now (a no-op without shared_preload_libraries;
 -- the worker waits for this transaction to commit before it begins).

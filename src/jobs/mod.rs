@@ -10,9 +10,12 @@
 //! The tables are in `sql/30_jobs.sql`; user documentation in `docs/job-queues.md`.
 use pgrx::prelude::*;
 
+pub mod dispatch;
 pub mod enqueue;
+pub mod lifecycle;
 pub mod queues;
 pub mod stmt;
+pub mod sweeps;
 
 extension_sql_file!(
     "../../sql/30_jobs.sql",

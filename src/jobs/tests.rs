@@ -500,4 +500,733 @@ mod tests {
             "22003"
         );
     }
+
+    // ---- dispatch ---------------------------------------------------------
+
+    /// Dispatches and returns (job_id, kind, lease_token) in dispatch order.
+    fn dispatch(sql_args: &str) -> Vec<(i64, String, i64)> {
+        Spi::connect(|c| {
+            c.select(
+                &format!("SELECT job_id, kind, lease_token FROM pgque.dispatch({sql_args})"),
+                None,
+                &[],
+            )
+            .unwrap()
+            .map(|r| {
+                (
+                    r.get::<i64>(1).unwrap().unwrap(),
+                    r.get::<String>(2).unwrap().unwrap(),
+                    r.get::<i64>(3).unwrap().unwrap(),
+                )
+            })
+            .collect()
+        })
+    }
+
+    fn kinds(rows: &[(i64, String, i64)]) -> Vec<String> {
+        rows.iter().map(|r| r.1.clone()).collect()
+    }
+
+    fn enqueue_n(queue: &str, n: i32, extra: &str) {
+        run(&format!(
+            "SELECT count(*) FROM pgque.enqueue_ready_rows('{queue}',
+                 (SELECT array_agg('k' || i ORDER BY i) FROM generate_series(1, {n}) i),
+                 (SELECT array_agg('{{}}'::jsonb) FROM generate_series(1, {n}) i){extra})"
+        ));
+    }
+
+    #[pg_test]
+    fn dispatch_strict_fifo_order_and_lease() {
+        run("SELECT pgque.create_job_queue('f')");
+        run(
+            "SELECT * FROM pgque.enqueue_ready_rows('f', ARRAY['a','b','c','d','e','f'],
+                 ARRAY['{}','{}','{}','{}','{}','{}']::jsonb[],
+                 priorities => ARRAY[5,0,5,0,1,0]::smallint[])",
+        );
+        let first = dispatch("ARRAY['f'], 4, 'w1'");
+        assert_eq!(kinds(&first), vec!["b", "d", "f", "e"]);
+        let rest = dispatch("ARRAY['f'], 4, 'w1'");
+        assert_eq!(kinds(&rest), vec!["a", "c"]);
+        assert!(dispatch("ARRAY['f'], 4, 'w1'").is_empty());
+        // running, attempt 1, leased for the queue default (5 minutes), by w1
+        assert_eq!(
+            count("SELECT count(*) FROM pgque.jobs WHERE queue = 'f' AND state = 'running'
+                   AND attempt = 1 AND worker = 'w1'
+                   AND lease_until BETWEEN now() + interval '4 minutes' AND clock_timestamp() + interval '5 minutes'"),
+            6
+        );
+        assert_eq!(
+            count(
+                "SELECT count(*) FROM pgque.job_events WHERE queue = 'f' AND event = 'dispatched'"
+            ),
+            6
+        );
+        // distinct lease tokens
+        let mut tokens: Vec<i64> = first.iter().chain(rest.iter()).map(|r| r.2).collect();
+        tokens.sort();
+        tokens.dedup();
+        assert_eq!(tokens.len(), 6);
+        // explicit lease
+        run("SELECT pgque.enqueue('f', 'g')");
+        dispatch("ARRAY['f'], 1, 'w2', interval '10 seconds'");
+        assert_eq!(
+            count(
+                "SELECT count(*) FROM pgque.jobs WHERE kind = 'g'
+                   AND lease_until <= clock_timestamp() + interval '10 seconds'"
+            ),
+            1
+        );
+    }
+
+    #[pg_test]
+    fn dispatch_bad_input() {
+        run("SELECT pgque.create_job_queue('bi')");
+        assert_eq!(
+            sqlstate("SELECT * FROM pgque.dispatch(ARRAY['nope'], 1, 'w')"),
+            "42704"
+        );
+        assert_eq!(
+            sqlstate("SELECT * FROM pgque.dispatch(NULL, 1, 'w')"),
+            "22004"
+        );
+        assert_eq!(
+            sqlstate("SELECT * FROM pgque.dispatch(ARRAY['bi', NULL], 1, 'w')"),
+            "22004"
+        );
+        assert_eq!(
+            sqlstate("SELECT * FROM pgque.dispatch(ARRAY['bi'], 0, 'w')"),
+            "22003"
+        );
+        assert_eq!(
+            sqlstate("SELECT * FROM pgque.dispatch(ARRAY['bi'], NULL, 'w')"),
+            "22004"
+        );
+        assert_eq!(
+            sqlstate("SELECT * FROM pgque.dispatch(ARRAY['bi'], 1, NULL)"),
+            "22004"
+        );
+        assert_eq!(
+            sqlstate("SELECT * FROM pgque.dispatch(ARRAY['bi'], 1, '')"),
+            "42602"
+        );
+        assert_eq!(
+            sqlstate("SELECT * FROM pgque.dispatch(ARRAY['bi'], 1, 'w', interval '-1 s')"),
+            "22023"
+        );
+        assert_eq!(
+            sqlstate("SELECT * FROM pgque.dispatch(ARRAY['bi'], 1, 'w', NULL, 0)"),
+            "22003"
+        );
+        assert_eq!(
+            sqlstate("SELECT * FROM pgque.dispatch(ARRAY['bi'], 1, 'w')"),
+            "ok"
+        );
+    }
+
+    #[pg_test]
+    fn dispatch_skips_paused_queues_and_spans_queues() {
+        run("SELECT pgque.create_job_queue('p1')");
+        run("SELECT pgque.create_job_queue('p2')");
+        enqueue_n("p1", 3, "");
+        enqueue_n("p2", 3, "");
+        run("SELECT pgque.pause_job_queue('p1')");
+        let got = dispatch("ARRAY['p1','p2'], 10, 'w'");
+        assert_eq!(got.len(), 3);
+        assert_eq!(
+            count("SELECT count(*) FROM pgque.jobs WHERE queue = 'p1' AND state = 'ready'"),
+            3
+        );
+        run("SELECT pgque.resume_job_queue('p1')");
+        assert_eq!(dispatch("ARRAY['p1','p2'], 10, 'w'").len(), 3);
+    }
+
+    #[pg_test]
+    fn dispatch_round_robin_small_keys_are_not_starved() {
+        run("SELECT pgque.create_job_queue('rr', 'round_robin')");
+        // one key with 10k jobs, enqueued first
+        run("SELECT count(*) FROM pgque.enqueue_ready_rows('rr',
+                 (SELECT array_agg('big'::text ORDER BY i) FROM generate_series(1, 10000) i),
+                 (SELECT array_agg('{}'::jsonb) FROM generate_series(1, 10000) i),
+                 fairness_keys => (SELECT array_agg('big'::text) FROM generate_series(1, 10000) i))");
+        // ten keys with 10 each, after it
+        run("SELECT count(*) FROM pgque.enqueue_ready_rows('rr',
+                 (SELECT array_agg('small'::text ORDER BY i) FROM generate_series(1, 100) i),
+                 (SELECT array_agg('{}'::jsonb) FROM generate_series(1, 100) i),
+                 fairness_keys => (SELECT array_agg('s' || (i % 10) ORDER BY i) FROM generate_series(1, 100) i))");
+        let first = dispatch("ARRAY['rr'], 100, 'w'");
+        assert_eq!(first.len(), 100);
+        // the first 11 of the first call are one job from each of the 11 keys
+        assert_eq!(first[..11].iter().filter(|r| r.1 == "small").count(), 10);
+        let small_after_one = count(
+            "SELECT count(*) FROM pgque.jobs WHERE queue = 'rr' AND kind = 'small' AND state = 'running'",
+        );
+        assert!(
+            small_after_one >= 80,
+            "small jobs after one round: {small_after_one}"
+        );
+        let second = dispatch("ARRAY['rr'], 100, 'w'");
+        assert_eq!(second.len(), 100);
+        assert_eq!(
+            count("SELECT count(*) FROM pgque.jobs WHERE queue = 'rr' AND kind = 'small' AND state = 'ready'"),
+            0
+        );
+        // within a key, FIFO
+        assert_eq!(
+            count("SELECT count(*) FROM pgque.jobs a JOIN pgque.jobs b
+                     ON a.queue = b.queue AND a.fairness_key = b.fairness_key AND a.ready_seq < b.ready_seq
+                   WHERE a.queue = 'rr' AND a.state = 'ready' AND b.state = 'running'"),
+            0
+        );
+    }
+
+    #[pg_test]
+    fn dispatch_round_robin_cursor_rotates_over_many_keys() {
+        run("SELECT pgque.create_job_queue('rk', 'round_robin')");
+        // 50 keys, 2 jobs each; dispatch 10 at a time with oversample 1: each
+        // call visits 10 keys after the cursor, so 5 calls serve every key once.
+        run("SELECT count(*) FROM pgque.enqueue_ready_rows('rk',
+                 (SELECT array_agg('j'::text ORDER BY i) FROM generate_series(1, 100) i),
+                 (SELECT array_agg('{}'::jsonb) FROM generate_series(1, 100) i),
+                 fairness_keys => (SELECT array_agg(lpad((i % 50)::text, 2, '0') ORDER BY i) FROM generate_series(1, 100) i))");
+        for _ in 0..5 {
+            assert_eq!(dispatch("ARRAY['rk'], 10, 'w', NULL, 1").len(), 10);
+        }
+        assert_eq!(
+            count("SELECT count(DISTINCT fairness_key) FROM pgque.jobs WHERE queue = 'rk' AND state = 'running'"),
+            50
+        );
+    }
+
+    #[pg_test]
+    fn dispatch_respects_actor_capacity_and_counts() {
+        run("SELECT pgque.create_job_queue('ac')");
+        run("SELECT pgque.set_actor_capacity('acme', 2)");
+        enqueue_n(
+            "ac",
+            5,
+            ", actors => (SELECT array_agg('acme'::text) FROM generate_series(1, 5))",
+        );
+        enqueue_n(
+            "ac",
+            3,
+            ", actors => (SELECT array_agg('other'::text) FROM generate_series(1, 3))",
+        );
+        let got = dispatch("ARRAY['ac'], 10, 'w'");
+        // acme: 2 of 5; other (no cap): 3
+        assert_eq!(got.len(), 5);
+        assert_eq!(
+            one::<i32>("SELECT running FROM pgque.job_actors WHERE actor = 'acme'"),
+            Some(2)
+        );
+        assert_eq!(
+            one::<i32>("SELECT running FROM pgque.job_actors WHERE actor = 'other'"),
+            Some(3)
+        );
+        assert!(dispatch("ARRAY['ac'], 10, 'w'").is_empty());
+        // completing one acme job frees one slot
+        let (id, tok) = Spi::get_two::<i64, i64>(
+            "SELECT id, lease_token FROM pgque.jobs WHERE actor = 'acme' AND state = 'running' LIMIT 1",
+        )
+        .unwrap();
+        assert_eq!(
+            one::<bool>(&format!(
+                "SELECT pgque.complete({}, {})",
+                id.unwrap(),
+                tok.unwrap()
+            )),
+            Some(true)
+        );
+        assert_eq!(dispatch("ARRAY['ac'], 10, 'w'").len(), 1);
+        assert_eq!(
+            one::<i32>("SELECT running FROM pgque.job_actors WHERE actor = 'acme'"),
+            Some(2)
+        );
+        // capacity 0 stops the actor entirely
+        run("SELECT pgque.set_actor_capacity('other', 0)");
+        enqueue_n("ac", 1, ", actors => ARRAY['other']");
+        assert!(dispatch("ARRAY['ac'], 10, 'w'").is_empty());
+    }
+
+    #[pg_test]
+    fn dispatch_identity_single_flight() {
+        run("SELECT pgque.create_job_queue('id')");
+        enqueue_n("id", 3, ", identity_keys => ARRAY['x','x','y']");
+        let got = dispatch("ARRAY['id'], 10, 'w'");
+        assert_eq!(kinds(&got), vec!["k1", "k3"]);
+        assert!(dispatch("ARRAY['id'], 10, 'w'").is_empty());
+        let (id, tok) = (got[0].0, got[0].2);
+        assert_eq!(
+            one::<bool>(&format!("SELECT pgque.complete({id}, {tok})")),
+            Some(true)
+        );
+        assert_eq!(kinds(&dispatch("ARRAY['id'], 10, 'w'")), vec!["k2"]);
+        assert_eq!(
+            count("SELECT count(*) FROM pgque.job_running_identities WHERE queue = 'id'"),
+            2
+        );
+    }
+
+    // ---- lifecycle ----------------------------------------------------------
+
+    fn one_running(queue: &str) -> (i64, i64) {
+        let got = dispatch(&format!("ARRAY['{queue}'], 1, 'w'"));
+        assert_eq!(got.len(), 1, "a job to dispatch in {queue}");
+        (got[0].0, got[0].2)
+    }
+
+    #[pg_test]
+    fn complete_and_complete_many_are_fenced_by_the_token() {
+        run("SELECT pgque.create_job_queue('c')");
+        enqueue_n(
+            "c",
+            4,
+            ", actors => (SELECT array_agg('a'::text) FROM generate_series(1, 4))",
+        );
+        let (id, tok) = one_running("c");
+        assert_eq!(
+            one::<bool>(&format!("SELECT pgque.complete({id}, {})", tok + 1)),
+            Some(false)
+        );
+        assert_eq!(
+            one::<bool>(&format!("SELECT pgque.complete({id}, {tok})")),
+            Some(true)
+        );
+        assert_eq!(
+            one::<bool>(&format!("SELECT pgque.complete({id}, {tok})")),
+            Some(false)
+        );
+        assert_eq!(
+            one::<String>(&format!(
+                "SELECT state FROM pgque.jobs WHERE id = {id} AND finished_at IS NOT NULL"
+            )),
+            Some("completed".into())
+        );
+        let got = dispatch("ARRAY['c'], 3, 'w'");
+        let ids: Vec<String> = got.iter().map(|r| r.0.to_string()).collect();
+        let mut toks: Vec<String> = got.iter().map(|r| r.2.to_string()).collect();
+        toks[2] = "0".into(); // a stale token: skipped
+        assert_eq!(
+            one::<i32>(&format!(
+                "SELECT pgque.complete_many(ARRAY[{}]::bigint[], ARRAY[{}]::bigint[])",
+                ids.join(","),
+                toks.join(",")
+            )),
+            Some(2)
+        );
+        assert_eq!(
+            one::<i32>("SELECT running FROM pgque.job_actors WHERE actor = 'a'"),
+            Some(1)
+        );
+        assert_eq!(
+            count(
+                "SELECT count(*) FROM pgque.job_events WHERE queue = 'c' AND event = 'completed'"
+            ),
+            3
+        );
+        assert_eq!(
+            sqlstate("SELECT pgque.complete_many(ARRAY[1,2]::bigint[], ARRAY[1]::bigint[])"),
+            "22023"
+        );
+        assert_eq!(sqlstate("SELECT pgque.complete(NULL, 1)"), "22004");
+    }
+
+    #[pg_test]
+    fn fail_backs_off_exponentially_then_fails_terminally() {
+        run("SELECT pgque.create_job_queue('fb')");
+        run("SELECT pgque.enqueue('fb', 'x', max_attempts => 3, actor => 'fa', identity_key => 'i')");
+        let mut delays = Vec::new();
+        for attempt in 1..=3 {
+            // make it due (scheduled retries wait for their run_at), then dispatch
+            run("UPDATE pgque.jobs SET run_at = now() - interval '1 second' WHERE queue = 'fb' AND state = 'scheduled'");
+            assert_eq!(
+                one::<i32>("SELECT pgque.promote_scheduled_jobs()"),
+                Some(if attempt == 1 { 0 } else { 1 })
+            );
+            let (id, tok) = one_running("fb");
+            let state = one::<String>(&format!("SELECT pgque.fail({id}, {tok}, 'boom {attempt}')"));
+            if attempt < 3 {
+                assert_eq!(state, Some("scheduled".into()));
+                delays.push(
+                    one::<f64>(&format!(
+                        "SELECT extract(epoch FROM run_at - now())::float8 FROM pgque.jobs WHERE id = {id}"
+                    ))
+                    .unwrap(),
+                );
+            } else {
+                assert_eq!(state, Some("failed".into()));
+            }
+            // stale token after fail
+            assert_eq!(
+                one::<String>(&format!("SELECT pgque.fail({id}, {tok}, 'again')")),
+                None
+            );
+        }
+        // 2^(attempt-1) s with jitter in [0.75, 1.25)
+        assert!(delays[0] >= 0.75 && delays[0] < 1.25, "{delays:?}");
+        assert!(delays[1] >= 1.5 && delays[1] < 2.5, "{delays:?}");
+        assert_eq!(
+            one::<String>("SELECT state || '/' || attempt || '/' || jsonb_array_length(errors) || '/' || (errors->2->>'error')
+                           FROM pgque.jobs WHERE queue = 'fb'"),
+            Some("failed/3/3/boom 3".into())
+        );
+        assert_eq!(
+            one::<i32>("SELECT running FROM pgque.job_actors WHERE actor = 'fa'"),
+            Some(0)
+        );
+        assert_eq!(
+            count("SELECT count(*) FROM pgque.job_running_identities WHERE queue = 'fb'"),
+            0
+        );
+        assert_eq!(
+            one::<String>("SELECT string_agg(event, ',' ORDER BY id) FROM pgque.job_events WHERE queue = 'fb'"),
+            Some("enqueued,dispatched,retried,promoted,dispatched,retried,promoted,dispatched,failed".into())
+        );
+        // retry_at in the past: straight back to ready
+        run("SELECT pgque.enqueue('fb', 'y')");
+        let (id, tok) = one_running("fb");
+        assert_eq!(
+            one::<String>(&format!(
+                "SELECT pgque.fail({id}, {tok}, 'e', now() - interval '1 s')"
+            )),
+            Some("ready".into())
+        );
+        assert_eq!(
+            sqlstate(&format!("SELECT pgque.fail({id}, {tok}, NULL)")),
+            "22004"
+        );
+    }
+
+    #[pg_test]
+    fn snooze_keeps_the_attempt_and_heartbeat_extends_the_lease() {
+        run("SELECT pgque.create_job_queue('sz')");
+        enqueue_n("sz", 2, "");
+        let (id, tok) = one_running("sz");
+        assert_eq!(
+            one::<bool>(&format!(
+                "SELECT pgque.snooze({id}, {tok}, now() + interval '1 hour')"
+            )),
+            Some(true)
+        );
+        assert_eq!(
+            one::<String>(&format!(
+                "SELECT state || '/' || attempt FROM pgque.jobs WHERE id = {id}"
+            )),
+            Some("scheduled/0".into())
+        );
+        assert_eq!(
+            one::<bool>(&format!("SELECT pgque.snooze({id}, {tok}, now())")),
+            Some(false)
+        );
+        let (id2, tok2) = one_running("sz");
+        let n = count(&format!(
+            "SELECT count(*) FROM pgque.heartbeat(ARRAY[{id2}, {id}], ARRAY[{tok2}, {tok}], interval '1 hour')"
+        ));
+        assert_eq!(n, 1);
+        assert_eq!(
+            count(&format!(
+                "SELECT count(*) FROM pgque.jobs WHERE id = {id2}
+                            AND lease_until > now() + interval '59 minutes'"
+            )),
+            1
+        );
+        assert_eq!(
+            sqlstate(&format!(
+                "SELECT * FROM pgque.heartbeat(ARRAY[{id2}], ARRAY[{tok2}], interval '0')"
+            )),
+            "22023"
+        );
+    }
+
+    #[pg_test]
+    fn cancel_and_retry_job() {
+        run("SELECT pgque.create_job_queue('cr')");
+        enqueue_n("cr", 2, ", actors => ARRAY['ca','ca']");
+        let (id, tok) = one_running("cr");
+        assert_eq!(
+            one::<bool>(&format!("SELECT pgque.cancel({id})")),
+            Some(true)
+        );
+        assert_eq!(
+            one::<bool>(&format!("SELECT pgque.complete({id}, {tok})")),
+            Some(false)
+        );
+        assert_eq!(
+            one::<bool>(&format!("SELECT pgque.cancel({id})")),
+            Some(false)
+        );
+        assert_eq!(
+            one::<i32>("SELECT running FROM pgque.job_actors WHERE actor = 'ca'"),
+            Some(0)
+        );
+        assert_eq!(sqlstate("SELECT pgque.cancel(-1)"), "42704");
+        // retry_job: cancelled -> ready with a fresh attempt count, dispatchable
+        assert_eq!(
+            one::<bool>(&format!("SELECT pgque.retry_job({id})")),
+            Some(true)
+        );
+        assert_eq!(
+            one::<String>(&format!(
+                "SELECT state || '/' || attempt FROM pgque.jobs WHERE id = {id}"
+            )),
+            Some("ready/0".into())
+        );
+        assert_eq!(sqlstate(&format!("SELECT pgque.retry_job({id})")), "55000");
+        assert_eq!(sqlstate("SELECT pgque.retry_job(-1)"), "42704");
+        // a ready job cancelled before it ever ran
+        let other = one::<i64>(
+            "SELECT id FROM pgque.jobs WHERE queue = 'cr' AND id <> "
+                .to_string()
+                .as_str()
+                .to_owned()
+                .as_str()
+                .replace("<> ", &format!("<> {id}"))
+                .as_str(),
+        )
+        .unwrap();
+        assert_eq!(
+            one::<bool>(&format!("SELECT pgque.cancel({other})")),
+            Some(true)
+        );
+        let got = dispatch("ARRAY['cr'], 10, 'w'");
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].0, id);
+        // a scheduled job that never was ready gets a place when retried
+        let s = one::<i64>("SELECT pgque.enqueue('cr', 's', run_at => now() + interval '1 day')")
+            .unwrap();
+        run(&format!("SELECT pgque.cancel({s})"));
+        assert_eq!(
+            one::<bool>(&format!("SELECT pgque.retry_job({s})")),
+            Some(true)
+        );
+        assert_eq!(kinds(&dispatch("ARRAY['cr'], 10, 'w'")), vec!["s"]);
+    }
+
+    // ---- sweeps --------------------------------------------------------------
+
+    #[pg_test]
+    fn rescue_returns_expired_leases_and_stale_tokens_are_refused() {
+        run("SELECT pgque.create_job_queue('rs')");
+        run("SELECT pgque.enqueue('rs', 'a', max_attempts => 2, actor => 'ra', identity_key => 'ri')");
+        run("SELECT pgque.enqueue('rs', 'b')");
+        let got = dispatch("ARRAY['rs'], 2, 'w'");
+        let (a_id, a_tok) = (got[0].0, got[0].2);
+        // nothing expired yet
+        assert_eq!(one::<i32>("SELECT pgque.rescue_expired_leases()"), Some(0));
+        run(&format!(
+            "UPDATE pgque.jobs SET lease_until = now() - interval '1 s' WHERE id = {a_id}"
+        ));
+        assert_eq!(one::<i32>("SELECT pgque.rescue_expired_leases()"), Some(1));
+        assert_eq!(
+            one::<String>(&format!(
+                "SELECT state || '/' || attempt FROM pgque.jobs WHERE id = {a_id}"
+            )),
+            Some("ready/1".into())
+        );
+        assert_eq!(
+            one::<bool>(&format!("SELECT pgque.complete({a_id}, {a_tok})")),
+            Some(false)
+        );
+        assert_eq!(
+            one::<i32>("SELECT running FROM pgque.job_actors WHERE actor = 'ra'"),
+            Some(0)
+        );
+        assert_eq!(
+            count("SELECT count(*) FROM pgque.job_running_identities WHERE queue = 'rs'"),
+            0
+        );
+        // second (last) attempt expires too: failed
+        let got = dispatch("ARRAY['rs'], 2, 'w'");
+        assert_eq!(got[0].0, a_id);
+        run(&format!(
+            "UPDATE pgque.jobs SET lease_until = now() - interval '1 s' WHERE id = {a_id}"
+        ));
+        assert_eq!(one::<i32>("SELECT pgque.rescue_expired_leases()"), Some(1));
+        assert_eq!(
+            one::<String>(&format!("SELECT state FROM pgque.jobs WHERE id = {a_id}")),
+            Some("failed".into())
+        );
+        assert_eq!(
+            count(&format!(
+                "SELECT count(*) FROM pgque.job_events WHERE job_id = {a_id} AND event = 'rescued'"
+            )),
+            2
+        );
+        // the other job's lease was untouched
+        assert_eq!(
+            count("SELECT count(*) FROM pgque.jobs WHERE kind = 'b' AND state = 'running'"),
+            1
+        );
+        // bounded: max 1 per call
+        run("UPDATE pgque.jobs SET lease_until = now() - interval '1 s' WHERE queue = 'rs' AND state = 'running'");
+        run("SELECT pgque.enqueue('rs', 'c')");
+        dispatch("ARRAY['rs'], 1, 'w'");
+        run("UPDATE pgque.jobs SET lease_until = now() - interval '1 s' WHERE queue = 'rs' AND state = 'running'");
+        assert_eq!(one::<i32>("SELECT pgque.rescue_expired_leases(1)"), Some(1));
+        assert_eq!(one::<i32>("SELECT pgque.rescue_expired_leases(1)"), Some(1));
+        assert_eq!(one::<i32>("SELECT pgque.rescue_expired_leases(1)"), Some(0));
+    }
+
+    #[pg_test]
+    fn promotion_makes_due_jobs_ready_in_run_at_order() {
+        run("SELECT pgque.create_job_queue('pr')");
+        run("SELECT * FROM pgque.enqueue_ready_rows('pr', ARRAY['late','early','future'],
+                 ARRAY['{}','{}','{}']::jsonb[],
+                 run_at => ARRAY[now() + interval '2 min', now() + interval '1 min', now() + interval '1 day'])");
+        run("SELECT pgque.enqueue('pr', 'now')");
+        assert_eq!(one::<i32>("SELECT pgque.promote_scheduled_jobs()"), Some(0));
+        run("UPDATE pgque.jobs SET run_at = run_at - interval '3 min' WHERE kind IN ('late', 'early')");
+        assert_eq!(one::<i32>("SELECT pgque.promote_scheduled_jobs()"), Some(2));
+        assert_eq!(
+            kinds(&dispatch("ARRAY['pr'], 10, 'w'")),
+            vec!["now", "early", "late"]
+        );
+        assert_eq!(
+            count("SELECT count(*) FROM pgque.jobs WHERE kind = 'future' AND state = 'scheduled'"),
+            1
+        );
+    }
+
+    #[pg_test]
+    fn sweep_job_events_removes_exactly_the_expired_in_bounded_batches() {
+        run("INSERT INTO pgque.job_events (at, job_id, queue, event)
+             SELECT now() - interval '8 days' - i * interval '1 min', i, 'ev', 'enqueued'
+             FROM generate_series(1, 5) i");
+        run("INSERT INTO pgque.job_events (at, job_id, queue, event)
+             SELECT now() - interval '6 days' - i * interval '1 min', i, 'ev', 'dispatched'
+             FROM generate_series(1, 3) i");
+        assert_eq!(one::<i32>("SELECT pgque.sweep_job_events(2)"), Some(2));
+        assert_eq!(one::<i32>("SELECT pgque.sweep_job_events()"), Some(3));
+        assert_eq!(one::<i32>("SELECT pgque.sweep_job_events()"), Some(0));
+        assert_eq!(
+            count(
+                "SELECT count(*) FROM pgque.job_events WHERE queue = 'ev' AND event = 'dispatched'"
+            ),
+            3
+        );
+        assert_eq!(
+            count("SELECT count(*) FROM pgque.job_events WHERE queue = 'ev'"),
+            3
+        );
+    }
+
+    #[pg_test]
+    fn prune_jobs_removes_only_terminal_jobs_past_retention() {
+        run("SELECT pgque.create_job_queue('pj')");
+        enqueue_n("pj", 8, "");
+        // completed 2 days ago (> 1 day): pruned; completed 1 hour ago: kept;
+        // cancelled 2 days ago: pruned; failed 2 days ago (< 7 days): kept;
+        // failed 8 days ago: pruned; the rest stay ready / running.
+        run("UPDATE pgque.jobs SET state = 'completed', finished_at = now() - interval '2 days' WHERE kind = 'k1'");
+        run("UPDATE pgque.jobs SET state = 'completed', finished_at = now() - interval '1 hour' WHERE kind = 'k2'");
+        run("UPDATE pgque.jobs SET state = 'cancelled', finished_at = now() - interval '2 days' WHERE kind = 'k3'");
+        run("UPDATE pgque.jobs SET state = 'failed', finished_at = now() - interval '2 days' WHERE kind = 'k4'");
+        run("UPDATE pgque.jobs SET state = 'failed', finished_at = now() - interval '8 days' WHERE kind = 'k5'");
+        run("UPDATE pgque.jobs SET finished_at = now() - interval '30 days' WHERE kind = 'k6'");
+        assert_eq!(one::<i32>("SELECT pgque.prune_jobs()"), Some(3));
+        assert_eq!(
+            one::<String>(
+                "SELECT string_agg(kind, ',' ORDER BY kind) FROM pgque.jobs WHERE queue = 'pj'"
+            ),
+            Some("k2,k4,k6,k7,k8".into())
+        );
+        assert_eq!(one::<i32>("SELECT pgque.prune_jobs()"), Some(0));
+    }
+
+    #[pg_test]
+    fn job_maint_and_job_analyze_run() {
+        run("SELECT pgque.create_job_queue('jm')");
+        run("SELECT pgque.enqueue('jm', 'a', run_at => now() + interval '1 day')");
+        run("UPDATE pgque.jobs SET run_at = now() - interval '1 s' WHERE queue = 'jm'");
+        assert_eq!(
+            one::<String>("SELECT concat_ws(',', rescued, promoted, events_swept, pruned) FROM pgque.job_maint()"),
+            Some("0,1,0,0".into())
+        );
+        assert_eq!(one::<i32>("SELECT pgque.job_analyze()"), Some(4));
+        assert_eq!(
+            count("SELECT count(*) FROM pgque.job_maint_state WHERE last_analyze_at IS NOT NULL"),
+            1
+        );
+    }
+
+    // ---- plan shape: depth independence ------------------------------------
+
+    /// The largest rows x loops of any node in the EXPLAIN ANALYZE of
+    /// DISPATCH_SQL, and the number of rows it returned.
+    fn explain_dispatch(queue: &str, limit: i32, generic: bool) -> (f64, f64) {
+        run(&format!(
+            "SET LOCAL plan_cache_mode = {}",
+            if generic {
+                "force_generic_plan"
+            } else {
+                "force_custom_plan"
+            }
+        ));
+        run("DEALLOCATE ALL");
+        run(&format!(
+            "PREPARE d(text[], int, text, interval, int) AS {}",
+            crate::jobs::dispatch::DISPATCH_SQL
+        ));
+        if one::<bool>(
+            "SELECT NOT EXISTS (SELECT 1 FROM pg_proc
+                                WHERE proname = 'explain_json' AND pronamespace = pg_my_temp_schema())",
+        ) == Some(true)
+        {
+            run("CREATE FUNCTION pg_temp.explain_json(q text) RETURNS jsonb LANGUAGE plpgsql AS $$
+                 DECLARE p jsonb; BEGIN EXECUTE 'EXPLAIN (ANALYZE, FORMAT JSON) ' || q INTO p; RETURN p; END $$");
+        }
+        let q = format!("EXECUTE d(ARRAY['{queue}'], {limit}, 'w', NULL, 2)");
+        run(&format!(
+            "CREATE TEMP TABLE IF NOT EXISTS plans (p jsonb); TRUNCATE plans;
+             INSERT INTO plans SELECT pg_temp.explain_json($q${q}$q$)"
+        ));
+        let widest = one::<f64>(
+            "SELECT max((n->>'Actual Rows')::float8 * (n->>'Actual Loops')::float8)
+             FROM plans, jsonb_path_query(p, 'strict $.**') n
+             WHERE jsonb_typeof(n) = 'object' AND n ? 'Node Type'",
+        )
+        .unwrap();
+        let returned =
+            one::<f64>("SELECT (p->0->'Plan'->>'Actual Rows')::float8 FROM plans").unwrap();
+        (widest, returned)
+    }
+
+    #[pg_test]
+    fn dispatch_plan_is_bounded_by_limit_at_30k_ready_jobs() {
+        let limit = 50;
+        // bound: candidates are limit * oversample (2) per walk; round robin
+        // adds one seek per visited key; 10x limit leaves room and is still
+        // 60x below the backlog.
+        let bound = 10.0 * limit as f64;
+        run("SELECT pgque.create_job_queue('deep')");
+        run("SELECT pgque.create_job_queue('deeprr', 'round_robin')");
+        for q in ["deep", "deeprr"] {
+            run(&format!(
+                "SELECT count(*) FROM pgque.enqueue_ready_rows('{q}',
+                     (SELECT array_agg('k'::text ORDER BY i) FROM generate_series(1, 30000) i),
+                     (SELECT array_agg('{{}}'::jsonb) FROM generate_series(1, 30000) i),
+                     priorities => (SELECT array_agg((i % 3)::smallint ORDER BY i) FROM generate_series(1, 30000) i),
+                     actors => (SELECT array_agg('a' || (i % 7) ORDER BY i) FROM generate_series(1, 30000) i),
+                     fairness_keys => (SELECT array_agg('f' || (i % 1000) ORDER BY i) FROM generate_series(1, 30000) i))"
+            ));
+        }
+        for analyzed in [false, true] {
+            if analyzed {
+                run("ANALYZE pgque.jobs");
+                run("ANALYZE pgque.job_actors");
+            }
+            for q in ["deep", "deeprr"] {
+                for generic in [false, true] {
+                    let (widest, returned) = explain_dispatch(q, limit, generic);
+                    assert_eq!(
+                        returned, limit as f64,
+                        "{q} generic={generic} analyzed={analyzed}: returned {returned}"
+                    );
+                    assert!(
+                        widest <= bound,
+                        "{q} generic={generic} analyzed={analyzed}: a plan node processed {widest} rows (bound {bound})"
+                    );
+                }
+            }
+        }
+    }
 }
