@@ -29,7 +29,7 @@
 //!   concurrent claimer's outcome: two dispatchers never both win.
 //! - paused queues are skipped; lanes stay FIFO because each queue is walked
 //!   in (priority, ready_seq) order and ready_seq follows commit order per lane.
-use super::stmt::{prepared, ty};
+use super::stmt::{prepared, ty, with_generic_plans};
 use crate::error::{self, raise, required};
 use pgrx::datum::{Interval, TimestampWithTimeZone};
 use pgrx::prelude::*;
@@ -316,40 +316,42 @@ fn dispatch(
     }
     let names: Vec<String> = queues.into_iter().flatten().collect();
     let mut out = Vec::new();
-    Spi::connect_mut(|client| {
-        let stmt = prepared(client, DISPATCH_SQL, &arg_types());
-        let table = client
-            .update(
-                &*stmt,
-                None,
-                &[
-                    names.clone().into(),
-                    limit.into(),
-                    worker.into(),
-                    lease.into(),
-                    oversample.into(),
-                ],
-            )
-            .unwrap_or_else(|e| pgrx::error!("{e}"));
-        for row in table {
-            let g = |i| row.get::<TimestampWithTimeZone>(i).ok().flatten().unwrap();
-            out.push((
-                row.get::<i64>(1).ok().flatten().unwrap(),
-                row.get::<String>(2).ok().flatten().unwrap(),
-                row.get::<String>(3).ok().flatten().unwrap(),
-                row.get::<JsonB>(4).ok().flatten().unwrap(),
-                row.get::<i16>(5).ok().flatten().unwrap(),
-                row.get::<i32>(6).ok().flatten().unwrap(),
-                row.get::<i32>(7).ok().flatten().unwrap(),
-                row.get::<String>(8).ok().flatten(),
-                row.get::<String>(9).ok().flatten(),
-                row.get::<String>(10).ok().flatten(),
-                g(11),
-                g(12),
-                row.get::<i64>(13).ok().flatten().unwrap(),
-                g(14),
-            ));
-        }
+    with_generic_plans(|| {
+        Spi::connect_mut(|client| {
+            let stmt = prepared(client, DISPATCH_SQL, &arg_types());
+            let table = client
+                .update(
+                    &*stmt,
+                    None,
+                    &[
+                        names.clone().into(),
+                        limit.into(),
+                        worker.into(),
+                        lease.into(),
+                        oversample.into(),
+                    ],
+                )
+                .unwrap_or_else(|e| pgrx::error!("{e}"));
+            for row in table {
+                let g = |i| row.get::<TimestampWithTimeZone>(i).ok().flatten().unwrap();
+                out.push((
+                    row.get::<i64>(1).ok().flatten().unwrap(),
+                    row.get::<String>(2).ok().flatten().unwrap(),
+                    row.get::<String>(3).ok().flatten().unwrap(),
+                    row.get::<JsonB>(4).ok().flatten().unwrap(),
+                    row.get::<i16>(5).ok().flatten().unwrap(),
+                    row.get::<i32>(6).ok().flatten().unwrap(),
+                    row.get::<i32>(7).ok().flatten().unwrap(),
+                    row.get::<String>(8).ok().flatten(),
+                    row.get::<String>(9).ok().flatten(),
+                    row.get::<String>(10).ok().flatten(),
+                    g(11),
+                    g(12),
+                    row.get::<i64>(13).ok().flatten().unwrap(),
+                    g(14),
+                ));
+            }
+        })
     });
     // Unknown queue names are an error (a typo must not look like an empty
     // queue); checked only when nothing was dispatched, so the busy path

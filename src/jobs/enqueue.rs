@@ -19,7 +19,7 @@
 //!    and one pg_notify('pgque_jobs_<queue>', '') if a job is ready
 //!    (PostgreSQL folds identical notifications of one transaction into one,
 //!    and delivers them only at commit).
-use super::stmt::{prepared, ty};
+use super::stmt::{prepared, ty, with_generic_plans};
 use crate::error::{self, raise, required, valid_name};
 use pgrx::datum::{DatumWithOid, TimestampWithTimeZone};
 use pgrx::prelude::*;
@@ -43,8 +43,7 @@ input AS MATERIALIZED (
            COALESCE(t.run_at > now(), false) AS scheduled,
            t.actor, t.fairness_key, t.identity_key, t.unique_key,
            COALESCE(t.max_attempts, q.max_attempts) AS max_attempts,
-           s.shard,
-           pg_catalog.hashtext($1 || '/' || COALESCE(t.priority, 0::smallint) || '/' || s.shard) AS lane_key
+           s.shard
     FROM q
     CROSS JOIN LATERAL (
         SELECT CASE WHEN q.shards > 1
@@ -56,8 +55,10 @@ input AS MATERIALIZED (
                               identity_key, unique_key, max_attempts, ord)
 ),
 lanes AS MATERIALIZED (
-    SELECT l.lane_key, pg_catalog.pg_advisory_xact_lock(1785684588, l.lane_key) AS lock
-    FROM (SELECT DISTINCT i.lane_key FROM input i WHERE NOT i.scheduled ORDER BY 1) l
+    SELECT k.lane_key, pg_catalog.pg_advisory_xact_lock(1785684588, k.lane_key) AS lock
+    FROM (SELECT pg_catalog.hashtext($1 || '/' || l.priority || '/' || l.shard) AS lane_key
+          FROM (SELECT DISTINCT i.priority, i.shard FROM input i WHERE NOT i.scheduled) l
+          ORDER BY 1) k
 ),
 numbered AS MATERIALIZED (
     SELECT s.*, pg_catalog.nextval('pgque.jobs_id_seq') AS id
@@ -103,6 +104,17 @@ WHERE (SELECT count(pg_catalog.pg_notify('pgque_jobs_' || $1, ''))
        FROM (SELECT 1 FROM ins WHERE ins.state = 'ready' LIMIT 1) r) >= 0
 ORDER BY n.ord
 "#;
+
+/// ENQUEUE_SQL without the ON CONFLICT clause, for batches without unique
+/// keys: a plain insert instead of a speculative one per row (nothing can
+/// conflict: ids are fresh and the only other unique index is on unique_key).
+pub static ENQUEUE_NO_KEYS_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    ENQUEUE_SQL.replacen(
+        "    ORDER BY n.ord\n    ON CONFLICT DO NOTHING\n",
+        "    ORDER BY n.ord\n",
+        1,
+    )
+});
 
 fn arg_types() -> [pgrx::pg_sys::PgOid; 10] {
     [
@@ -184,6 +196,8 @@ pub struct Outcome {
 /// The arrays of one batch, validated, as statement arguments.
 pub struct Batch<'a> {
     pub n: usize,
+    /// Some job has a unique key (the statement must handle conflicts).
+    pub keyed: bool,
     pub args: Vec<DatumWithOid<'a>>,
 }
 
@@ -196,22 +210,29 @@ pub fn run(queue: &str, batch: Batch<'_>, on_duplicate: OnDuplicate) -> Vec<Outc
         return Vec::new();
     }
     let mut out = Vec::with_capacity(batch.n);
-    Spi::connect_mut(|client| {
-        let stmt = prepared(client, ENQUEUE_SQL, &arg_types());
-        let table = client
-            .update(&*stmt, None, &batch.args)
-            .unwrap_or_else(|e| pgrx::error!("{e}"));
-        for row in table {
-            out.push(Outcome {
-                ord: row.get::<i32>(1).ok().flatten().unwrap_or(0),
-                job_id: row.get::<i64>(2).ok().flatten(),
-                state: row
-                    .get::<String>(3)
-                    .ok()
-                    .flatten()
-                    .unwrap_or_else(|| "duplicate".into()),
-            });
-        }
+    let sql: &'static str = if batch.keyed {
+        ENQUEUE_SQL
+    } else {
+        ENQUEUE_NO_KEYS_SQL.as_str()
+    };
+    with_generic_plans(|| {
+        Spi::connect_mut(|client| {
+            let stmt = prepared(client, sql, &arg_types());
+            let table = client
+                .update(&*stmt, None, &batch.args)
+                .unwrap_or_else(|e| pgrx::error!("{e}"));
+            for row in table {
+                out.push(Outcome {
+                    ord: row.get::<i32>(1).ok().flatten().unwrap_or(0),
+                    job_id: row.get::<i64>(2).ok().flatten(),
+                    state: row
+                        .get::<String>(3)
+                        .ok()
+                        .flatten()
+                        .unwrap_or_else(|| "duplicate".into()),
+                });
+            }
+        })
     });
     if out.is_empty() {
         raise(
@@ -316,8 +337,12 @@ fn enqueue_ready_rows<'a>(
     if let Some(r) = &run_at {
         r.iter().flatten().for_each(check_run_at);
     }
+    let keyed = unique_keys
+        .as_ref()
+        .is_some_and(|u| u.iter().any(|k| k.is_some()));
     let batch = Batch {
         n,
+        keyed,
         args: vec![
             queue.into(),
             kinds.into(),
@@ -372,6 +397,7 @@ fn enqueue(
     }
     let batch = Batch {
         n: 1,
+        keyed: unique_key.is_some(),
         args: vec![
             queue.into(),
             vec![kind].into(),

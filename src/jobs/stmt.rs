@@ -62,3 +62,27 @@ pub fn prepared(
 pub const fn ty(o: pg_sys::Oid) -> PgOid {
     PgOid::from_untagged(o)
 }
+
+/// Runs `f` with `plan_cache_mode = force_generic_plan` (restored after, also
+/// on error through the transaction's GUC unwinding). The job statements are
+/// built to be bounded under any plan (tests pin it for dispatch), and their
+/// plans do not get better with the actual values, so re-planning a custom
+/// plan on every call (several ms for these CTEs) buys nothing.
+pub fn with_generic_plans<R>(f: impl FnOnce() -> R) -> R {
+    unsafe {
+        let nest = pg_sys::NewGUCNestLevel();
+        pg_sys::set_config_option(
+            c"plan_cache_mode".as_ptr(),
+            c"force_generic_plan".as_ptr(),
+            pg_sys::GucContext::PGC_USERSET,
+            pg_sys::GucSource::PGC_S_SESSION,
+            pg_sys::GucAction::GUC_ACTION_SAVE,
+            true,
+            0,
+            false,
+        );
+        let r = f();
+        pg_sys::AtEOXact_GUC(true, nest);
+        r
+    }
+}

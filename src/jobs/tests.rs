@@ -372,6 +372,22 @@ mod tests {
     }
 
     #[pg_test]
+    fn enqueue_without_keys_drops_only_the_jobs_on_conflict() {
+        let with = crate::jobs::enqueue::ENQUEUE_SQL;
+        let without = crate::jobs::enqueue::ENQUEUE_NO_KEYS_SQL.as_str();
+        assert_eq!(with.matches("ON CONFLICT DO NOTHING").count(), 2);
+        assert_eq!(without.matches("ON CONFLICT DO NOTHING").count(), 1);
+        // actors are still upserted on the keyless path
+        run("SELECT pgque.create_job_queue('nk')");
+        run("SELECT pgque.enqueue('nk', 'a', actor => 'x1')");
+        run("SELECT pgque.enqueue('nk', 'b', actor => 'x1')");
+        assert_eq!(
+            count("SELECT count(*) FROM pgque.job_actors WHERE actor = 'x1'"),
+            1
+        );
+    }
+
+    #[pg_test]
     fn future_run_at_goes_to_the_scheduled_set() {
         run("SELECT pgque.create_job_queue('sch')");
         let states = one::<String>(
