@@ -99,7 +99,9 @@ SQL
 echo
 echo "## Dispatch latency (ms per call, limit 50, rolled back so the depth stays)"
 echo
-echo "| ready depth | strict_fifo custom p50 / p95 | strict_fifo generic p50 / p95 | round_robin custom p50 / p95 | round_robin generic p50 / p95 | SKIP LOCKED p50 / p95 |"
+echo "Columns \"session custom/generic\": the session's plan_cache_mode (force_custom_plan / force_generic_plan). pgque.dispatch plans its statement generically in both (it sets force_generic_plan for its own statement), so the pair shows that a session setting cannot change its plan; the SKIP LOCKED baseline runs under the default."
+echo
+echo "| ready depth | strict_fifo session custom p50 / p95 | strict_fifo session generic p50 / p95 | round_robin session custom p50 / p95 | round_robin session generic p50 / p95 | SKIP LOCKED p50 / p95 |"
 echo "|---|---|---|---|---|---|"
 } >> "$OUT"
 cat > "$TMP/d_fifo.sql" <<'SQL'

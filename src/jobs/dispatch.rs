@@ -163,12 +163,22 @@ actor_locks AS MATERIALIZED (
     ORDER BY a.actor
     FOR UPDATE
 ),
+-- the locked actors as one jsonb object (actor -> [max_concurrent, running]):
+-- each candidate looks its actor up in O(log actors); a join of the two
+-- CTEs could be planned as a nested loop, O(candidates x actors).
+actor_map AS MATERIALIZED (
+    SELECT COALESCE(jsonb_object_agg(al.actor, jsonb_build_array(al.max_concurrent, al.running)),
+                    '{}'::jsonb) AS m
+    FROM actor_locks al
+),
 admitted AS MATERIALIZED (
     SELECT r.id, r.actor, r.identity_key, r.queue_name, r.pos, r.qrank, r.k
-    FROM (SELECT i.*, al.max_concurrent, al.running,
+    FROM (SELECT i.*,
+                 (am.m -> i.actor ->> 0)::int AS max_concurrent,
+                 (am.m -> i.actor ->> 1)::int AS running,
                  row_number() OVER (PARTITION BY i.actor ORDER BY i.qrank, i.pos) AS actor_rank
           FROM ident_ok i
-          LEFT JOIN actor_locks al ON al.actor = i.actor) r
+          CROSS JOIN actor_map am) r
     WHERE r.actor IS NULL OR r.max_concurrent IS NULL
        OR r.actor_rank <= r.max_concurrent - r.running
     ORDER BY r.qrank, r.pos
@@ -194,7 +204,7 @@ idc AS (
 ),
 final AS MATERIALIZED (
     SELECT l.* FROM locked l
-    WHERE l.identity_key IS NULL OR l.id IN (SELECT idc.job_id FROM idc)
+    WHERE l.identity_key IS NULL OR l.id = ANY (ARRAY(SELECT idc.job_id FROM idc))
 ),
 upd AS (
     UPDATE pgque.jobs j
@@ -211,12 +221,14 @@ upd AS (
               j.lease_until
 ),
 per_actor AS MATERIALIZED (
-    SELECT u.actor, count(*)::int AS n FROM upd u WHERE u.actor IS NOT NULL GROUP BY u.actor
+    SELECT COALESCE(jsonb_object_agg(x.actor, x.n), '{}'::jsonb) AS m
+    FROM (SELECT u.actor, count(*)::int AS n FROM upd u
+          WHERE u.actor IS NOT NULL GROUP BY u.actor) x
 ),
 act AS (
-    UPDATE pgque.job_actors a SET running = a.running + p.n
+    UPDATE pgque.job_actors a SET running = a.running + (p.m ->> a.actor)::int
     FROM per_actor p
-    WHERE a.actor = p.actor AND a.actor = ANY (ARRAY(SELECT p2.actor FROM per_actor p2))
+    WHERE a.actor = ANY (ARRAY(SELECT jsonb_object_keys(p2.m) FROM per_actor p2))
 ),
 ev AS (
     INSERT INTO pgque.job_events (job_id, queue, event, attempt, detail)
@@ -234,12 +246,16 @@ cur AS (
           ORDER BY f.queue_name, f.qrank DESC) lk
     WHERE c.queue_name = lk.queue_name
       AND c.queue_name = ANY (ARRAY(SELECT cl.queue_name FROM cur_lock cl))
+),
+-- dispatch order, looked up per row in one jsonb object (no join of CTEs)
+rank_map AS MATERIALIZED (
+    SELECT jsonb_object_agg(f.id::text, jsonb_build_array(f.qrank, f.pos)) AS m FROM final f
 )
 SELECT u.id, u.queue, u.kind, u.args, u.priority, u.attempt, u.max_attempts, u.actor,
        u.fairness_key, u.identity_key, u.run_at, u.enqueued_at, u.lease_token, u.lease_until
 FROM upd u
-JOIN final f ON f.id = u.id
-ORDER BY f.qrank, f.pos
+CROSS JOIN rank_map rm
+ORDER BY (rm.m -> u.id::text ->> 0)::bigint, (rm.m -> u.id::text ->> 1)::bigint
 "#;
 
 pub fn arg_types() -> [pgrx::pg_sys::PgOid; 5] {
@@ -321,7 +337,7 @@ fn dispatch(
             let stmt = prepared(client, DISPATCH_SQL, &arg_types());
             let table = client
                 .update(
-                    &*stmt,
+                    stmt,
                     None,
                     &[
                         names.clone().into(),
@@ -369,7 +385,7 @@ fn check_queues_exist(names: &[String]) {
     let missing = Spi::connect(|client| {
         let stmt = prepared(client, QUEUES_EXIST_SQL, &[ty(pg_sys::TEXTARRAYOID)]);
         client
-            .select(&*stmt, None, &[names.to_vec().into()])
+            .select(stmt, None, &[names.to_vec().into()])
             .ok()
             .and_then(|t| t.first().get::<String>(1).ok().flatten())
     });

@@ -219,7 +219,7 @@ pub fn run(queue: &str, batch: Batch<'_>, on_duplicate: OnDuplicate) -> Vec<Outc
         Spi::connect_mut(|client| {
             let stmt = prepared(client, sql, &arg_types());
             let table = client
-                .update(&*stmt, None, &batch.args)
+                .update(stmt, None, &batch.args)
                 .unwrap_or_else(|e| pgrx::error!("{e}"));
             for row in table {
                 out.push(Outcome {

@@ -165,7 +165,7 @@ fn run_int(
     Spi::connect_mut(|client| {
         let stmt = prepared(client, sql, types);
         client
-            .update(&*stmt, None, &args)
+            .update(stmt, None, &args)
             .unwrap_or_else(|e| pgrx::error!("{e}"))
             .first()
             .get::<i32>(1)
@@ -253,7 +253,7 @@ fn fail(
         );
         client
             .update(
-                &*stmt,
+                stmt,
                 None,
                 &[id.into(), token.into(), err.into(), retry_at.into()],
             )
@@ -316,7 +316,7 @@ fn heartbeat(
             ],
         );
         let t = client
-            .update(&*stmt, None, &[ids.into(), tokens.into(), extend.into()])
+            .update(stmt, None, &[ids.into(), tokens.into(), extend.into()])
             .unwrap_or_else(|e| pgrx::error!("{e}"));
         for row in t {
             out.push((
@@ -365,7 +365,7 @@ fn cancel(job_id: Option<i64>) -> bool {
     let (was, n) = Spi::connect_mut(|client| {
         let stmt = prepared(client, CANCEL_SQL, &[ty(pg_sys::INT8OID)]);
         let t = client
-            .update(&*stmt, None, &[id.into()])
+            .update(stmt, None, &[id.into()])
             .unwrap_or_else(|e| pgrx::error!("{e}"));
         if t.is_empty() {
             return (None, 0);
@@ -421,7 +421,7 @@ fn retry_job(job_id: Option<i64>) -> bool {
     let was = Spi::connect_mut(|client| {
         let stmt = prepared(client, RETRY_SQL, &[ty(pg_sys::INT8OID)]);
         let t = client
-            .update(&*stmt, None, &[id.into()])
+            .update(stmt, None, &[id.into()])
             .unwrap_or_else(|e| pgrx::error!("{e}"));
         if t.is_empty() {
             None

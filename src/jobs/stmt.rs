@@ -10,11 +10,13 @@ use pgrx::pg_sys::{self, PgOid};
 use pgrx::spi::{OwnedPreparedStatement, SpiClient};
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::rc::Rc;
 
+/// Kept plans are leaked boxes, never dropped by a destructor: a thread-local
+/// destructor would run SPI_freeplan while the backend exits, after
+/// PostgreSQL has begun tearing itself down.
 struct Cache {
     ext_oid: pg_sys::Oid,
-    stmts: HashMap<usize, Rc<OwnedPreparedStatement>>,
+    stmts: HashMap<usize, &'static OwnedPreparedStatement>,
 }
 
 thread_local! {
@@ -34,27 +36,30 @@ pub fn prepared(
     client: &SpiClient<'_>,
     sql: &'static str,
     types: &[PgOid],
-) -> Rc<OwnedPreparedStatement> {
+) -> &'static OwnedPreparedStatement {
     let ext = extension_oid();
     let key = sql.as_ptr() as usize;
     let cached = CACHE.with(|c| {
         let mut c = c.borrow_mut();
         if c.ext_oid != ext {
+            // The old plans are left allocated (a few kB, once per DROP and
+            // CREATE EXTENSION in this backend): a caller up the stack may
+            // still hold one, so freeing them here could free a plan in use.
             c.stmts.clear();
             c.ext_oid = ext;
         }
-        c.stmts.get(&key).cloned()
+        c.stmts.get(&key).copied()
     });
     if let Some(stmt) = cached {
         return stmt;
     }
-    let stmt = Rc::new(
+    let stmt: &'static OwnedPreparedStatement = Box::leak(Box::new(
         client
             .prepare_mut(sql, types)
             .unwrap_or_else(|e| pgrx::error!("pgque: cannot prepare a job statement: {e}"))
             .keep(),
-    );
-    CACHE.with(|c| c.borrow_mut().stmts.insert(key, stmt.clone()));
+    ));
+    CACHE.with(|c| c.borrow_mut().stmts.insert(key, stmt));
     stmt
 }
 

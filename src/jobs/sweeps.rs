@@ -152,7 +152,7 @@ fn first_int(
     Spi::connect_mut(|client| {
         let stmt = prepared(client, sql, types);
         client
-            .update(&*stmt, None, &args)
+            .update(stmt, None, &args)
             .unwrap_or_else(|e| pgrx::error!("{e}"))
             .first()
             .get::<i32>(1)

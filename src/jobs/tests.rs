@@ -1221,7 +1221,7 @@ mod tests {
                      (SELECT array_agg('k'::text ORDER BY i) FROM generate_series(1, 30000) i),
                      (SELECT array_agg('{{}}'::jsonb) FROM generate_series(1, 30000) i),
                      priorities => (SELECT array_agg((i % 3)::smallint ORDER BY i) FROM generate_series(1, 30000) i),
-                     actors => (SELECT array_agg('a' || (i % 7) ORDER BY i) FROM generate_series(1, 30000) i),
+                     actors => (SELECT array_agg('a' || (i % 97) ORDER BY i) FROM generate_series(1, 30000) i),
                      fairness_keys => (SELECT array_agg('f' || (i % 1000) ORDER BY i) FROM generate_series(1, 30000) i))"
             ));
         }
