@@ -196,6 +196,28 @@ fn jobs_notify_once_per_queue_per_committed_transaction() {
         drain_notifications(&mut listener, Duration::from_secs(2)),
         vec![("pgque_jobs_nq3".to_string(), String::new())]
     );
+
+    // A failed attempt that is ready again at once wakes dispatchers too.
+    let r = p
+        .query_one(
+            "SELECT job_id, lease_token FROM pgque.dispatch(ARRAY['nq3'], 1, 'w')",
+            &[],
+        )
+        .unwrap();
+    let (id, tok): (i64, i64) = (r.get(0), r.get(1));
+    assert!(drain_notifications(&mut listener, short).is_empty());
+    let state: String = p
+        .query_one(
+            "SELECT pgque.fail($1, $2, 'boom', now() - interval '1 second')",
+            &[&id, &tok],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(state, "ready");
+    assert_eq!(
+        drain_notifications(&mut listener, Duration::from_secs(2)),
+        vec![("pgque_jobs_nq3".to_string(), String::new())]
+    );
 }
 
 #[test]

@@ -104,7 +104,9 @@ gone AS (
               CASE WHEN j.state = 'failed' THEN 'failed' ELSE 'retried' END AS event,
               $3::text AS detail, j.state
 )"#,
-    "SELECT g.state FROM gone g"
+    // a job that is ready again at once wakes dispatchers like an enqueue
+    "SELECT g.state, (SELECT count(pg_catalog.pg_notify('pgque_jobs_' || g2.queue, ''))
+                      FROM gone g2 WHERE g2.state = 'ready') FROM gone g"
 );
 
 /// $1 id, $2 token, $3 until: back to scheduled (or ready), attempt not consumed.
@@ -116,9 +118,10 @@ pub const SNOOZE_SQL: &str = leave_running!(
         lease_token = NULL, lease_until = NULL
     WHERE j.id = $1 AND j.lease_token = $2 AND j.state = 'running'
     RETURNING j.id, j.queue, j.actor, j.identity_key, j.attempt,
-              'snoozed'::text AS event, $3::text AS detail
+              'snoozed'::text AS event, $3::text AS detail, j.state
 )"#,
-    "SELECT count(*)::int FROM gone"
+    "SELECT count(*)::int, (SELECT count(pg_catalog.pg_notify('pgque_jobs_' || g2.queue, ''))
+                           FROM gone g2 WHERE g2.state = 'ready') FROM gone"
 );
 
 /// $1 id: any unfinished job becomes cancelled; returns its previous state.
