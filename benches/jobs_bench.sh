@@ -57,7 +57,7 @@ TMP=$(mktemp -d)
 {
 echo "# Job-queue benchmarks, PostgreSQL $VER"
 echo
-echo "Command: \`benches/jobs_bench.sh $VER\` (SECS=$SECS, TXNS=$TXNS), $(date -u '+%Y-%m-%d %H:%M UTC'),"
+echo "Command: \`benches/jobs_bench.sh $VER\` (SECS=$SECS, TXNS=$TXNS), $(date -u "+%Y-%m-%d %H:%M UTC"), at commit $(git rev-parse --short HEAD),"
 echo "$(nproc) cores shared with other builds, release build, synchronous_commit = off, args '{\"n\": 1}'."
 echo
 echo "## Enqueue throughput (jobs/s)"
