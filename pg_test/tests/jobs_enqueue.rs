@@ -251,3 +251,28 @@ fn jobs_writer_role_enqueues_but_cannot_administer() {
     );
     assert_eq!(sqlstate(w.batch_execute("DELETE FROM pgque.jobs")), "42501");
 }
+
+#[test]
+fn jobs_statements_survive_drop_and_create_extension_in_one_session() {
+    let db = new_db("jobs_recreate");
+    let mut c = db.connect();
+    for round in 0..2 {
+        c.batch_execute("SELECT pgque.create_job_queue('rc')")
+            .unwrap();
+        let n: i64 = c
+            .query_one(&enqueue_sql("rc", "r", 3, 0), &[])
+            .unwrap()
+            .get(0);
+        assert_eq!(n, 3, "round {round}");
+        let got = c
+            .query(
+                "SELECT job_id FROM pgque.dispatch(ARRAY['rc'], 10, 'w')",
+                &[],
+            )
+            .unwrap();
+        assert_eq!(got.len(), 3, "round {round}");
+        // Same session: the kept plans of the old extension must not be used.
+        c.batch_execute("DROP EXTENSION pgque; CREATE EXTENSION pgque")
+            .unwrap();
+    }
+}
