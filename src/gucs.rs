@@ -18,6 +18,8 @@ pub static WORKER_RESTART_S: GucSetting<i32> = GucSetting::<i32>::new(1);
 // ---- event queues -------------------------------------------------------
 pub static TICK_PERIOD_MS: GucSetting<i32> = GucSetting::<i32>::new(100);
 pub static MAINT_PERIOD_MS: GucSetting<i32> = GucSetting::<i32>::new(1_000);
+pub static BATCH_MAX_EVENTS: GucSetting<i32> = GucSetting::<i32>::new(10_000);
+pub static METADATA_ROTATION_MS: GucSetting<i32> = GucSetting::<i32>::new(60_000);
 
 // ---- job queues ---------------------------------------------------------
 pub static JOB_MAINT_PERIOD_MS: GucSetting<i32> = GucSetting::<i32>::new(1_000);
@@ -105,6 +107,24 @@ pub fn init() {
         3_600_000,
         GucFlags::UNIT_MS,
     );
+    GucRegistry::define_int_guc(
+        c"pgque.batch_max_events",
+        c"Most events in one batch opened by next_batch (receive uses its max_return).",
+        c"A bigger tick range is cut into several batches.",
+        &BATCH_MAX_EVENTS,
+        1,
+        i32::MAX,
+        GucContext::Userset,
+        GucFlags::default(),
+    );
+    int(
+        c"pgque.metadata_rotation_period",
+        c"How often maint() switches the tick/batch metadata piece and truncates the old one.",
+        &METADATA_ROTATION_MS,
+        0,
+        86_400_000,
+        GucFlags::UNIT_MS,
+    );
     int(
         c"pgque.job_maint_period_ms",
         c"Job-queue maintenance cadence: lease rescue, scheduled promotion, sweeps.",
@@ -186,6 +206,12 @@ pub fn tick_period() -> Duration {
 }
 pub fn maint_period() -> Duration {
     ms(MAINT_PERIOD_MS.get())
+}
+pub fn batch_max_events() -> i64 {
+    BATCH_MAX_EVENTS.get().max(1) as i64
+}
+pub fn metadata_rotation_period_ms() -> i64 {
+    METADATA_ROTATION_MS.get().max(0) as i64
 }
 pub fn job_maint_period() -> Duration {
     ms(JOB_MAINT_PERIOD_MS.get())

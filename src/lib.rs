@@ -19,8 +19,10 @@
 use pgrx::prelude::*;
 
 pub mod admin;
+pub mod api;
 pub mod error;
 pub mod gucs;
+pub mod log;
 pub mod shmem;
 pub mod worker;
 
