@@ -1,21 +1,61 @@
 //! Lifecycle and status: start(), stop(), status(), version().
+//!
+//! In pgque the ticker is the background worker: start()/stop() switch this
+//! database's worker on and off (persisted in pgque.worker_config) instead of
+//! creating pg_cron jobs as PgQue does.
+use crate::worker::duties::DUTIES;
+use crate::{shmem, worker};
 use pgrx::prelude::*;
 
-/// The extension's version, as installed (`'0.1.0'`).
+/// The extension's version as built (`'0.1.0'`). Touches nothing.
 #[pg_extern]
 fn version() -> &'static str {
     env!("CARGO_PKG_VERSION")
 }
 
 /// Switches this database's background worker on (persisted) and starts it.
-#[pg_extern]
-fn start() {}
+/// Returns true when a worker was requested (pgque is preloaded), false in
+/// manual mode, where pgque.ticker() and pgque.maint() must be scheduled by hand.
+#[pg_extern(volatile)]
+fn start() -> bool {
+    Spi::run("UPDATE pgque.worker_config SET worker_enabled = true, changed_at = now() WHERE NOT worker_enabled")
+        .unwrap_or_else(|e| crate::error::raise(crate::error::WRONG_STATE, e.to_string()));
+    if !shmem::available() {
+        return false;
+    }
+    // The worker waits for this transaction to commit before it starts working.
+    worker::spawn_db_worker(unsafe { pg_sys::MyDatabaseId }, true)
+}
 
-/// Switches this database's background worker off (persisted).
-#[pg_extern]
-fn stop() {}
+/// Switches this database's background worker off (persisted: it stays off
+/// across restarts until start()). The worker leaves within a second of commit.
+/// Returns true if it was on.
+#[pg_extern(volatile)]
+fn stop() -> bool {
+    let was_on = Spi::get_one::<bool>(
+        "UPDATE pgque.worker_config SET worker_enabled = false, changed_at = now() \
+         WHERE worker_enabled RETURNING true",
+    )
+    .unwrap_or(None)
+    .unwrap_or(false);
+    // Wake it so it notices at once after commit.
+    worker::wake::at_commit();
+    was_on
+}
 
-/// One row per component: the worker, its mode, and each duty.
+fn ts_text(ts: i64) -> String {
+    if ts == 0 {
+        return "never".into();
+    }
+    let t =
+        unsafe { pgrx::datum::TimestampWithTimeZone::from_datum(pg_sys::Datum::from(ts), false) };
+    t.map(|t| t.to_string()).unwrap_or_else(|| ts.to_string())
+}
+
+/// One row per component: `mode` (preloaded or manual), `worker` (this
+/// database's worker: running / starting / stopped / absent), `launcher`, and
+/// `duty:<name>` for each duty (runs, failures, last run, last error).
+/// Reads shared memory and pgque.worker_config; changes nothing.
 #[pg_extern]
 fn status() -> TableIterator<
     'static,
@@ -25,5 +65,135 @@ fn status() -> TableIterator<
         name!(detail, String),
     ),
 > {
-    TableIterator::new(vec![])
+    let mut rows: Vec<(String, String, String)> = Vec::new();
+    let enabled = Spi::get_one::<bool>("SELECT worker_enabled FROM pgque.worker_config")
+        .ok()
+        .flatten()
+        .unwrap_or(true);
+    if !shmem::available() {
+        rows.push((
+            "mode".into(),
+            "manual".into(),
+            "pgque is not in shared_preload_libraries: no background worker. Call pgque.ticker() \
+             (every 100 ms or so) and pgque.maint() (every second or so) from any scheduler."
+                .into(),
+        ));
+        rows.push((
+            "worker".into(),
+            "absent".into(),
+            "needs shared_preload_libraries = 'pgque'".into(),
+        ));
+        return TableIterator::new(rows);
+    }
+    rows.push((
+        "mode".into(),
+        "preloaded".into(),
+        "duties run in the background worker".into(),
+    ));
+    let lpid = shmem::launcher_pid();
+    rows.push((
+        "launcher".into(),
+        if lpid > 0 { "running" } else { "absent" }.into(),
+        format!("pid {lpid}"),
+    ));
+    let db = unsafe { pg_sys::MyDatabaseId }.to_u32();
+    match shmem::snapshot(db) {
+        Some(slot) if slot.pid > 0 => {
+            rows.push((
+                "worker".into(),
+                if enabled { "running" } else { "stopping" }.into(),
+                format!("pid {} since {}", slot.pid, ts_text(slot.started_at)),
+            ));
+            for (i, d) in DUTIES.iter().enumerate() {
+                let st = &slot.duties[i];
+                let state = if st.runs == 0 {
+                    "pending"
+                } else if st.consecutive_failures > 0 {
+                    "failing"
+                } else {
+                    "ok"
+                };
+                let mut detail = format!(
+                    "runs={} failures={} last_run={} last_ok={} last_ms={:.3}",
+                    st.runs,
+                    st.failures,
+                    ts_text(st.last_run),
+                    ts_text(st.last_ok),
+                    st.last_duration_us as f64 / 1000.0
+                );
+                if let Some(e) = st.last_error() {
+                    detail.push_str(&format!(
+                        " last_error={e:?} at {}",
+                        ts_text(st.last_failure)
+                    ));
+                }
+                rows.push((format!("duty:{}", d.name), state.into(), detail));
+            }
+        }
+        _ => {
+            let (state, detail) = if !enabled {
+                (
+                    "stopped",
+                    "switched off by pgque.stop(); pgque.start() switches it on",
+                )
+            } else if !crate::gucs::enabled() {
+                ("stopped", "pgque.enabled is off")
+            } else {
+                (
+                    "starting",
+                    "no worker yet; the launcher or pgque.start() starts one",
+                )
+            };
+            rows.push(("worker".into(), state.into(), detail.into()));
+        }
+    }
+    TableIterator::new(rows)
+}
+
+#[cfg(any(test, feature = "pg_test"))]
+#[pg_schema]
+mod tests {
+    use pgrx::prelude::*;
+
+    #[pg_test]
+    fn version_is_the_crate_version() {
+        assert_eq!(
+            Spi::get_one::<String>("SELECT pgque.version()").unwrap(),
+            Some("0.1.0".into())
+        );
+    }
+
+    #[pg_test]
+    fn stop_then_start_flips_the_persisted_switch() {
+        assert_eq!(
+            Spi::get_one::<bool>("SELECT pgque.stop()").unwrap(),
+            Some(true)
+        );
+        assert_eq!(
+            Spi::get_one::<bool>("SELECT pgque.stop()").unwrap(),
+            Some(false)
+        );
+        assert_eq!(
+            Spi::get_one::<bool>("SELECT worker_enabled FROM pgque.worker_config").unwrap(),
+            Some(false)
+        );
+        Spi::run("SELECT pgque.start()").unwrap();
+        assert_eq!(
+            Spi::get_one::<bool>("SELECT worker_enabled FROM pgque.worker_config").unwrap(),
+            Some(true)
+        );
+    }
+
+    #[pg_test]
+    fn status_reports_mode_and_worker() {
+        // The test server preloads pgque (lib.rs pg_test::postgresql_conf_options).
+        let mode =
+            Spi::get_one::<String>("SELECT status FROM pgque.status() WHERE component = 'mode'")
+                .unwrap();
+        assert_eq!(mode.as_deref(), Some("preloaded"));
+        let n =
+            Spi::get_one::<i64>("SELECT count(*) FROM pgque.status() WHERE component = 'worker'")
+                .unwrap();
+        assert_eq!(n, Some(1));
+    }
 }

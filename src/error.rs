@@ -107,9 +107,28 @@ pub fn valid_name<'a>(name: Option<&'a str>, what: &str, max: usize) -> &'a str 
     }
 }
 
+/// The five-character SQLSTATE of an error code, e.g. "42704" (PostgreSQL
+/// packs it six bits a character; this is its unpack_sql_state).
+pub fn sqlstate(code: PgSqlErrorCode) -> String {
+    let mut v = code as i32;
+    let mut s = String::with_capacity(5);
+    for _ in 0..5 {
+        s.push(char::from(((v & 0x3F) as u8) + b'0'));
+        v >>= 6;
+    }
+    s
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sqlstates_unpack() {
+        assert_eq!(sqlstate(UNDEFINED_OBJECT), "42704");
+        assert_eq!(sqlstate(NULL_VALUE_NOT_ALLOWED), "22004");
+        assert_eq!(sqlstate(INVALID_TEXT_REPRESENTATION), "22P02");
+    }
 
     #[test]
     fn accepts_ordinary_names() {

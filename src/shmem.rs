@@ -1,5 +1,313 @@
-//! Shared state of the background workers (filled in by the worker commit).
-pub fn init() {}
+//! Shared memory of the background workers: which database has a worker,
+//! its pid, stop requests, wake-ups, and each duty's counters for status().
+//!
+//! One LWLock guards the whole table. It is taken briefly: by a worker when it
+//! starts, stops or records a duty run, by status(), and by a committing
+//! producer that wakes its database's worker.
+use pgrx::prelude::*;
+use pgrx::{pg_shmem_init, PGRXSharedMemory, PgLwLock};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Databases that can have a worker at the same time.
+pub const MAX_DBS: usize = 64;
+/// Duties per worker (see worker::duties).
+pub const MAX_DUTIES: usize = 8;
+/// Bytes of the last error message kept per duty.
+pub const ERR_LEN: usize = 192;
+/// Recently dropped databases, remembered so a worker restarted by the
+/// postmaster does not try to connect to a database that is gone.
+const DROPPED: usize = 16;
+
+#[derive(Copy, Clone)]
+pub struct DutyStat {
+    pub runs: u64,
+    pub failures: u64,
+    pub consecutive_failures: u32,
+    /// TimestampTz (microseconds since 2000-01-01) of the last start, 0 = never.
+    pub last_run: i64,
+    pub last_ok: i64,
+    pub last_failure: i64,
+    /// Duration of the last run in microseconds.
+    pub last_duration_us: u64,
+    pub err_len: u16,
+    pub err: [u8; ERR_LEN],
+}
+
+impl DutyStat {
+    const EMPTY: DutyStat = DutyStat {
+        runs: 0,
+        failures: 0,
+        consecutive_failures: 0,
+        last_run: 0,
+        last_ok: 0,
+        last_failure: 0,
+        last_duration_us: 0,
+        err_len: 0,
+        err: [0; ERR_LEN],
+    };
+
+    pub fn last_error(&self) -> Option<String> {
+        (self.err_len > 0)
+            .then(|| String::from_utf8_lossy(&self.err[..self.err_len as usize]).into_owned())
+    }
+}
+
+#[derive(Copy, Clone)]
+pub struct DbSlot {
+    /// 0 = free.
+    pub db_oid: u32,
+    pub pid: i32,
+    pub started_at: i64,
+    /// Set by DROP/RENAME DATABASE handling and stop(): exit cleanly (status 0).
+    pub stop_requested: bool,
+    /// Set by a committing producer; the worker ticks at once when it sees it.
+    pub wake_pending: bool,
+    pub duties: [DutyStat; MAX_DUTIES],
+}
+
+impl DbSlot {
+    const EMPTY: DbSlot = DbSlot {
+        db_oid: 0,
+        pid: 0,
+        started_at: 0,
+        stop_requested: false,
+        wake_pending: false,
+        duties: [DutyStat::EMPTY; MAX_DUTIES],
+    };
+}
+
+#[derive(Copy, Clone)]
+pub struct Workers {
+    pub launcher_pid: i32,
+    pub slots: [DbSlot; MAX_DBS],
+    dropped: [u32; DROPPED],
+    dropped_next: usize,
+}
+
+impl Default for Workers {
+    fn default() -> Self {
+        Workers {
+            launcher_pid: 0,
+            slots: [DbSlot::EMPTY; MAX_DBS],
+            dropped: [0; DROPPED],
+            dropped_next: 0,
+        }
+    }
+}
+
+unsafe impl PGRXSharedMemory for Workers {}
+
+pub static WORKERS: PgLwLock<Workers> = unsafe { PgLwLock::new(c"pgque_workers") };
+
+/// True in processes of a server that preloaded pgque (set in the postmaster
+/// during `_PG_init`, inherited by every forked backend).
+static AVAILABLE: AtomicBool = AtomicBool::new(false);
+
+/// Requests the shared memory; only valid while shared_preload_libraries loads.
+pub fn init() {
+    pg_shmem_init!(WORKERS);
+    AVAILABLE.store(true, Ordering::Relaxed);
+}
+
+/// Whether pgque was preloaded, so the workers and this table exist.
 pub fn available() -> bool {
-    false
+    AVAILABLE.load(Ordering::Relaxed)
+}
+
+/// Outcome of a worker's attempt to take the slot of its database.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Claim {
+    Claimed(usize),
+    /// Another live worker serves this database.
+    Busy,
+    /// Every slot is in use.
+    Full,
+}
+
+fn pid_alive(pid: i32) -> bool {
+    // Signal 0 checks existence; a worker that crashed leaves no slot behind
+    // (shared memory is reset on a crash restart), but a pid can be stale if the
+    // slot holder exited without its exit callback (it always runs on proc_exit).
+    pid > 0 && unsafe { libc_kill(pid, 0) } == 0
+}
+
+unsafe extern "C" {
+    #[link_name = "kill"]
+    fn libc_kill(pid: i32, sig: i32) -> i32;
+}
+
+pub fn send_signal(pid: i32, sig: i32) {
+    if pid > 0 {
+        unsafe {
+            libc_kill(pid, sig);
+        }
+    }
+}
+
+/// Takes the slot for `db_oid` for the calling process.
+pub fn claim(db_oid: u32, pid: i32, now: i64) -> Claim {
+    let mut w = WORKERS.exclusive();
+    if let Some(s) = w.slots.iter().find(|s| s.db_oid == db_oid) {
+        if s.pid != pid && pid_alive(s.pid) {
+            return Claim::Busy;
+        }
+    }
+    let idx = match w.slots.iter().position(|s| s.db_oid == db_oid) {
+        Some(i) => i,
+        None => match w.slots.iter().position(|s| s.db_oid == 0) {
+            Some(i) => i,
+            None => return Claim::Full,
+        },
+    };
+    let keep = w.slots[idx].db_oid == db_oid;
+    let duties = if keep {
+        w.slots[idx].duties
+    } else {
+        [DutyStat::EMPTY; MAX_DUTIES]
+    };
+    w.slots[idx] = DbSlot {
+        db_oid,
+        pid,
+        started_at: now,
+        duties,
+        ..DbSlot::EMPTY
+    };
+    Claim::Claimed(idx)
+}
+
+/// Frees the slot if `pid` still holds it (a restarted worker starts its
+/// duty counters afresh).
+pub fn release(idx: usize, pid: i32) {
+    let mut w = WORKERS.exclusive();
+    if w.slots[idx].pid == pid {
+        w.slots[idx] = DbSlot::EMPTY;
+    }
+}
+
+/// The slot index and pid of the worker of `db_oid`, if one is running.
+pub fn find(db_oid: u32) -> Option<(usize, i32)> {
+    let w = WORKERS.share();
+    w.slots
+        .iter()
+        .position(|s| s.db_oid == db_oid && s.pid > 0)
+        .map(|i| (i, w.slots[i].pid))
+}
+
+/// A copy of the slot of `db_oid` (for status()).
+pub fn snapshot(db_oid: u32) -> Option<DbSlot> {
+    let w = WORKERS.share();
+    w.slots.iter().find(|s| s.db_oid == db_oid).copied()
+}
+
+pub fn launcher_pid() -> i32 {
+    WORKERS.share().launcher_pid
+}
+
+pub fn set_launcher_pid(pid: i32) {
+    WORKERS.exclusive().launcher_pid = pid;
+}
+
+/// Asks the worker of `db_oid` to exit cleanly; returns its pid if it had one.
+pub fn request_stop(db_oid: u32) -> Option<i32> {
+    let mut w = WORKERS.exclusive();
+    let s = w
+        .slots
+        .iter_mut()
+        .find(|s| s.db_oid == db_oid && s.pid > 0)?;
+    s.stop_requested = true;
+    Some(s.pid)
+}
+
+pub fn stop_requested(idx: usize) -> bool {
+    WORKERS.share().slots[idx].stop_requested
+}
+
+/// Sets the wake flag of the worker of `db_oid`; returns its pid.
+pub fn set_wake(db_oid: u32) -> Option<i32> {
+    let mut w = WORKERS.exclusive();
+    let s = w
+        .slots
+        .iter_mut()
+        .find(|s| s.db_oid == db_oid && s.pid > 0)?;
+    s.wake_pending = true;
+    Some(s.pid)
+}
+
+/// Reads and clears the wake flag of slot `idx`.
+pub fn take_wake(idx: usize) -> bool {
+    let mut w = WORKERS.exclusive();
+    std::mem::replace(&mut w.slots[idx].wake_pending, false)
+}
+
+pub fn mark_dropped(db_oid: u32) {
+    let mut w = WORKERS.exclusive();
+    let i = w.dropped_next % DROPPED;
+    w.dropped[i] = db_oid;
+    w.dropped_next = i + 1;
+}
+
+pub fn unmark_dropped(db_oid: u32) {
+    let mut w = WORKERS.exclusive();
+    for d in w.dropped.iter_mut() {
+        if *d == db_oid {
+            *d = 0;
+        }
+    }
+}
+
+pub fn is_dropped(db_oid: u32) -> bool {
+    WORKERS.share().dropped.contains(&db_oid)
+}
+
+/// Records the start of a duty run.
+pub fn duty_started(idx: usize, duty: usize, now: i64) {
+    let mut w = WORKERS.exclusive();
+    w.slots[idx].duties[duty].last_run = now;
+}
+
+/// Records the end of a duty run: success, or the error message.
+pub fn duty_finished(idx: usize, duty: usize, now: i64, duration_us: u64, error: Option<&str>) {
+    let mut w = WORKERS.exclusive();
+    let d = &mut w.slots[idx].duties[duty];
+    d.runs += 1;
+    d.last_duration_us = duration_us;
+    match error {
+        None => {
+            d.last_ok = now;
+            d.consecutive_failures = 0;
+        }
+        Some(msg) => {
+            d.failures += 1;
+            d.consecutive_failures += 1;
+            d.last_failure = now;
+            let bytes = truncate_utf8(msg, ERR_LEN);
+            d.err[..bytes.len()].copy_from_slice(bytes);
+            d.err_len = bytes.len() as u16;
+        }
+    }
+}
+
+/// The longest prefix of `s` that fits in `max` bytes without splitting a char.
+pub fn truncate_utf8(s: &str, max: usize) -> &[u8] {
+    if s.len() <= max {
+        return s.as_bytes();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s.as_bytes()[..end]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::truncate_utf8;
+
+    #[test]
+    fn truncation_keeps_whole_characters() {
+        assert_eq!(truncate_utf8("abc", 10), b"abc");
+        assert_eq!(truncate_utf8("abcdef", 4), b"abcd");
+        // "ж" is two bytes: cutting at 3 must not split the second one.
+        assert_eq!(truncate_utf8("жжж", 3), "ж".as_bytes());
+    }
 }

@@ -1,6 +1,61 @@
 //! Waking this database's worker when a transaction that produced work commits.
+use crate::shmem;
+use pgrx::pg_sys;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// This backend asked for a wake-up in the current transaction.
+static PENDING: AtomicBool = AtomicBool::new(false);
+/// The transaction callback is registered once per backend.
+static REGISTERED: AtomicBool = AtomicBool::new(false);
 
 /// Asks that this database's pgque worker be woken when the current
 /// transaction commits (not before: it must see the committed rows). Cheap to
 /// call many times per transaction; a no-op without shared_preload_libraries.
-pub fn at_commit() {}
+pub fn at_commit() {
+    if !shmem::available() {
+        return;
+    }
+    if !REGISTERED.swap(true, Ordering::Relaxed) {
+        unsafe { pg_sys::RegisterXactCallback(Some(on_xact_event), std::ptr::null_mut()) };
+    }
+    PENDING.store(true, Ordering::Relaxed);
+}
+
+/// Wakes the worker of the current database now: sets its wake flag and its latch.
+pub fn wake_now() {
+    if !shmem::available() {
+        return;
+    }
+    let db = unsafe { pg_sys::MyDatabaseId }.to_u32();
+    if let Some(pid) = shmem::set_wake(db) {
+        set_latch_of(pid);
+    }
+}
+
+/// Sets the process latch of backend `pid` (a pgque worker of this server).
+pub fn set_latch_of(pid: i32) {
+    unsafe {
+        let proc_ = pg_sys::BackendPidGetProc(pid);
+        if !proc_.is_null() {
+            pg_sys::SetLatch(&raw mut (*proc_).procLatch);
+        }
+    }
+}
+
+#[pgrx::pg_guard]
+unsafe extern "C-unwind" fn on_xact_event(
+    event: pg_sys::XactEvent::Type,
+    _arg: *mut std::ffi::c_void,
+) {
+    match event {
+        pg_sys::XactEvent::XACT_EVENT_COMMIT | pg_sys::XactEvent::XACT_EVENT_PARALLEL_COMMIT
+            if PENDING.swap(false, Ordering::Relaxed) =>
+        {
+            wake_now();
+        }
+        pg_sys::XactEvent::XACT_EVENT_ABORT | pg_sys::XactEvent::XACT_EVENT_PARALLEL_ABORT => {
+            PENDING.store(false, Ordering::Relaxed);
+        }
+        _ => {}
+    }
+}

@@ -1,0 +1,57 @@
+# pgque: the two commands a new user needs are `make run` and `make test`.
+# Both start with `make setup`, which takes a fresh machine to ready (apt
+# packages, cargo-pgrx, PostgreSQL 15-18) and takes seconds when it is done.
+
+PG ?= 15
+VERSIONS ?= 15 16 17 18
+# The multi-session / SQL regression tier runs on these versions.
+PGTEST_VERSIONS ?= 15
+
+.PHONY: setup test lint pgrx-test pgtest run stop bench psql help
+
+help:
+	@echo "make run      build, start a local PostgreSQL $(PG) with pgque preloaded, show a demo"
+	@echo "make stop     stop that server"
+	@echo "make test     every check and test on PostgreSQL $(VERSIONS)"
+	@echo "make pgtest PG=16   only the server-level tier (pg_test/) on one version"
+	@echo "make bench    side-by-side benchmarks (benches/)"
+
+setup:
+	@bash scripts/setup.sh
+
+# ---- tests ------------------------------------------------------------------
+test: setup lint pgrx-test
+	@for v in $(PGTEST_VERSIONS); do $(MAKE) --no-print-directory pgtest PG=$$v || exit 1; done
+	@echo "make test: all green on PostgreSQL $(VERSIONS) (server tier on $(PGTEST_VERSIONS))"
+
+lint:
+	cargo fmt --all -- --check
+	cargo fmt --manifest-path pg_test/Cargo.toml --all -- --check
+	cargo clippy --no-default-features --features "pg15 pg_test" --all-targets -- -D warnings
+	cargo clippy --manifest-path pg_test/Cargo.toml --all-targets -- -D warnings
+
+# Pure-Rust #[test]s and in-server #[pg_test]s, in one binary per version.
+pgrx-test:
+	@for v in $(VERSIONS); do \
+	  d=/tmp/pgque_pgrx_$$v; mkdir -p $$d; chown postgres $$d 2>/dev/null || true; \
+	  echo "==== cargo pgrx test pg$$v"; \
+	  cargo pgrx test pg$$v --runas postgres --pgdata $$d || exit 1; \
+	done
+
+pgtest: setup
+	@echo "==== pg_test tier on PostgreSQL $(PG)"
+	@bash pg_test/run.sh $(PG)
+
+# ---- a local server -----------------------------------------------------------
+run: setup
+	@bash scripts/run.sh start $(PG)
+
+stop:
+	@bash scripts/run.sh stop $(PG)
+
+psql:
+	@bash scripts/run.sh psql $(PG)
+
+# ---- benchmarks ---------------------------------------------------------------
+bench: setup
+	@bash benches/run.sh

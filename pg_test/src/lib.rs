@@ -1,0 +1,194 @@
+//! Helpers for the server-level tests: a real PostgreSQL started by
+//! `pg_test/run.sh` with `shared_preload_libraries = 'pgque'`, reached through
+//! the PGQUE_TEST_* environment variables it sets.
+//!
+//! Each test makes its own database (`TestDb::new`), so tests run in parallel
+//! without seeing each other's queues, and each database gets its own pgque
+//! background worker, as in production.
+use postgres::{Client, NoTls};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+pub use postgres;
+
+fn env(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| {
+        panic!("{name} is not set: run these tests through `make pgtest` (pg_test/run.sh)")
+    })
+}
+
+/// Socket directory of the test server.
+pub fn host() -> String {
+    env("PGQUE_TEST_HOST")
+}
+pub fn port() -> u16 {
+    env("PGQUE_TEST_PORT")
+        .parse()
+        .expect("PGQUE_TEST_PORT is a port number")
+}
+/// The server's bin directory (psql, pg_ctl).
+pub fn bindir() -> String {
+    env("PGQUE_TEST_BINDIR")
+}
+/// The server's data directory.
+pub fn pgdata() -> String {
+    env("PGQUE_TEST_PGDATA")
+}
+/// The server's major version, e.g. 15.
+pub fn major() -> u32 {
+    env("PGQUE_TEST_PGVER")
+        .parse()
+        .expect("PGQUE_TEST_PGVER is a number")
+}
+
+pub fn conninfo(db: &str, user: &str) -> String {
+    format!(
+        "host={} port={} user={user} dbname={db} application_name=pgque_test",
+        host(),
+        port()
+    )
+}
+
+/// Connects to `db` as the superuser `postgres`.
+pub fn connect_to(db: &str) -> Client {
+    connect_as(db, "postgres")
+}
+
+/// Connects to `db` as `user` (trust authentication on the test server).
+pub fn connect_as(db: &str, user: &str) -> Client {
+    let mut last = None;
+    for _ in 0..50 {
+        match Client::connect(&conninfo(db, user), NoTls) {
+            Ok(c) => return c,
+            Err(e) => {
+                last = Some(e);
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    }
+    panic!("cannot connect to {db} as {user}: {last:?}")
+}
+
+/// A fresh database with `CREATE EXTENSION pgque` done, named by the test.
+pub struct TestDb {
+    pub name: String,
+}
+
+impl TestDb {
+    /// Drops any leftover database of that name, creates it, installs pgque.
+    pub fn new(name: &str) -> TestDb {
+        Self::with_setup(name, true)
+    }
+
+    /// A fresh database without the extension.
+    pub fn without_extension(name: &str) -> TestDb {
+        Self::with_setup(name, false)
+    }
+
+    fn with_setup(name: &str, ext: bool) -> TestDb {
+        assert!(name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'));
+        let mut admin = connect_to("postgres");
+        admin
+            .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+            .expect("drop old test database");
+        admin
+            .batch_execute(&format!("CREATE DATABASE {name}"))
+            .expect("create test database");
+        let db = TestDb {
+            name: name.to_string(),
+        };
+        if ext {
+            db.connect()
+                .batch_execute("CREATE EXTENSION pgque")
+                .expect("CREATE EXTENSION pgque");
+        }
+        db
+    }
+
+    /// A new connection (session) to this database as `postgres`.
+    pub fn connect(&self) -> Client {
+        connect_to(&self.name)
+    }
+
+    /// A new connection as another role (which must have LOGIN).
+    pub fn connect_as(&self, user: &str) -> Client {
+        connect_as(&self.name, user)
+    }
+
+    /// Runs psql on `sql` (fed on stdin) against this database; returns
+    /// stdout and stderr interleaved as psql writes them.
+    pub fn psql(&self, sql: &str, extra: &[&str]) -> String {
+        use std::io::Write;
+        let mut child = Command::new(format!("{}/psql", bindir()))
+            .args([
+                "-X",
+                "-q",
+                "-h",
+                &host(),
+                "-p",
+                &port().to_string(),
+                "-U",
+                "postgres",
+            ])
+            .args(["-d", &self.name])
+            .args(extra)
+            .args(["-f", "-"])
+            .env("PGAPPNAME", "pgque_regress")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("run psql");
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(sql.as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().expect("psql output");
+        // psql writes errors to stderr; merge line by line is impossible after
+        // the fact, so callers that compare output use `-a` plus `2>&1` via sh.
+        let mut s = String::from_utf8_lossy(&out.stdout).into_owned();
+        s.push_str(&String::from_utf8_lossy(&out.stderr));
+        s
+    }
+}
+
+/// Polls `f` every 20 ms until it returns true or `timeout` passes.
+pub fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    loop {
+        if f() {
+            return true;
+        }
+        if start.elapsed() > timeout {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The SQLSTATE of a failed statement, or panics if it did not fail with a
+/// server error.
+pub fn sqlstate<T: std::fmt::Debug>(r: Result<T, postgres::Error>) -> String {
+    match r {
+        Ok(v) => panic!("expected an error, got {v:?}"),
+        Err(e) => match e.code() {
+            Some(c) => c.code().to_string(),
+            None => panic!("expected a server error with a SQLSTATE, got {e}"),
+        },
+    }
+}
+
+/// Makes the stats collector's counters current (pg_stat_user_tables etc.)
+/// for this session: PG 15+ keeps them in shared memory, flushed at most once
+/// a second per backend, and caches them per transaction.
+pub fn flush_stats(c: &mut Client) {
+    std::thread::sleep(Duration::from_millis(1100));
+    c.batch_execute("SELECT pg_stat_clear_snapshot()").unwrap();
+    // pg_stat_force_next_flush() exists from 15 on; it flushes this backend's own counters.
+    c.batch_execute("SELECT pg_stat_force_next_flush()")
+        .unwrap();
+}

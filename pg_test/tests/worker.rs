@@ -1,0 +1,283 @@
+//! The background worker, on a real server with pgque preloaded: it appears
+//! for databases with the extension only, survives a failing duty, follows
+//! SIGHUP, comes back after pg_terminate_backend, and gets out of the way of
+//! DROP DATABASE, DROP EXTENSION and stop().
+use pgque_pg_test::postgres::Client;
+use pgque_pg_test::*;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// Tests that change server-wide settings (ALTER SYSTEM) or count rates run
+/// one at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn worker_pid(admin: &mut Client, db: &str) -> Option<i32> {
+    admin
+        .query_opt(
+            "SELECT pid FROM pg_stat_activity WHERE backend_type = 'pgque worker' AND datname = $1",
+            &[&db],
+        )
+        .unwrap()
+        .map(|r| r.get(0))
+}
+
+fn wait_worker(admin: &mut Client, db: &str, timeout: Duration) -> Option<i32> {
+    let mut pid = None;
+    wait_until(timeout, || {
+        pid = worker_pid(admin, db);
+        pid.is_some()
+    });
+    pid
+}
+
+/// Replaces the worker's duty functions in `db` with instrumented ones:
+/// ticker() counts its runs in a table, maint() raises. Lets the tests watch
+/// the worker's scheduling without depending on what the real duties do.
+fn instrument_duties(c: &mut Client) {
+    c.batch_execute(
+        r#"
+        DO $$
+        DECLARE f regprocedure;
+        BEGIN
+          FOR f IN SELECT p.oid::regprocedure FROM pg_proc p
+                   WHERE p.pronamespace = 'pgque'::regnamespace
+                     AND p.proname IN ('ticker', 'maint') AND p.pronargs = 0
+          LOOP
+            EXECUTE format('ALTER EXTENSION pgque DROP FUNCTION %s', f);
+            EXECUTE format('DROP FUNCTION %s', f);
+          END LOOP;
+        END $$;
+        CREATE TABLE public.ticker_runs (at timestamptz NOT NULL DEFAULT clock_timestamp());
+        CREATE FUNCTION pgque.ticker() RETURNS bigint LANGUAGE sql AS
+          $$ INSERT INTO public.ticker_runs DEFAULT VALUES; SELECT 1::bigint $$;
+        CREATE FUNCTION pgque.maint() RETURNS int LANGUAGE plpgsql AS
+          $$ BEGIN RAISE EXCEPTION 'maint is broken on purpose'; END $$;
+        "#,
+    )
+    .unwrap();
+}
+
+fn ticker_runs_in(c: &mut Client, window: Duration) -> i64 {
+    let before: i64 = c
+        .query_one("SELECT count(*) FROM public.ticker_runs", &[])
+        .unwrap()
+        .get(0);
+    std::thread::sleep(window);
+    let after: i64 = c
+        .query_one("SELECT count(*) FROM public.ticker_runs", &[])
+        .unwrap()
+        .get(0);
+    after - before
+}
+
+fn duty_status(c: &mut Client, duty: &str) -> (String, String) {
+    let r = c
+        .query_one(
+            "SELECT status, detail FROM pgque.status() WHERE component = $1",
+            &[&format!("duty:{duty}")],
+        )
+        .unwrap();
+    (r.get(0), r.get(1))
+}
+
+#[test]
+fn worker_appears_only_where_the_extension_is() {
+    let mut admin = connect_to("postgres");
+    let with = TestDb::new("wk_with");
+    let without = TestDb::without_extension("wk_without");
+    let start = Instant::now();
+    assert!(
+        wait_worker(&mut admin, &with.name, Duration::from_secs(3)).is_some(),
+        "no worker for a database with pgque"
+    );
+    println!(
+        "worker appeared {:?} after CREATE EXTENSION returned",
+        start.elapsed()
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(
+        worker_pid(&mut admin, &without.name),
+        None,
+        "a database without pgque got a worker"
+    );
+    // The worker reports itself in status().
+    let mut c = with.connect();
+    let (st, detail): (String, String) = {
+        let r = c
+            .query_one(
+                "SELECT status, detail FROM pgque.status() WHERE component = 'worker'",
+                &[],
+            )
+            .unwrap();
+        (r.get(0), r.get(1))
+    };
+    assert_eq!(st, "running", "{detail}");
+    // CREATE EXTENSION in the second database: it gets a worker too.
+    without
+        .connect()
+        .batch_execute("CREATE EXTENSION pgque")
+        .unwrap();
+    assert!(wait_worker(&mut admin, &without.name, Duration::from_secs(3)).is_some());
+}
+
+#[test]
+fn failing_duty_does_not_stop_the_others() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let db = TestDb::new("wk_failing");
+    let mut c = db.connect();
+    instrument_duties(&mut c);
+    // The ticker keeps running (100 ms cadence) although maint fails every time.
+    let runs = ticker_runs_in(&mut c, Duration::from_secs(2));
+    assert!(
+        runs >= 8,
+        "ticker ran {runs} times in 2 s next to a failing maint"
+    );
+    let (st, detail) = duty_status(&mut c, "maint");
+    assert_eq!(st, "failing", "{detail}");
+    assert!(detail.contains("maint is broken on purpose"), "{detail}");
+    let (st, detail) = duty_status(&mut c, "ticker");
+    assert_eq!(st, "ok", "{detail}");
+    // The failure is logged once per distinct message, not per attempt, and it
+    // backs off: far fewer maint attempts than its 1 s cadence would make.
+    let mut admin = connect_to("postgres");
+    let pid = worker_pid(&mut admin, &db.name).expect("worker still running");
+    std::thread::sleep(Duration::from_secs(4));
+    assert_eq!(
+        worker_pid(&mut admin, &db.name),
+        Some(pid),
+        "the worker restarted: a failing duty took it down"
+    );
+    let (_, detail) = duty_status(&mut c, "maint");
+    let failures: u64 = detail
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("failures="))
+        .and_then(|n| n.parse().ok())
+        .expect("failures= in detail");
+    assert!(
+        (2..=6).contains(&failures),
+        "maint attempted {failures} times in ~6 s: backoff not applied ({detail})"
+    );
+    // The server log has the failure once, although it happened several times.
+    let log = std::fs::read_to_string(format!("{}/server.log", pgdata())).unwrap_or_default();
+    let logged = log
+        .lines()
+        .filter(|l| l.contains("wk_failing: duty maint failed"))
+        .count();
+    assert_eq!(
+        logged, 1,
+        "a repeating duty error must be logged once, found {logged} lines"
+    );
+    // Repair it: the next run succeeds and the status says so.
+    c.batch_execute(
+        "CREATE OR REPLACE FUNCTION pgque.maint() RETURNS int LANGUAGE sql AS $$ SELECT 0 $$",
+    )
+    .unwrap();
+    assert!(wait_until(Duration::from_secs(20), || duty_status(
+        &mut c, "maint"
+    )
+    .0 == "ok"));
+}
+
+#[test]
+fn sighup_changes_the_cadence() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let db = TestDb::new("wk_sighup");
+    let mut c = db.connect();
+    instrument_duties(&mut c);
+    std::thread::sleep(Duration::from_millis(500));
+    let slow = ticker_runs_in(&mut c, Duration::from_secs(2));
+    let mut admin = connect_to("postgres");
+    admin
+        .batch_execute("ALTER SYSTEM SET pgque.tick_period_ms = 20")
+        .unwrap();
+    admin.batch_execute("SELECT pg_reload_conf()").unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let fast = ticker_runs_in(&mut c, Duration::from_secs(2));
+    admin
+        .batch_execute("ALTER SYSTEM RESET pgque.tick_period_ms")
+        .unwrap();
+    admin.batch_execute("SELECT pg_reload_conf()").unwrap();
+    println!("ticker runs in 2 s: {slow} at 100 ms, {fast} at 20 ms");
+    assert!((10..=30).contains(&slow), "at 100 ms: {slow} runs in 2 s");
+    assert!(
+        fast >= 3 * slow,
+        "at 20 ms: {fast} runs in 2 s vs {slow} at 100 ms"
+    );
+}
+
+#[test]
+fn terminated_worker_comes_back() {
+    let db = TestDb::new("wk_terminate");
+    let mut admin = connect_to("postgres");
+    let pid = wait_worker(&mut admin, &db.name, Duration::from_secs(3)).expect("worker");
+    let ok: bool = admin
+        .query_one("SELECT pg_terminate_backend($1)", &[&pid])
+        .unwrap()
+        .get(0);
+    assert!(ok);
+    let mut new_pid = None;
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            new_pid = worker_pid(&mut admin, &db.name);
+            new_pid.is_some_and(|p| p != pid)
+        }),
+        "no worker within 10 s of pg_terminate_backend"
+    );
+}
+
+#[test]
+fn drop_database_and_drop_extension_stop_the_worker() {
+    let mut admin = connect_to("postgres");
+    let db = TestDb::new("wk_dropdb");
+    wait_worker(&mut admin, &db.name, Duration::from_secs(3)).expect("worker");
+    // Without the hook this fails: "database is being accessed by other users".
+    admin
+        .batch_execute(&format!("DROP DATABASE {}", db.name))
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(worker_pid(&mut admin, &db.name), None);
+
+    let db = TestDb::new("wk_dropext");
+    wait_worker(&mut admin, &db.name, Duration::from_secs(3)).expect("worker");
+    db.connect().batch_execute("DROP EXTENSION pgque").unwrap();
+    assert!(wait_until(Duration::from_secs(4), || worker_pid(
+        &mut admin, &db.name
+    )
+    .is_none()));
+    // Renaming a database with a worker works, and the worker follows it.
+    let db = TestDb::new("wk_rename");
+    wait_worker(&mut admin, &db.name, Duration::from_secs(3)).expect("worker");
+    admin
+        .batch_execute("DROP DATABASE IF EXISTS wk_renamed")
+        .unwrap();
+    admin
+        .batch_execute("ALTER DATABASE wk_rename RENAME TO wk_renamed")
+        .unwrap();
+    assert!(wait_worker(&mut admin, "wk_renamed", Duration::from_secs(3)).is_some());
+    admin.batch_execute("DROP DATABASE wk_renamed").unwrap();
+}
+
+#[test]
+fn stop_and_start_switch_the_worker() {
+    let mut admin = connect_to("postgres");
+    let db = TestDb::new("wk_stopstart");
+    wait_worker(&mut admin, &db.name, Duration::from_secs(3)).expect("worker");
+    let mut c = db.connect();
+    let was_on: bool = c.query_one("SELECT pgque.stop()", &[]).unwrap().get(0);
+    assert!(was_on);
+    assert!(wait_until(Duration::from_secs(3), || worker_pid(
+        &mut admin, &db.name
+    )
+    .is_none()));
+    let st: String = c
+        .query_one(
+            "SELECT status FROM pgque.status() WHERE component = 'worker'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(st, "stopped");
+    let started: bool = c.query_one("SELECT pgque.start()", &[]).unwrap().get(0);
+    assert!(started);
+    assert!(wait_worker(&mut admin, &db.name, Duration::from_secs(3)).is_some());
+}

@@ -1,0 +1,106 @@
+//! The duties a database worker runs, and when. Each duty is one SQL-callable
+//! function, so it can be tested alone and run by any scheduler in manual mode
+//! (no shared_preload_libraries); the worker only decides when to call it.
+use crate::gucs;
+use std::time::Duration;
+
+pub struct Duty {
+    /// Shown by pgque.status() as `duty:<name>`.
+    pub name: &'static str,
+    /// The statement the worker runs, in a transaction of its own.
+    pub sql: &'static str,
+    /// The cadence, read from a SIGHUP-reloadable setting.
+    pub period: fn() -> Duration,
+    /// Run at once when a committing producer wakes the worker.
+    pub on_wake: bool,
+}
+
+pub const DUTIES: &[Duty] = &[
+    Duty {
+        name: "ticker",
+        sql: "SELECT pgque.ticker()",
+        period: gucs::tick_period,
+        on_wake: true,
+    },
+    Duty {
+        name: "maint",
+        sql: "SELECT pgque.maint()",
+        period: gucs::maint_period,
+        on_wake: false,
+    },
+    Duty {
+        name: "job_maint",
+        sql: "SELECT pgque.job_maint()",
+        period: gucs::job_maint_period,
+        on_wake: false,
+    },
+    Duty {
+        name: "job_analyze",
+        sql: "SELECT pgque.job_analyze()",
+        period: gucs::analyze_interval,
+        on_wake: false,
+    },
+];
+
+/// A wake-up runs an `on_wake` duty at most this often, so a stream of small
+/// commits costs at most one run per interval rather than one per commit.
+pub const WAKE_MIN_INTERVAL: Duration = Duration::from_millis(2);
+
+/// How long after its last start a duty is due again. A failing duty backs off
+/// exponentially from its period up to `max_backoff`; a period of zero means
+/// the duty is switched off.
+pub fn delay(
+    period: Duration,
+    consecutive_failures: u32,
+    max_backoff: Duration,
+) -> Option<Duration> {
+    if period.is_zero() {
+        return None;
+    }
+    if consecutive_failures == 0 {
+        return Some(period);
+    }
+    let factor = 1u32
+        .checked_shl(consecutive_failures.min(20))
+        .unwrap_or(u32::MAX);
+    let backoff = period.saturating_mul(factor).min(max_backoff.max(period));
+    Some(backoff)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: fn(u64) -> Duration = Duration::from_millis;
+
+    #[test]
+    fn healthy_duty_runs_on_its_period() {
+        assert_eq!(delay(MS(100), 0, MS(30_000)), Some(MS(100)));
+    }
+
+    #[test]
+    fn failing_duty_backs_off_exponentially_to_the_cap() {
+        assert_eq!(delay(MS(100), 1, MS(30_000)), Some(MS(200)));
+        assert_eq!(delay(MS(100), 3, MS(30_000)), Some(MS(800)));
+        assert_eq!(delay(MS(100), 12, MS(30_000)), Some(MS(30_000)));
+        assert_eq!(delay(MS(100), 1000, MS(30_000)), Some(MS(30_000)));
+    }
+
+    #[test]
+    fn cap_never_shortens_a_long_period() {
+        assert_eq!(delay(MS(600_000), 2, MS(30_000)), Some(MS(600_000)));
+    }
+
+    #[test]
+    fn zero_period_switches_a_duty_off() {
+        assert_eq!(delay(Duration::ZERO, 0, MS(1000)), None);
+    }
+
+    #[test]
+    fn every_duty_calls_a_pgque_function() {
+        for d in DUTIES {
+            assert!(d.sql.starts_with("SELECT pgque."), "{}", d.name);
+        }
+        assert!(DUTIES.len() <= crate::shmem::MAX_DUTIES);
+    }
+}

@@ -1,0 +1,179 @@
+//! A ProcessUtility hook for the database-level commands that cannot run
+//! while another session is connected to the database: DROP DATABASE,
+//! ALTER DATABASE ... RENAME, and CREATE DATABASE ... TEMPLATE. Each stops
+//! the database's pgque worker first; after a rename or copy it is started
+//! again, after a drop it is not.
+use crate::shmem;
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+use std::ffi::CStr;
+use std::time::{Duration, Instant};
+
+static mut PREV_HOOK: pg_sys::ProcessUtility_hook_type = None;
+
+pub fn install() {
+    unsafe {
+        PREV_HOOK = pg_sys::ProcessUtility_hook;
+        pg_sys::ProcessUtility_hook = Some(pgque_process_utility);
+    }
+}
+
+/// What a utility statement means for a database's worker.
+enum Action {
+    None,
+    /// Stop the worker of this database; `restart` after the command succeeds.
+    Stop {
+        name: String,
+        restart: bool,
+    },
+}
+
+unsafe fn cstr(p: *const std::ffi::c_char) -> Option<String> {
+    if p.is_null() {
+        None
+    } else {
+        Some(unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
+    }
+}
+
+unsafe fn classify(node: *mut pg_sys::Node) -> Action {
+    unsafe {
+        if node.is_null() {
+            return Action::None;
+        }
+        match (*node).type_ {
+            pg_sys::NodeTag::T_DropdbStmt => {
+                let s = node as *mut pg_sys::DropdbStmt;
+                match cstr((*s).dbname) {
+                    Some(name) => Action::Stop {
+                        name,
+                        restart: false,
+                    },
+                    None => Action::None,
+                }
+            }
+            pg_sys::NodeTag::T_RenameStmt => {
+                let s = node as *mut pg_sys::RenameStmt;
+                if (*s).renameType == pg_sys::ObjectType::OBJECT_DATABASE {
+                    match cstr((*s).subname) {
+                        Some(name) => Action::Stop {
+                            name,
+                            restart: true,
+                        },
+                        None => Action::None,
+                    }
+                } else {
+                    Action::None
+                }
+            }
+            pg_sys::NodeTag::T_CreatedbStmt => {
+                let s = node as *mut pg_sys::CreatedbStmt;
+                let opts = (*s).options;
+                if opts.is_null() {
+                    return Action::None;
+                }
+                for i in 0..(*opts).length as usize {
+                    let def = (*(*opts).elements.add(i)).ptr_value as *mut pg_sys::DefElem;
+                    if cstr((*def).defname).as_deref() == Some("template") && !(*def).arg.is_null()
+                    {
+                        if let Some(name) = cstr(pg_sys::defGetString(def)) {
+                            return Action::Stop {
+                                name,
+                                restart: true,
+                            };
+                        }
+                    }
+                }
+                Action::None
+            }
+            _ => Action::None,
+        }
+    }
+}
+
+/// Asks the worker of `db_oid` to stop and waits (up to 5 s) until it is gone.
+fn stop_worker(db_oid: u32) {
+    let Some(pid) = shmem::request_stop(db_oid) else {
+        return;
+    };
+    shmem::send_signal(pid, 15 /* SIGTERM */);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while shmem::find(db_oid).is_some() && Instant::now() < deadline {
+        unsafe {
+            pg_sys::pg_usleep(10_000);
+        }
+        pg_sys::check_for_interrupts!();
+    }
+}
+
+#[pg_guard]
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C-unwind" fn pgque_process_utility(
+    pstmt: *mut pg_sys::PlannedStmt,
+    query_string: *const std::ffi::c_char,
+    read_only_tree: bool,
+    context: pg_sys::ProcessUtilityContext::Type,
+    params: pg_sys::ParamListInfo,
+    query_env: *mut pg_sys::QueryEnvironment,
+    dest: *mut pg_sys::DestReceiver,
+    qc: *mut pg_sys::QueryCompletion,
+) {
+    let action = if shmem::available() {
+        unsafe { classify((*pstmt).utilityStmt) }
+    } else {
+        Action::None
+    };
+    let mut stopped: Option<(pg_sys::Oid, bool)> = None;
+    if let Action::Stop { name, restart } = action {
+        let cname = std::ffi::CString::new(name).unwrap_or_default();
+        let oid = unsafe { pg_sys::get_database_oid(cname.as_ptr(), true) };
+        if oid != pg_sys::InvalidOid && shmem::find(oid.to_u32()).is_some() {
+            if !restart {
+                // Keep the postmaster from restarting it into a database that is gone.
+                shmem::mark_dropped(oid.to_u32());
+            }
+            stop_worker(oid.to_u32());
+            stopped = Some((oid, restart));
+        }
+    }
+    let run = || unsafe {
+        match PREV_HOOK {
+            Some(prev) => prev(
+                pstmt,
+                query_string,
+                read_only_tree,
+                context,
+                params,
+                query_env,
+                dest,
+                qc,
+            ),
+            None => pg_sys::standard_ProcessUtility(
+                pstmt,
+                query_string,
+                read_only_tree,
+                context,
+                params,
+                query_env,
+                dest,
+                qc,
+            ),
+        }
+    };
+    match stopped {
+        None => run(),
+        Some((oid, restart)) => {
+            PgTryBuilder::new(run)
+                .catch_others(|e| {
+                    // The command failed: the database is still there, so is its need for a worker.
+                    shmem::unmark_dropped(oid.to_u32());
+                    super::spawn_db_worker(oid, false);
+                    e.rethrow()
+                })
+                .execute();
+            if restart {
+                super::spawn_db_worker(oid, false);
+            }
+        }
+    }
+}
