@@ -93,7 +93,7 @@ CREATE TABLE pgque.batch (
 ) PARTITION BY LIST (piece);
 CREATE TABLE pgque.batch_p0 PARTITION OF pgque.batch FOR VALUES IN (0);
 CREATE TABLE pgque.batch_p1 PARTITION OF pgque.batch FOR VALUES IN (1);
-CREATE INDEX batch_sub_idx ON pgque.batch (sub_id, batch_id);
+CREATE INDEX batch_sub_idx ON pgque.batch (sub_id, tick_id, ev_floor, batch_id);
 CREATE INDEX batch_id_idx ON pgque.batch (batch_id);
 
 -- Finished batches (ack / finish_batch), or abandoned ones (taken over).
@@ -147,6 +147,8 @@ CREATE INDEX dead_letter_queue_idx ON pgque.dead_letter (dl_queue, dl_time);
 
 -- Each consumer's position: the tick its next batch starts after (the oldest
 -- open batch's start for cooperative consumers). Drives rotation and info.
+-- A consumer's frontier is its batch with the furthest range (tick_id,
+-- ev_floor): for a plain consumer that is simply its latest batch.
 CREATE VIEW pgque.consumer_position AS
 SELECT s.sub_id, s.sub_queue, s.sub_consumer,
        least(
@@ -155,7 +157,8 @@ SELECT s.sub_id, s.sub_queue, s.sub_consumer,
              AND NOT EXISTS (SELECT 1 FROM pgque.batch_done d WHERE d.batch_id = b.batch_id)),
          coalesce(
            (SELECT CASE WHEN b.ev_ceiling IS NULL THEN b.tick_id ELSE b.prev_tick_id END
-              FROM pgque.batch b WHERE b.sub_id = s.sub_id ORDER BY b.batch_id DESC LIMIT 1),
+              FROM pgque.batch b WHERE b.sub_id = s.sub_id
+             ORDER BY b.tick_id DESC, b.ev_floor DESC, b.batch_id DESC LIMIT 1),
            s.sub_start_tick)
        ) AS pos_tick
   FROM pgque.subscription s

@@ -117,12 +117,14 @@ pub fn init() {
         GucContext::Userset,
         GucFlags::default(),
     );
-    int(
+    GucRegistry::define_int_guc(
         c"pgque.metadata_rotation_period",
         c"How often maint() switches the tick/batch metadata piece and truncates the old one.",
+        c"",
         &METADATA_ROTATION_MS,
         0,
         86_400_000,
+        GucContext::Suset,
         GucFlags::UNIT_MS,
     );
     int(

@@ -58,10 +58,12 @@ fn batch_from(r: &pgrx::spi::SpiHeapTupleData<'_>) -> Batch {
     }
 }
 
-/// The latest batch of a consumer (any member), if any.
+/// The frontier batch of a consumer (any member): the one with the furthest
+/// range; for a plain consumer, its latest batch.
 pub fn latest_batch(client: &mut SpiClient<'_>, sub_id: i32) -> Option<Batch> {
     let sql = format!(
-        "SELECT {BATCH_COLS} FROM pgque.batch b WHERE b.sub_id = $1 ORDER BY b.batch_id DESC LIMIT 1"
+        "SELECT {BATCH_COLS} FROM pgque.batch b WHERE b.sub_id = $1 \
+         ORDER BY b.tick_id DESC, b.ev_floor DESC, b.batch_id DESC LIMIT 1"
     );
     let t = exec(client, &sql, &[sub_id.into()]);
     first_row(t).map(|r| batch_from(&r))

@@ -163,8 +163,10 @@ pub fn rotate_metadata(client: &mut SpiClient<'_>, period_ms: i64) -> i64 {
                 "INSERT INTO pgque.batch (batch_id, sub_id, member_id, prev_tick_id, tick_id, ev_floor, ev_ceiling, opened_at, piece) \
                  SELECT b.batch_id, b.sub_id, b.member_id, b.prev_tick_id, b.tick_id, b.ev_floor, b.ev_ceiling, b.opened_at, {cur} \
                    FROM pgque.batch_p{old} b \
-                  WHERE NOT EXISTS (SELECT 1 FROM pgque.batch_done d WHERE d.batch_id = b.batch_id) \
-                     OR b.batch_id = (SELECT max(b2.batch_id) FROM pgque.batch b2 WHERE b2.sub_id = b.sub_id)"
+                  WHERE EXISTS (SELECT 1 FROM pgque.subscription s WHERE s.sub_id = b.sub_id) AND \
+                    (NOT EXISTS (SELECT 1 FROM pgque.batch_done d WHERE d.batch_id = b.batch_id) \
+                     OR b.batch_id = (SELECT b2.batch_id FROM pgque.batch b2 WHERE b2.sub_id = b.sub_id \
+                                       ORDER BY b2.tick_id DESC, b2.ev_floor DESC, b2.batch_id DESC LIMIT 1))"
             ),
             &[],
         );
