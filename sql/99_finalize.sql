@@ -52,6 +52,13 @@ GRANT EXECUTE ON FUNCTION
     pgque.maint(), pgque.maint_retry_events(), pgque.maint_operations()
   TO pgque_admin;
 
+-- ---- idempotent publishing ------------------------------------------------
+GRANT EXECUTE ON FUNCTION
+    pgque.send_idem(text, text, jsonb, text, interval, text),
+    pgque.send_idem(text, text, text, text, interval, text)
+  TO pgque_writer;
+GRANT EXECUTE ON FUNCTION pgque.maint_idem() TO pgque_admin;
+
 -- ---- job queues -----------------------------------------------------------
 -- (grants of src/jobs functions go here)
 

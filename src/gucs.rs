@@ -18,6 +18,7 @@ pub static WORKER_RESTART_S: GucSetting<i32> = GucSetting::<i32>::new(1);
 // ---- event queues -------------------------------------------------------
 pub static TICK_PERIOD_MS: GucSetting<i32> = GucSetting::<i32>::new(100);
 pub static MAINT_PERIOD_MS: GucSetting<i32> = GucSetting::<i32>::new(1_000);
+pub static IDEM_ROTATION_S: GucSetting<i32> = GucSetting::<i32>::new(300);
 pub static BATCH_MAX_EVENTS: GucSetting<i32> = GucSetting::<i32>::new(10_000);
 pub static METADATA_ROTATION_MS: GucSetting<i32> = GucSetting::<i32>::new(60_000);
 
@@ -51,6 +52,16 @@ fn int(
 /// Registers every setting. Called from `_PG_init` in every process that loads
 /// the library, so `SHOW pgque.x` works with or without preload.
 pub fn init() {
+    GucRegistry::define_int_guc(
+        c"pgque.idem_rotation_period",
+        c"How long the idempotency-key ledger writes one piece before switching to the other.",
+        c"Superusers may SET it per session (tests, manual maint_idem() calls).",
+        &IDEM_ROTATION_S,
+        1,
+        86_400 * 30,
+        GucContext::Suset,
+        GucFlags::UNIT_S,
+    );
     GucRegistry::define_bool_guc(
         c"pgque.enabled",
         c"Run pgque background workers (needs shared_preload_libraries).",
@@ -229,4 +240,9 @@ pub fn failed_job_retention() -> Duration {
 }
 pub fn analyze_interval() -> Duration {
     secs(ANALYZE_INTERVAL_S.get())
+}
+
+/// `pgque.idem_rotation_period` in seconds.
+pub fn idem_rotation_period_s() -> i32 {
+    IDEM_ROTATION_S.get()
 }
