@@ -17,9 +17,13 @@ BEGIN
             END;
         END IF;
     END LOOP;
+    BEGIN
+        GRANT pgque_reader, pgque_writer TO pgque_admin;
+    EXCEPTION WHEN duplicate_object OR unique_violation THEN
+        NULL;
+    END;
 END
 $roles$;
-GRANT pgque_reader, pgque_writer TO pgque_admin;
 GRANT USAGE ON SCHEMA pgque TO pgque_reader, pgque_writer, pgque_admin;
 
 -- What receive() returns: PgQue's message type, column for column.
