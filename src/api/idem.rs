@@ -304,6 +304,7 @@ fn maint_idem() -> i64 {
 #[cfg(any(test, feature = "pg_test"))]
 #[pg_schema]
 mod tests {
+    #[cfg(test)]
     use super::{check_ttl, TtlProblem};
     use pgrx::prelude::*;
 
