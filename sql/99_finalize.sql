@@ -52,12 +52,16 @@ GRANT EXECUTE ON FUNCTION
     pgque.maint(), pgque.maint_retry_events(), pgque.maint_operations()
   TO pgque_admin;
 
--- ---- idempotent publishing ------------------------------------------------
+-- ---- idempotent and delayed publishing ------------------------------------------------
 GRANT EXECUTE ON FUNCTION
     pgque.send_idem(text, text, jsonb, text, interval, text),
     pgque.send_idem(text, text, text, text, interval, text)
   TO pgque_writer;
-GRANT EXECUTE ON FUNCTION pgque.maint_idem() TO pgque_admin;
+GRANT EXECUTE ON FUNCTION
+    pgque.send_at(text, text, jsonb, timestamptz, text),
+    pgque.send_at(text, text, text, timestamptz, text)
+  TO pgque_writer;
+GRANT EXECUTE ON FUNCTION pgque.maint_idem(), pgque.maint_delayed() TO pgque_admin;
 
 -- ---- job queues -----------------------------------------------------------
 -- (grants of src/jobs functions go here)

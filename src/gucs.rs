@@ -18,7 +18,8 @@ pub static WORKER_RESTART_S: GucSetting<i32> = GucSetting::<i32>::new(1);
 // ---- event queues -------------------------------------------------------
 pub static TICK_PERIOD_MS: GucSetting<i32> = GucSetting::<i32>::new(100);
 pub static MAINT_PERIOD_MS: GucSetting<i32> = GucSetting::<i32>::new(1_000);
-pub static IDEM_ROTATION_S: GucSetting<i32> = GucSetting::<i32>::new(300);
+pub static LEDGER_ROTATION_S: GucSetting<i32> = GucSetting::<i32>::new(300);
+pub static DELAYED_PERIOD_MS: GucSetting<i32> = GucSetting::<i32>::new(100);
 pub static BATCH_MAX_EVENTS: GucSetting<i32> = GucSetting::<i32>::new(10_000);
 pub static METADATA_ROTATION_MS: GucSetting<i32> = GucSetting::<i32>::new(60_000);
 
@@ -53,10 +54,10 @@ fn int(
 /// the library, so `SHOW pgque.x` works with or without preload.
 pub fn init() {
     GucRegistry::define_int_guc(
-        c"pgque.idem_rotation_period",
-        c"How long the idempotency-key ledger writes one piece before switching to the other.",
+        c"pgque.ledger_rotation_period",
+        c"How long the idempotency-key and delayed-event ledgers write one piece before switching to the other.",
         c"Superusers may SET it per session (tests, manual maint_idem() calls).",
-        &IDEM_ROTATION_S,
+        &LEDGER_ROTATION_S,
         1,
         86_400 * 30,
         GucContext::Suset,
@@ -108,6 +109,14 @@ pub fn init() {
         &TICK_PERIOD_MS,
         1,
         60_000,
+        GucFlags::UNIT_MS,
+    );
+    int(
+        c"pgque.delayed_period_ms",
+        c"How often the worker promotes due delayed events (send_at).",
+        &DELAYED_PERIOD_MS,
+        1,
+        3_600_000,
         GucFlags::UNIT_MS,
     );
     int(
@@ -242,7 +251,12 @@ pub fn analyze_interval() -> Duration {
     secs(ANALYZE_INTERVAL_S.get())
 }
 
-/// `pgque.idem_rotation_period` in seconds.
-pub fn idem_rotation_period_s() -> i32 {
-    IDEM_ROTATION_S.get()
+/// `pgque.ledger_rotation_period` in seconds.
+pub fn ledger_rotation_period_s() -> i32 {
+    LEDGER_ROTATION_S.get()
+}
+
+/// Promotion cadence of delayed events (`pgque.delayed_period_ms`).
+pub fn delayed_period() -> Duration {
+    ms(DELAYED_PERIOD_MS.get())
 }

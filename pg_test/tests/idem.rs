@@ -195,7 +195,7 @@ fn bad_input_gets_specific_sqlstates_and_changes_nothing() {
 
 /// Runs maint_idem() with a 1 s rotation period until `done` or 15 s pass.
 fn gc_until(c: &mut Client, mut done: impl FnMut(&mut Client) -> bool) -> bool {
-    c.batch_execute("SET pgque.idem_rotation_period = '1s'")
+    c.batch_execute("SET pgque.ledger_rotation_period = '1s'")
         .unwrap();
     let start = Instant::now();
     while start.elapsed() < Duration::from_secs(15) {
@@ -238,7 +238,7 @@ fn gc_removes_expired_keys_and_nothing_live() {
 fn hundred_thousand_rolling_keys_leave_no_dead_tuples() {
     let db = setup("idem_bloat");
     let mut c = db.connect();
-    c.batch_execute("SET pgque.idem_rotation_period = '1s'")
+    c.batch_execute("SET pgque.ledger_rotation_period = '1s'")
         .unwrap();
     let start = Instant::now();
     let mut max_rows = 0i64;

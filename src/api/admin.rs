@@ -251,7 +251,8 @@ fn maint() -> i32 {
         n += maint::rotate_step2(c);
         n += maint::rotate_step1(c);
         n += maint::rotate_metadata(c, crate::gucs::metadata_rotation_period_ms());
-        n += super::idem::gc(c, crate::gucs::idem_rotation_period_s());
+        n += super::idem::gc(c, crate::gucs::ledger_rotation_period_s());
+        n += super::delayed::promote(c, crate::gucs::ledger_rotation_period_s());
         n as i32
     })
 }

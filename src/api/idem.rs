@@ -214,7 +214,7 @@ fn send_idem_text(
 /// Garbage-collects the key ledger without DELETEs: TRUNCATEs the piece that
 /// is not current once all its keys have expired (or, once it is older than
 /// four rotation periods, after copying its few live keys forward), then makes
-/// it current when the current one is older than `pgque.idem_rotation_period`.
+/// it current when the current one is older than `pgque.ledger_rotation_period`.
 /// Skips the round rather than wait when a producer or reader is in the way.
 /// Returns the number of ledger rows removed. Called by maint().
 pub fn gc(c: &mut SpiClient<'_>, period_s: i32) -> i64 {
@@ -298,7 +298,7 @@ pub fn gc(c: &mut SpiClient<'_>, period_s: i32) -> i64 {
 #[pg_extern(security_definer)]
 #[search_path(pg_catalog, pgque)]
 fn maint_idem() -> i64 {
-    Spi::connect_mut(|c| gc(c, crate::gucs::idem_rotation_period_s()))
+    Spi::connect_mut(|c| gc(c, crate::gucs::ledger_rotation_period_s()))
 }
 
 #[cfg(any(test, feature = "pg_test"))]

@@ -10,6 +10,7 @@ use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
 
 pub mod admin;
+pub mod delayed;
 pub mod idem;
 pub mod info;
 pub mod types;
