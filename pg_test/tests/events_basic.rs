@@ -307,7 +307,7 @@ fn cached_plans_survive_drop_and_create_extension() {
 
 #[test]
 fn worker_ticks_a_sent_event_promptly_and_leaves_idle_queues_alone() {
-    let db = TestDb::new("ev_worker_tick");
+    let db = new_db("ev_worker_tick");
     let mut c = db.connect();
     c.batch_execute("SELECT pgque.create_queue('w'); SELECT pgque.subscribe('w', 'c')")
         .unwrap();

@@ -72,7 +72,7 @@ fn lagging_consumer_blocks_truncation_and_rotation_repeats_in_manual_mode() {
 
 #[test]
 fn rotation_keeps_going_with_the_worker() {
-    let db = TestDb::new("ev_rotation_worker");
+    let db = new_db("ev_rotation_worker");
     let mut c = db.connect();
     c.batch_execute(
         "SELECT pgque.create_queue('rw'); SELECT pgque.subscribe('rw', 'c'); \

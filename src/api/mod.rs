@@ -3,6 +3,7 @@
 //! Every function is SECURITY DEFINER with a pinned search_path: roles get
 //! EXECUTE on functions (sql/99_finalize.sql), never rights on the tables.
 //! The bodies are thin: argument checks, then the engine in `crate::log`.
+#![allow(clippy::type_complexity)] // pgrx needs TableIterator row types spelled out inline
 use crate::error::{self, raise, required};
 use crate::log::{self, batch, tick, NewEvent, Queue};
 use pgrx::datum::{Interval, TimestampWithTimeZone};
@@ -360,7 +361,7 @@ fn retry_event(
          VALUES (now() + $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) \
          ON CONFLICT (ev_owner, ev_id) DO NOTHING RETURNING 1",
         &[
-            retry_after.clone().into(),
+            (*retry_after).into(),
             q.id.into(),
             b.sub_id.into(),
             ev.id.into(),

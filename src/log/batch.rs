@@ -140,6 +140,7 @@ pub fn lock_sub(client: &mut SpiClient<'_>, sub_id: i32) {
 }
 
 /// Reads a batch's events (in ev_id order), at most `limit`, optionally one id.
+#[allow(clippy::too_many_arguments)]
 pub fn read_events(
     client: &mut SpiClient<'_>,
     q: &Queue,
