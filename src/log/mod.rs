@@ -302,9 +302,11 @@ pub fn drop_queue(client: &mut SpiClient<'_>, q: &Queue, force: bool) {
         "DELETE FROM pgque.queue WHERE queue_id = $1",
         &[q.id.into()],
     );
+    // Children first, then the parent: no CASCADE, no NOTICE.
+    let children: Vec<String> = (0..q.ntables).map(|n| event_table(q.id, n)).collect();
     run_once(
         client,
-        &format!("DROP TABLE {} CASCADE", event_parent(q.id)),
+        &format!("DROP TABLE {}, {}", children.join(", "), event_parent(q.id)),
     );
     run_once(client, &format!("DROP SEQUENCE {}", event_seq(q.id)));
 }

@@ -113,6 +113,14 @@ pub fn insert_tick(
     seq: i64,
     pending: Pending,
 ) -> i64 {
+    // Ticks of one queue are serialized on its row, so tick ids and
+    // snapshots grow together even when the worker and a manual ticker()
+    // run at once (the INSERT below takes its snapshot after this lock).
+    exec(
+        client,
+        "SELECT 1 FROM pgque.queue WHERE queue_id = $1 FOR NO KEY UPDATE",
+        &[qid.into()],
+    );
     let (mode, keep): (i32, Option<String>) = match pending {
         Pending::None => (0, None),
         Pending::New => (1, None),
