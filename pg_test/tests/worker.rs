@@ -161,7 +161,7 @@ fn failing_duty_does_not_stop_the_others() {
     let log = std::fs::read_to_string(format!("{}/server.log", pgdata())).unwrap_or_default();
     let logged = log
         .lines()
-        .filter(|l| l.contains("wk_failing: duty maint failed"))
+        .filter(|l| l.contains("wk_failing: duty maint failed: maint is broken on purpose"))
         .count();
     assert_eq!(
         logged, 1,
