@@ -138,14 +138,17 @@ fn hundred_thousand_events_leave_no_dead_tuples() {
         .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM pg_class")
         .unwrap();
     let mut received = 0usize;
+    let mut sent_ids = HashSet::new();
+    let mut got_ids = HashSet::new();
     for round in 0..100 {
-        send_many(&mut c, "d", 1000);
+        sent_ids.extend(send_many(&mut c, "d", 1000));
         tick(&mut c, "d");
         loop {
             let (b, ids) = recv(&mut c, "d", "c", 500);
             match b {
                 Some(b) => {
                     received += ids.len();
+                    got_ids.extend(ids);
                     ack(&mut c, b);
                 }
                 None => break,
@@ -156,6 +159,7 @@ fn hundred_thousand_events_leave_no_dead_tuples() {
         }
     }
     assert_eq!(received, 100_000);
+    assert_eq!(got_ids, sent_ids, "every event exactly once");
     flush_stats(&mut c);
     let ev_dead = dead(&mut c, "^event_");
     let meta_dead = dead(
@@ -168,4 +172,92 @@ fn hundred_thousand_events_leave_no_dead_tuples() {
     // update per switch and per truncation): 20 here, whatever the number of
     // events or batches.
     assert!(meta_dead <= 40, "metadata dead tuples: {meta_dead}");
+}
+
+#[test]
+fn positions_and_open_batches_survive_metadata_truncation() {
+    let db = manual_db("ev_meta_rotation");
+    let mut c = db.connect();
+    c.batch_execute(
+        "SELECT pgque.create_queue('m'); SELECT pgque.subscribe('m', 'open'); \
+         SELECT pgque.subscribe('m', 'lagging'); SELECT pgque.subscribe('m', 'steady'); \
+         SELECT pgque.register_subconsumer('m', 'grp', 'w1'); \
+         SELECT pgque.register_subconsumer('m', 'grp', 'w2'); \
+         SET pgque.metadata_rotation_period = 0",
+    )
+    .unwrap();
+    let mut sent = send_many(&mut c, "m", 30);
+    tick(&mut c, "m");
+    // 'open' holds an open batch; w1 holds an open cooperative batch.
+    let (ob, oids) = recv(&mut c, "m", "open", 10);
+    let w1 = c
+        .query(
+            "SELECT msg_id, batch_id FROM pgque.receive_coop('m', 'grp', 'w1', 10)",
+            &[],
+        )
+        .unwrap();
+    let w1_batch: i64 = w1[0].get(1);
+    let w1_ids: Vec<i64> = w1.iter().map(|r| r.get(0)).collect();
+    let mut steady = vec![];
+    let mut w2_ids = vec![];
+    // Many metadata switches and truncations while events keep flowing.
+    for _ in 0..8 {
+        sent.extend(send_many(&mut c, "m", 7));
+        steady.extend(drain(&mut c, "m", "steady", 100));
+        loop {
+            let rows = c
+                .query(
+                    "SELECT msg_id, batch_id FROM pgque.receive_coop('m', 'grp', 'w2', 10)",
+                    &[],
+                )
+                .unwrap();
+            let Some(r) = rows.first() else { break };
+            let b: i64 = r.get(1);
+            w2_ids.extend(rows.iter().map(|r| r.get::<_, i64>(0)));
+            ack(&mut c, b);
+        }
+        c.query_one("SELECT pgque.maint()", &[]).unwrap();
+        c.query_one("SELECT pgque.maint()", &[]).unwrap();
+    }
+    // The metadata really was truncated: of the 9+ ticks made, only those
+    // still referenced (positions, open batches, the last tick) remain.
+    let ticks_left = i64s(&mut c, "SELECT count(*) FROM pgque.tick");
+    assert!(ticks_left < 9, "ticks were not reclaimed: {ticks_left}");
+    assert_eq!(steady, sent);
+    // The open batches are still there, unchanged.
+    assert_eq!(recv(&mut c, "m", "open", 10), (ob, oids.clone()));
+    let again = c
+        .query(
+            "SELECT msg_id, batch_id FROM pgque.receive_coop('m', 'grp', 'w1', 10)",
+            &[],
+        )
+        .unwrap();
+    assert_eq!(again[0].get::<_, i64>(1), w1_batch);
+    assert_eq!(
+        again.iter().map(|r| r.get::<_, i64>(0)).collect::<Vec<_>>(),
+        w1_ids
+    );
+    ack(&mut c, ob.unwrap());
+    ack(&mut c, w1_batch);
+    // The rest arrives exactly once for each consumer.
+    let mut open_all = oids;
+    open_all.extend(drain(&mut c, "m", "open", 1000));
+    assert_eq!(open_all, sent);
+    assert_eq!(drain(&mut c, "m", "lagging", 1000), sent);
+    let mut grp: Vec<i64> = w1_ids;
+    grp.extend(w2_ids);
+    loop {
+        let rows = c
+            .query(
+                "SELECT msg_id, batch_id FROM pgque.receive_coop('m', 'grp', 'w1', 100)",
+                &[],
+            )
+            .unwrap();
+        let Some(r) = rows.first() else { break };
+        let b: i64 = r.get(1);
+        grp.extend(rows.iter().map(|r| r.get::<_, i64>(0)));
+        ack(&mut c, b);
+    }
+    grp.sort();
+    assert_eq!(grp, sent, "cooperative group: each event once");
 }
