@@ -167,6 +167,7 @@ fn hundred_thousand_events_leave_no_dead_tuples() {
         "^(tick|batch|batch_done)_p|^subscription$|^queue$|^meta_state$",
     );
     holder.batch_execute("COMMIT").unwrap();
+    eprintln!("100k events: dead tuples in event tables {ev_dead}, in metadata tables {meta_dead}");
     assert_eq!(ev_dead, 0, "dead tuples in event tables");
     // Metadata dead tuples come only from rotation bookkeeping (one meta_state
     // update per switch and per truncation): 20 here, whatever the number of

@@ -64,6 +64,16 @@ fn try_lock_exclusive(client: &mut SpiClient<'_>, rel: &str) -> bool {
 /// Rotation step 2: records the first transaction after a switch (all
 /// transactions that could still write the old table are older than it).
 pub fn rotate_step2(client: &mut SpiClient<'_>) -> i64 {
+    // Look first: the UPDATE would take a transaction id every call.
+    let t = exec(
+        client,
+        "SELECT EXISTS (SELECT 1 FROM pgque.queue WHERE queue_switch_step2 IS NULL)",
+        &[],
+    );
+    let due: bool = col(&first_row(t).unwrap(), 1).unwrap();
+    if !due {
+        return 0;
+    }
     let t = exec(
         client,
         "WITH u AS (UPDATE pgque.queue SET queue_switch_step2 = pg_current_xact_id() \
