@@ -63,6 +63,32 @@ GRANT EXECUTE ON FUNCTION
   TO pgque_writer;
 GRANT EXECUTE ON FUNCTION pgque.maint_idem(), pgque.maint_delayed() TO pgque_admin;
 
+-- Event-queue functions plan their lookups with sequential scans disabled:
+-- ticks, batches and events are always reached through their indexes, also
+-- while the planner's statistics are stale (a metadata piece analyzed empty
+-- and refilled since, an event table grown since its last ANALYZE).
+DO $seqscan$
+DECLARE f regprocedure;
+BEGIN
+    FOR f IN SELECT p.oid::regprocedure FROM pg_catalog.pg_proc p
+              WHERE p.pronamespace = 'pgque'::regnamespace
+                AND p.proname = ANY (ARRAY[
+                    'send', 'send_batch', 'insert_event', 'subscribe', 'unsubscribe', 'receive',
+                    'ack', 'nack', 'register_consumer', 'register_consumer_at', 'unregister_consumer',
+                    'next_batch', 'next_batch_info', 'next_batch_custom', 'get_batch_events',
+                    'get_batch_cursor', 'finish_batch', 'event_retry', 'batch_retry',
+                    'register_subconsumer', 'subscribe_subconsumer', 'unregister_subconsumer',
+                    'receive_coop', 'touch_subconsumer', 'dlq_inspect', 'dlq_replay', 'dlq_replay_all',
+                    'dlq_purge', 'create_queue', 'drop_queue', 'set_queue_config', 'ticker',
+                    'force_next_tick', 'force_tick', 'maint', 'maint_retry_events',
+                    'get_queue_info', 'get_consumer_info', 'get_batch_info',
+                    'send_idem', 'maint_idem', 'send_at', 'maint_delayed'])
+    LOOP
+        EXECUTE format('ALTER FUNCTION %s SET enable_seqscan = off', f);
+    END LOOP;
+END
+$seqscan$;
+
 -- ---- job queues -----------------------------------------------------------
 -- (grants of src/jobs functions go here)
 

@@ -307,7 +307,7 @@ fn cached_plans_survive_drop_and_create_extension() {
 
 #[test]
 fn worker_ticks_a_sent_event_promptly_and_leaves_idle_queues_alone() {
-    let db = TestDb::new("ev_worker_tick");
+    let db = new_db("ev_worker_tick");
     let mut c = db.connect();
     c.batch_execute("SELECT pgque.create_queue('w'); SELECT pgque.subscribe('w', 'c')")
         .unwrap();
@@ -323,9 +323,51 @@ fn worker_ticks_a_sent_event_promptly_and_leaves_idle_queues_alone() {
     });
     assert!(ok, "the worker did not tick the event in 5 s: {got:?}");
     // Quiet queue: once settled, no ticks for a while (idle period 1 min).
-    std::thread::sleep(Duration::from_millis(500));
+    // The one follow-up tick after a send happens when the transactions that
+    // were running at the event's tick have ended; a long transaction of a
+    // parallel test would otherwise bring it at ticker_max_lag instead.
+    c.batch_execute("SELECT pgque.set_queue_config('w', 'ticker_max_lag', '1 hour')")
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1000));
     let t1 = i64s(&mut c, "SELECT last_tick_id FROM pgque.get_queue_info('w')");
     std::thread::sleep(Duration::from_millis(1500));
     let t2 = i64s(&mut c, "SELECT last_tick_id FROM pgque.get_queue_info('w')");
     assert_eq!(t1, t2, "an idle queue was ticked");
+}
+
+#[test]
+fn ticker_and_maint_skip_a_queue_locked_by_an_open_transaction() {
+    let db = manual_db("ev_nowait");
+    let mut c = db.connect();
+    c.batch_execute(
+        "SELECT pgque.create_queue('a'); SELECT pgque.create_queue('b'); \
+         SELECT pgque.set_queue_config('a', 'rotation_period', '0'); \
+         SELECT pgque.set_queue_config('b', 'rotation_period', '0')",
+    )
+    .unwrap();
+    // A transaction that ticked 'a' by hand and stays open holds a's row.
+    let mut holder = db.connect();
+    holder
+        .batch_execute("BEGIN; SELECT pgque.force_tick('a')")
+        .unwrap();
+    c.batch_execute("SET statement_timeout = '5s'").unwrap();
+    send(&mut c, "a", "x");
+    send(&mut c, "b", "y");
+    let n: i64 = c.query_one("SELECT pgque.ticker()", &[]).unwrap().get(0);
+    assert_eq!(n, 1, "b is ticked, a is skipped without waiting");
+    let b_table = |c: &mut pgque_pg_test::postgres::Client, q: &str| -> i32 {
+        c.query_one(
+            "SELECT queue_cur_table FROM pgque.get_queue_info($1)",
+            &[&q],
+        )
+        .unwrap()
+        .get(0)
+    };
+    let (a0, b0) = (b_table(&mut c, "a"), b_table(&mut c, "b"));
+    c.query_one("SELECT pgque.maint()", &[]).unwrap();
+    assert_eq!(b_table(&mut c, "a"), a0, "a's rotation waits for its row");
+    assert_ne!(b_table(&mut c, "b"), b0, "b rotates");
+    holder.batch_execute("COMMIT").unwrap();
+    let n: i64 = c.query_one("SELECT pgque.ticker()", &[]).unwrap().get(0);
+    assert!(n >= 1, "a is ticked once free");
 }

@@ -1,3 +1,4 @@
+#![allow(clippy::type_complexity)] // pgrx needs TableIterator row types spelled out inline
 //! Administration (queues, config, ticker, maintenance), cooperative
 //! consumers and dead letters.
 use super::types::interval_ms;

@@ -1,3 +1,4 @@
+#![allow(clippy::type_complexity)] // pgrx needs TableIterator row types spelled out inline
 //! Observability with PgQ's column names: get_queue_info, get_consumer_info,
 //! get_batch_info.
 use crate::error::{self, raise, required};

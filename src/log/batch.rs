@@ -140,6 +140,7 @@ pub fn lock_sub(client: &mut SpiClient<'_>, sub_id: i32) {
 }
 
 /// Reads a batch's events (in ev_id order), at most `limit`, optionally one id.
+#[allow(clippy::too_many_arguments)]
 pub fn read_events(
     client: &mut SpiClient<'_>,
     q: &Queue,
@@ -322,6 +323,22 @@ pub fn next_batch(
     sub_id: i32,
     limit: i64,
 ) -> Option<Opened> {
+    // Read-only fast path: an open batch is returned as is, and with no new
+    // tick there is nothing to open, so an idle poll takes no row lock (and
+    // no transaction id).
+    let seen = latest_batch(client, sub_id);
+    match &seen {
+        Some(b) if !b.done => {
+            return Some(Opened {
+                batch: b.clone(),
+                events: None,
+            })
+        }
+        Some(_) => {
+            next_range(client, q, seen.as_ref(), 0)?;
+        }
+        None => {}
+    }
     lock_sub(client, sub_id);
     let latest = latest_batch(client, sub_id);
     if let Some(b) = &latest {

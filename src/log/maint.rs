@@ -64,10 +64,23 @@ fn try_lock_exclusive(client: &mut SpiClient<'_>, rel: &str) -> bool {
 /// Rotation step 2: records the first transaction after a switch (all
 /// transactions that could still write the old table are older than it).
 pub fn rotate_step2(client: &mut SpiClient<'_>) -> i64 {
+    // Look first: the UPDATE would take a transaction id every call.
+    let t = exec(
+        client,
+        "SELECT EXISTS (SELECT 1 FROM pgque.queue WHERE queue_switch_step2 IS NULL)",
+        &[],
+    );
+    let due: bool = col(&first_row(t).unwrap(), 1).unwrap();
+    if !due {
+        return 0;
+    }
     let t = exec(
         client,
         "WITH u AS (UPDATE pgque.queue SET queue_switch_step2 = pg_current_xact_id() \
-                     WHERE queue_switch_step2 IS NULL AND queue_switch_step1 <> pg_current_xact_id() \
+                     WHERE queue_id IN (SELECT queue_id FROM pgque.queue \
+                                         WHERE queue_switch_step2 IS NULL \
+                                           AND queue_switch_step1 <> pg_current_xact_id() \
+                                           FOR NO KEY UPDATE SKIP LOCKED) \
                      RETURNING 1) SELECT count(*) FROM u",
         &[],
     );
@@ -104,7 +117,14 @@ pub fn rotate_step1(client: &mut SpiClient<'_>) -> i64 {
     for (qid, cur, ntables) in due {
         let next = (cur + 1) % ntables;
         let tbl = event_table(qid, next);
-        if !try_lock_exclusive(client, &tbl) {
+        // The queue row first, without waiting (a transaction holding it,
+        // e.g. a manual force_tick left open, postpones this queue only).
+        let row = exec(
+            client,
+            "SELECT 1 FROM pgque.queue WHERE queue_id = $1 FOR NO KEY UPDATE SKIP LOCKED",
+            &[qid.into()],
+        );
+        if row.is_empty() || !try_lock_exclusive(client, &tbl) {
             continue;
         }
         run_once(client, &format!("TRUNCATE {tbl}"));

@@ -207,6 +207,21 @@ pub fn create_queue(client: &mut SpiClient<'_>, name: &str) -> bool {
     let ntables: i32 = col(&r, 2).unwrap();
     let parent = event_parent(qid);
     let seq = event_seq(qid);
+    // Objects of this id can only be leftovers of an earlier installation
+    // (DROP EXTENSION leaves the tables create_queue made): remove them.
+    let t = exec(
+        client,
+        "SELECT to_regclass($1) IS NOT NULL, to_regclass($2) IS NOT NULL",
+        &[parent.as_str().into(), seq.as_str().into()],
+    );
+    let r = first_row(t).unwrap();
+    let (old_tables, old_seq): (bool, bool) = (col(&r, 1).unwrap(), col(&r, 2).unwrap());
+    if old_tables {
+        run_once(client, &format!("DROP TABLE {parent} CASCADE"));
+    }
+    if old_seq {
+        run_once(client, &format!("DROP SEQUENCE {seq}"));
+    }
     run_once(client, &format!("CREATE SEQUENCE {seq}"));
     run_once(
         client,
@@ -287,9 +302,11 @@ pub fn drop_queue(client: &mut SpiClient<'_>, q: &Queue, force: bool) {
         "DELETE FROM pgque.queue WHERE queue_id = $1",
         &[q.id.into()],
     );
+    // Children first, then the parent: no CASCADE, no NOTICE.
+    let children: Vec<String> = (0..q.ntables).map(|n| event_table(q.id, n)).collect();
     run_once(
         client,
-        &format!("DROP TABLE {} CASCADE", event_parent(q.id)),
+        &format!("DROP TABLE {}, {}", children.join(", "), event_parent(q.id)),
     );
     run_once(client, &format!("DROP SEQUENCE {}", event_seq(q.id)));
 }

@@ -113,6 +113,40 @@ pub fn insert_tick(
     seq: i64,
     pending: Pending,
 ) -> i64 {
+    try_insert_tick(client, qid, qname, seq, pending, true)
+        .expect("tick after waiting for the lock")
+}
+
+/// Inserts a tick; with `wait` false, skips the queue (None) when another
+/// transaction holds its row lock (an open transaction that ticked it by
+/// hand must not stall the worker's ticker for every queue).
+pub fn try_insert_tick(
+    client: &mut SpiClient<'_>,
+    qid: i32,
+    qname: &str,
+    seq: i64,
+    pending: Pending,
+    wait: bool,
+) -> Option<i64> {
+    // Ticks of one queue are serialized on its row, so tick ids and
+    // snapshots grow together even when the worker and a manual ticker()
+    // run at once (the INSERT below takes its snapshot after this lock).
+    let locked = if wait {
+        exec(
+            client,
+            "SELECT 1 FROM pgque.queue WHERE queue_id = $1 FOR NO KEY UPDATE",
+            &[qid.into()],
+        )
+    } else {
+        exec(
+            client,
+            "SELECT 1 FROM pgque.queue WHERE queue_id = $1 FOR NO KEY UPDATE SKIP LOCKED",
+            &[qid.into()],
+        )
+    };
+    if locked.is_empty() {
+        return None;
+    }
     let (mode, keep): (i32, Option<String>) = match pending {
         Pending::None => (0, None),
         Pending::New => (1, None),
@@ -136,7 +170,7 @@ pub fn insert_tick(
             qname.into(),
         ],
     );
-    col(&first_row(t).expect("tick"), 1).unwrap()
+    col(&first_row(t).expect("tick"), 1)
 }
 
 const STATE_SQL: &str = "SELECT q.queue_id, q.queue_name, q.queue_ticker_paused, \
@@ -186,7 +220,9 @@ pub fn run_ticker(client: &mut SpiClient<'_>, only: Option<i32>, force: bool) ->
         }
     }
     todo.into_iter()
-        .map(|(qid, name, seq, p)| (qid, insert_tick(client, qid, &name, seq, p)))
+        .filter_map(|(qid, name, seq, p)| {
+            try_insert_tick(client, qid, &name, seq, p, force).map(|t| (qid, t))
+        })
         .collect()
 }
 

@@ -3,10 +3,36 @@
 use pgque_pg_test::postgres::Client;
 use pgque_pg_test::*;
 
-/// A database with the worker switched off: ticks happen only when a test asks.
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// CREATE EXTENSION in two databases at once can race on creating the
+/// cluster-wide pgque_* roles (first install only); tests of one binary
+/// create their databases one at a time.
+static CREATE: Mutex<()> = Mutex::new(());
+
+/// A fresh database with pgque and its worker running.
+pub fn new_db(name: &str) -> TestDb {
+    let _g = CREATE.lock().unwrap_or_else(|e| e.into_inner());
+    TestDb::new(name)
+}
+
+/// A database with the worker switched off and gone: ticks and maintenance
+/// happen only when a test asks.
 pub fn manual_db(name: &str) -> TestDb {
-    let db = TestDb::new(name);
-    db.connect().batch_execute("SELECT pgque.stop()").unwrap();
+    let db = new_db(name);
+    let mut c = db.connect();
+    c.batch_execute("SELECT pgque.stop()").unwrap();
+    let gone = wait_until(Duration::from_secs(10), || {
+        c.query_one(
+            "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pgque worker' AND datname = $1",
+            &[&db.name],
+        )
+        .unwrap()
+        .get::<_, i64>(0)
+            == 0
+    });
+    assert!(gone, "the worker of {name} did not stop");
     db
 }
 
