@@ -333,6 +333,7 @@ fn worker_ticks_a_sent_event_promptly_and_leaves_idle_queues_alone() {
     std::thread::sleep(Duration::from_millis(1500));
     let t2 = i64s(&mut c, "SELECT last_tick_id FROM pgque.get_queue_info('w')");
     assert_eq!(t1, t2, "an idle queue was ticked");
+    c.batch_execute("SELECT pgque.stop()").unwrap();
 }
 
 #[test]

@@ -109,6 +109,7 @@ fn rotation_keeps_going_with_the_worker() {
     });
     assert!(ok);
     assert_eq!(got, sent);
+    c.batch_execute("SELECT pgque.stop()").unwrap();
 }
 
 fn dead(c: &mut Client, rels: &str) -> i64 {
