@@ -201,9 +201,9 @@ fn probe_due(qid: i32, max_lag_ms: f64) -> bool {
 /// does not cover.
 pub fn uncovered_events(client: &mut SpiClient<'_>, qid: i32, snapshot: &str) -> bool {
     let sql = format!(
-        "SELECT EXISTS (SELECT 1 FROM {} WHERE ev_txid >= pg_snapshot_xmax($1::pg_snapshot) \
-                          OR ev_txid = ANY (ARRAY(SELECT pg_snapshot_xip($1::pg_snapshot))))",
-        super::event_parent(qid)
+        "SELECT EXISTS (SELECT 1 FROM {t} WHERE ev_txid >= pg_snapshot_xmax($1::pg_snapshot)) \
+             OR EXISTS (SELECT 1 FROM {t} WHERE ev_txid = ANY (ARRAY(SELECT pg_snapshot_xip($1::pg_snapshot))))",
+        t = super::event_parent(qid)
     );
     let t = exec(client, &sql, &[snapshot.into()]);
     col(&first_row(t).unwrap(), 1).unwrap_or(false)
