@@ -323,16 +323,28 @@ fn worker_ticks_a_sent_event_promptly_and_leaves_idle_queues_alone() {
     });
     assert!(ok, "the worker did not tick the event in 5 s: {got:?}");
     // Quiet queue: once settled, no ticks for a while (idle period 1 min).
-    // The one follow-up tick after a send happens when the transactions that
-    // were running at the event's tick have ended; a long transaction of a
-    // parallel test would otherwise bring it at ticker_max_lag instead.
+    // The one follow-up tick after a send comes when the transactions that
+    // were running at the event's tick have ended (a parallel test's may
+    // take a moment); ticker_max_lag is raised so it cannot come earlier.
     c.batch_execute("SELECT pgque.set_queue_config('w', 'ticker_max_lag', '1 hour')")
         .unwrap();
-    std::thread::sleep(Duration::from_millis(1000));
-    let t1 = i64s(&mut c, "SELECT last_tick_id FROM pgque.get_queue_info('w')");
+    let last = |c: &mut pgque_pg_test::postgres::Client| {
+        i64s(c, "SELECT last_tick_id FROM pgque.get_queue_info('w')")
+    };
+    let mut prev = last(&mut c);
+    let settled = wait_until(Duration::from_secs(10), || {
+        std::thread::sleep(Duration::from_millis(500));
+        let now = last(&mut c);
+        let same = now == prev;
+        prev = now;
+        same
+    });
+    assert!(settled, "the queue kept being ticked");
+    let t1 = last(&mut c);
     std::thread::sleep(Duration::from_millis(1500));
-    let t2 = i64s(&mut c, "SELECT last_tick_id FROM pgque.get_queue_info('w')");
+    let t2 = last(&mut c);
     assert_eq!(t1, t2, "an idle queue was ticked");
+    c.batch_execute("SELECT pgque.stop()").unwrap();
 }
 
 #[test]

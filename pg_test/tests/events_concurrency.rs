@@ -189,3 +189,69 @@ fn cooperative_members_split_the_stream_without_overlap() {
 fn sqlstate_of<T: std::fmt::Debug>(r: Result<T, pgque_pg_test::postgres::Error>) -> String {
     pgque_pg_test::sqlstate(r)
 }
+
+#[test]
+fn silent_member_loses_its_batch_after_dead_interval() {
+    let db = manual_db("ev_coop_dead");
+    let mut c = db.connect();
+    c.batch_execute(
+        "SELECT pgque.create_queue('cd'); \
+         SELECT pgque.subscribe_subconsumer('cd', 'grp', 'w1'); \
+         SELECT pgque.subscribe_subconsumer('cd', 'grp', 'w2')",
+    )
+    .unwrap();
+    let sent = send_many(&mut c, "cd", 5);
+    tick(&mut c, "cd");
+    let w1 = c
+        .query(
+            "SELECT msg_id, batch_id FROM pgque.receive_coop('cd', 'grp', 'w1', 100)",
+            &[],
+        )
+        .unwrap();
+    let w1_batch: i64 = w1[0].get(1);
+    assert_eq!(
+        w1.iter().map(|r| r.get::<_, i64>(0)).collect::<Vec<_>>(),
+        sent
+    );
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    // w1 was seen (touch) recently: with a 1 hour dead interval w2 gets nothing.
+    c.query_one("SELECT pgque.touch_subconsumer('cd', 'grp', 'w1')", &[])
+        .unwrap();
+    let none = c
+        .query(
+            "SELECT msg_id FROM pgque.receive_coop('cd', 'grp', 'w2', 100, '1 hour')",
+            &[],
+        )
+        .unwrap();
+    assert!(none.is_empty());
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    // After 100 ms of silence w1 counts as dead: w2 takes its batch over.
+    let w2 = c
+        .query(
+            "SELECT msg_id, batch_id FROM pgque.receive_coop('cd', 'grp', 'w2', 100, '100 milliseconds')",
+            &[],
+        )
+        .unwrap();
+    assert_eq!(
+        w2.iter().map(|r| r.get::<_, i64>(0)).collect::<Vec<_>>(),
+        sent
+    );
+    let w2_batch: i64 = w2[0].get(1);
+    assert_ne!(w2_batch, w1_batch);
+    // w1's late ack changes nothing; w2's finishes the events.
+    assert_eq!(
+        sqlstate_of(c.query_one("SELECT pgque.ack($1)", &[&w1_batch])),
+        "55000"
+    );
+    ack(&mut c, w2_batch);
+    tick(&mut c, "cd");
+    for m in ["w1", "w2"] {
+        let rows = c
+            .query(
+                "SELECT msg_id FROM pgque.receive_coop('cd', 'grp', $1)",
+                &[&m],
+            )
+            .unwrap();
+        assert!(rows.is_empty(), "{m} got events again");
+    }
+}

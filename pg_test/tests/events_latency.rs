@@ -57,4 +57,5 @@ fn send_to_receive_latency_at_500_per_second() {
     eprintln!("send-to-receive latency at 500 ev/s: p50 {p50:.1} ms, p99 {p99:.1} ms");
     assert!(p50 <= 50.0, "p50 {p50:.1} ms");
     assert!(p99 <= 250.0, "p99 {p99:.1} ms");
+    c.batch_execute("SELECT pgque.stop()").unwrap();
 }

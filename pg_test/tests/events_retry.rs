@@ -188,3 +188,77 @@ fn pgq_event_retry_and_batch_retry() {
         (ids[0], Some(2))
     );
 }
+
+#[test]
+fn moved_retries_are_ticked_with_the_move() {
+    let db = manual_db("ev_retry_tick");
+    let mut c = db.connect();
+    c.batch_execute("SELECT pgque.create_queue('rt'); SELECT pgque.subscribe('rt', 'c')")
+        .unwrap();
+    let id = send(&mut c, "rt", "again");
+    tick(&mut c, "rt");
+    let (_, rc) = nack_first(&mut c, "rt", "c", "0");
+    assert_eq!(rc, None);
+    assert_eq!(i64s(&mut c, "SELECT pgque.maint_retry_events()::int8"), 1);
+    // No force_tick: plain ticker() calls tick the queue, although the retry
+    // took no new event id (as soon as the transactions running at the move
+    // have ended -- a parallel test's may delay it a little).
+    let ticked = wait_until(std::time::Duration::from_secs(5), || {
+        i64s(&mut c, "SELECT pgque.ticker()") >= 1
+    });
+    assert!(ticked, "the moved retry was never ticked");
+    let m = msgs(&mut c, "rt", "c");
+    assert_eq!(m.len(), 1);
+    assert_eq!((m[0].0, m[0].2), (id, Some(1)));
+}
+
+#[test]
+fn ticker_finds_committed_events_the_sequence_does_not_show() {
+    // An event whose id was taken before a tick but whose row was written and
+    // committed after the follow-up tick: the sequence shows nothing new, the
+    // ticker's probe (at most every ticker_max_lag) finds it.
+    let db = manual_db("ev_probe");
+    let mut c = db.connect();
+    c.batch_execute(
+        "SELECT pgque.create_queue('pr'); SELECT pgque.subscribe('pr', 'c'); \
+         SELECT pgque.set_queue_config('pr', 'ticker_max_lag', '200ms')",
+    )
+    .unwrap();
+    let mut late = db.connect();
+    late.batch_execute("BEGIN").unwrap();
+    let id: i64 = late
+        .query_one("SELECT nextval('pgque.event_1_id_seq')", &[])
+        .unwrap()
+        .get(0);
+    // The ticker sees the new id and ticks; then (nothing in flight holds an
+    // xid) the follow-up; then nothing more.
+    let mut ticks = 0;
+    for _ in 0..3 {
+        ticks += i64s(&mut c, "SELECT pgque.ticker()");
+    }
+    assert!(ticks >= 1);
+    late.execute(
+        "INSERT INTO pgque.event_1_0 (ev_id, ev_type, ev_data) VALUES ($1, 'default', 'late')",
+        &[&id],
+    )
+    .unwrap();
+    late.batch_execute("COMMIT").unwrap();
+    assert_eq!(drain_no_tick(&mut c), Vec::<i64>::new());
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert_eq!(i64s(&mut c, "SELECT pgque.ticker()"), 1, "the probe ticks");
+    assert_eq!(drain_no_tick(&mut c), vec![id]);
+}
+
+fn drain_no_tick(c: &mut pgque_pg_test::postgres::Client) -> Vec<i64> {
+    let mut all = vec![];
+    loop {
+        let (b, ids) = recv(c, "pr", "c", 100);
+        match b {
+            Some(b) => {
+                all.extend(ids);
+                ack(c, b);
+            }
+            None => return all,
+        }
+    }
+}

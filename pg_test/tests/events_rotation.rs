@@ -109,6 +109,7 @@ fn rotation_keeps_going_with_the_worker() {
     });
     assert!(ok);
     assert_eq!(got, sent);
+    c.batch_execute("SELECT pgque.stop()").unwrap();
 }
 
 fn dead(c: &mut Client, rels: &str) -> i64 {
@@ -274,12 +275,14 @@ fn positions_and_open_batches_survive_metadata_truncation() {
 /// statistics are stale (analyzed empty, then thousands of ticks, batches and
 /// events): the metadata and event tables see no sequential scan from the API
 /// (the empty inheritance parent `event_<id>` has no index and is not counted).
+/// ticker_max_lag 0 makes every ticker() call also probe the event tables.
 #[test]
 fn tick_and_batch_lookups_use_indexes_with_stale_statistics() {
     let db = manual_db("ev_stale_stats");
     let mut c = db.connect();
     c.batch_execute(
         "SELECT pgque.create_queue('s'); SELECT pgque.subscribe('s', 'c'); \
+         SELECT pgque.set_queue_config('s', 'ticker_max_lag', '0'); \
          ANALYZE pgque.tick, pgque.batch, pgque.batch_done, pgque.event_1; \
          SELECT pgque.force_tick('s') FROM generate_series(1, 3000); \
          SELECT pgque.send_batch('s', array_agg(i::text)) FROM generate_series(1, 3000) i",

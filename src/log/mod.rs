@@ -15,6 +15,7 @@ use pgrx::prelude::*;
 use pgrx::spi::{OwnedPreparedStatement, SpiClient, SpiHeapTupleData, SpiTupleTable};
 use std::cell::RefCell;
 use std::collections::HashMap;
+use std::rc::Rc;
 
 pub mod batch;
 pub mod maint;
@@ -26,27 +27,34 @@ extension_sql_file!(
     requires = ["bootstrap"]
 );
 
+/// Most statements kept per backend. Statements that embed a queue id are
+/// per queue, so a backend touching very many queues would otherwise keep
+/// plans without bound; past the limit the cache starts over.
+const MAX_PLANS: usize = 2_000;
+
 thread_local! {
-    static PLANS: RefCell<HashMap<String, &'static OwnedPreparedStatement>> =
+    static PLANS: RefCell<HashMap<String, Rc<OwnedPreparedStatement>>> =
         RefCell::new(HashMap::new());
 }
 
-fn plan(
-    client: &SpiClient<'_>,
-    sql: &str,
-    args: &[DatumWithOid],
-) -> &'static OwnedPreparedStatement {
-    if let Some(p) = PLANS.with(|m| m.borrow().get(sql).copied()) {
+fn plan(client: &SpiClient<'_>, sql: &str, args: &[DatumWithOid]) -> Rc<OwnedPreparedStatement> {
+    if let Some(p) = PLANS.with(|m| m.borrow().get(sql).cloned()) {
         return p;
     }
     let types: Vec<PgOid> = args.iter().map(|a| PgOid::from(a.oid())).collect();
-    let prepared = client
-        .prepare_mut(sql, &types)
-        .unwrap_or_else(|e| panic!("pgque: cannot prepare statement: {e}"))
-        .keep();
-    // Kept plans live for the backend's lifetime, like the map itself.
-    let prepared: &'static OwnedPreparedStatement = Box::leak(Box::new(prepared));
-    PLANS.with(|m| m.borrow_mut().insert(sql.to_string(), prepared));
+    let prepared = Rc::new(
+        client
+            .prepare_mut(sql, &types)
+            .unwrap_or_else(|e| panic!("pgque: cannot prepare statement: {e}"))
+            .keep(),
+    );
+    PLANS.with(|m| {
+        let mut m = m.borrow_mut();
+        if m.len() >= MAX_PLANS {
+            m.clear();
+        }
+        m.insert(sql.to_string(), prepared.clone());
+    });
     prepared
 }
 
@@ -55,7 +63,7 @@ fn plan(
 pub fn exec<'c>(client: &mut SpiClient<'c>, sql: &str, args: &[DatumWithOid]) -> SpiTupleTable<'c> {
     let p = plan(client, sql, args);
     client
-        .update(p, None, args)
+        .update(&*p, None, args)
         .unwrap_or_else(|e| panic!("pgque: statement failed: {e}"))
 }
 

@@ -173,6 +173,42 @@ pub fn try_insert_tick(
     col(&first_row(t).expect("tick"), 1)
 }
 
+thread_local! {
+    /// When this backend last probed each queue (milliseconds since epoch).
+    static PROBED: std::cell::RefCell<std::collections::HashMap<i32, u128>> =
+        std::cell::RefCell::new(std::collections::HashMap::new());
+}
+
+/// At most one probe per queue per ticker_max_lag in this backend.
+fn probe_due(qid: i32, max_lag_ms: f64) -> bool {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis())
+        .unwrap_or(0);
+    PROBED.with(|m| {
+        let mut m = m.borrow_mut();
+        let last = m.get(&qid).copied().unwrap_or(0);
+        if now.saturating_sub(last) as f64 >= max_lag_ms.max(1.0) {
+            m.insert(qid, now);
+            true
+        } else {
+            false
+        }
+    })
+}
+
+/// True when a committed event exists that `snapshot` (the last tick's)
+/// does not cover.
+pub fn uncovered_events(client: &mut SpiClient<'_>, qid: i32, snapshot: &str) -> bool {
+    let sql = format!(
+        "SELECT EXISTS (SELECT 1 FROM {t} WHERE ev_txid >= pg_snapshot_xmax($1::pg_snapshot)) \
+             OR EXISTS (SELECT 1 FROM {t} WHERE ev_txid = ANY (ARRAY(SELECT pg_snapshot_xip($1::pg_snapshot))))",
+        t = super::event_parent(qid)
+    );
+    let t = exec(client, &sql, &[snapshot.into()]);
+    col(&first_row(t).unwrap(), 1).unwrap_or(false)
+}
+
 const STATE_SQL: &str = "SELECT q.queue_id, q.queue_name, q.queue_ticker_paused, \
         q.queue_ticker_max_count::int8, \
         (extract(epoch FROM q.queue_ticker_max_lag) * 1000)::float8, \
@@ -182,7 +218,7 @@ const STATE_SQL: &str = "SELECT q.queue_id, q.queue_name, q.queue_ticker_paused,
         coalesce((extract(epoch FROM now() - t.tick_time) * 1000)::float8, 0), \
         t.tick_pending IS NOT NULL, \
         coalesce(pg_snapshot_xmin(pg_current_snapshot()) >= t.tick_pending, false), \
-        t.tick_pending::text \
+        t.tick_pending::text, t.tick_snapshot::text \
    FROM pgque.queue q \
    LEFT JOIN LATERAL (SELECT * FROM pgque.tick t WHERE t.tick_queue = q.queue_id \
                       ORDER BY t.tick_id DESC LIMIT 1) t ON true";
@@ -197,6 +233,7 @@ pub fn run_ticker(client: &mut SpiClient<'_>, only: Option<i32>, force: bool) ->
         None => exec(client, &sql_all, &[]),
     };
     let mut todo = vec![];
+    let mut probes = vec![];
     for r in t {
         let st = TickState {
             paused: col(&r, 3).unwrap(),
@@ -210,13 +247,30 @@ pub fn run_ticker(client: &mut SpiClient<'_>, only: Option<i32>, force: bool) ->
             pending: col(&r, 11).unwrap(),
             pending_resolved: col(&r, 12).unwrap(),
         };
+        let qid: i32 = col(&r, 1).unwrap();
         if let Some(mut p) = decide(&st, force) {
             if let Pending::Keep(ref mut x) = p {
                 *x = col::<String>(&r, 13).unwrap_or_default();
             }
-            let qid: i32 = col(&r, 1).unwrap();
             let name: String = col(&r, 2).unwrap();
             todo.push((qid, name, st.seq_now, p));
+        } else if !st.paused
+            && st.has_last
+            && st.lag_ms >= st.max_lag_ms
+            && probe_due(qid, st.max_lag_ms)
+        {
+            // Events that took no new sequence value (retries moved back by
+            // maint) or whose id was taken just before the last tick's
+            // snapshot but committed after its follow-up: look for committed
+            // events the last tick does not cover (an index probe).
+            if let Some(snap) = col::<String>(&r, 14) {
+                probes.push((qid, col::<String>(&r, 2).unwrap(), st.seq_now, snap));
+            }
+        }
+    }
+    for (qid, name, seq, snap) in probes {
+        if uncovered_events(client, qid, &snap) {
+            todo.push((qid, name, seq, Pending::None));
         }
     }
     todo.into_iter()
