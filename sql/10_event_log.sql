@@ -76,6 +76,8 @@ CREATE TABLE pgque.tick (
 CREATE TABLE pgque.tick_p0 PARTITION OF pgque.tick FOR VALUES IN (0);
 CREATE TABLE pgque.tick_p1 PARTITION OF pgque.tick FOR VALUES IN (1);
 CREATE INDEX tick_queue_id_idx ON pgque.tick (tick_queue, tick_id);
+-- How far a batch may reach: the furthest tick within `limit` events (batch.rs next_range).
+CREATE INDEX tick_queue_seq_idx ON pgque.tick (tick_queue, tick_event_seq, tick_id);
 
 -- Batches: one row per opened batch. A batch is the events committed between
 -- prev_tick_id's and tick_id's snapshots with ev_floor < ev_id <= ev_ceiling

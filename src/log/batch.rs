@@ -248,12 +248,19 @@ pub fn mark_done(client: &mut SpiClient<'_>, batch_id: i64, abandoned: bool) {
 }
 
 /// The range the next batch after `frontier` covers, or None when there is
-/// no newer tick.
+/// no newer tick. A batch follows ticks: it reaches the furthest tick whose
+/// events since its start fit in `limit` (by the ticks' event-sequence
+/// values), and at least the next tick. So a consumer that fell behind reads
+/// about `limit` events a batch, each from its own tick range, instead of
+/// one range up to the last tick re-read for every capped cut of it; only a
+/// single tick interval larger than `limit` (one huge transaction, a ticker
+/// outage) is cut by event id.
 fn next_range(
     client: &mut SpiClient<'_>,
     q: &Queue,
     frontier: Option<&Batch>,
     start_tick: i64,
+    limit: i64,
 ) -> Option<(i64, i64, i64)> {
     if let Some(f) = frontier {
         if let Some(c) = f.ceiling {
@@ -261,8 +268,21 @@ fn next_range(
         }
     }
     let from = frontier.map(|f| f.tick).unwrap_or(start_tick);
-    let last = tick::last_tick(client, q.id)?.id;
-    (last > from).then_some((from, last, 0))
+    let t = exec(
+        client,
+        "SELECT coalesce( \
+            (SELECT t2.tick_id FROM pgque.tick t1 \
+               CROSS JOIN LATERAL (SELECT t2.tick_id FROM pgque.tick t2 \
+                                    WHERE t2.tick_queue = t1.tick_queue AND t2.tick_id > t1.tick_id \
+                                      AND t2.tick_event_seq <= t1.tick_event_seq + $3 \
+                                    ORDER BY t2.tick_event_seq DESC, t2.tick_id DESC LIMIT 1) t2 \
+              WHERE t1.tick_queue = $1 AND t1.tick_id = $2), \
+            (SELECT tick_id FROM pgque.tick WHERE tick_queue = $1 AND tick_id > $2 \
+              ORDER BY tick_id LIMIT 1))",
+        &[q.id.into(), from.into(), limit.into()],
+    );
+    let end: i64 = first_row(t).and_then(|r| col(&r, 1))?;
+    Some((from, end, 0))
 }
 
 /// What opening a batch gave.
@@ -335,7 +355,7 @@ pub fn next_batch(
             })
         }
         Some(_) => {
-            next_range(client, q, seen.as_ref(), 0)?;
+            next_range(client, q, seen.as_ref(), 0, limit)?;
         }
         None => {}
     }
@@ -354,7 +374,7 @@ pub fn next_batch(
     } else {
         0
     };
-    let range = next_range(client, q, latest.as_ref(), start)?;
+    let range = next_range(client, q, latest.as_ref(), start, limit)?;
     Some(open_range(client, q, sub_id, None, range, limit))
 }
 
@@ -407,7 +427,7 @@ pub fn next_batch_coop(
     } else {
         0
     };
-    let range = next_range(client, q, latest.as_ref(), start)?;
+    let range = next_range(client, q, latest.as_ref(), start, limit)?;
     Some(open_range(client, q, sub_id, Some(member), range, limit))
 }
 
