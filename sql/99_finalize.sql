@@ -11,7 +11,83 @@ GRANT EXECUTE ON FUNCTION pgque.status() TO pgque_admin, pgque_reader;
 GRANT EXECUTE ON FUNCTION pgque.version() TO pgque_admin, pgque_reader, pgque_writer;
 
 -- ---- event queues ---------------------------------------------------------
--- (grants of src/log and src/api functions go here)
+-- Publishing: pgque_writer.
+GRANT EXECUTE ON FUNCTION
+    pgque.send(text, jsonb), pgque.send(text, text),
+    pgque.send(text, text, jsonb), pgque.send(text, text, text),
+    pgque.send_batch(text, jsonb[]), pgque.send_batch(text, text[]),
+    pgque.send_batch(text, text, jsonb[]), pgque.send_batch(text, text, text[]),
+    pgque.insert_event(text, text, text),
+    pgque.insert_event(text, text, text, text, text, text, text)
+  TO pgque_writer;
+-- Consuming and observability: pgque_reader.
+GRANT EXECUTE ON FUNCTION
+    pgque.subscribe(text, text), pgque.unsubscribe(text, text),
+    pgque.receive(text, text, int4), pgque.ack(bigint),
+    pgque.nack(bigint, pgque.message, interval, text),
+    pgque.register_consumer(text, text), pgque.register_consumer_at(text, text, bigint),
+    pgque.unregister_consumer(text, text),
+    pgque.next_batch(text, text), pgque.next_batch_info(text, text),
+    pgque.next_batch_custom(text, text, interval, int4, interval),
+    pgque.get_batch_events(bigint), pgque.get_batch_cursor(bigint, text, int4),
+    pgque.finish_batch(bigint),
+    pgque.event_retry(bigint, bigint, timestamptz), pgque.event_retry(bigint, bigint, int4),
+    pgque.batch_retry(bigint, int4),
+    pgque.register_subconsumer(text, text, text), pgque.subscribe_subconsumer(text, text, text),
+    pgque.unregister_subconsumer(text, text, text, int4),
+    pgque.next_batch(text, text, text), pgque.next_batch(text, text, text, interval),
+    pgque.receive_coop(text, text, text, int4, interval),
+    pgque.touch_subconsumer(text, text, text),
+    pgque.dlq_inspect(text, int4), pgque.dlq_replay(bigint), pgque.dlq_replay_all(text),
+    pgque.dlq_purge(text, interval),
+    pgque.get_queue_info(), pgque.get_queue_info(text),
+    pgque.get_consumer_info(), pgque.get_consumer_info(text), pgque.get_consumer_info(text, text),
+    pgque.get_batch_info(bigint)
+  TO pgque_reader;
+-- Administration: pgque_admin.
+GRANT EXECUTE ON FUNCTION
+    pgque.create_queue(text), pgque.drop_queue(text), pgque.drop_queue(text, boolean),
+    pgque.set_queue_config(text, text, text),
+    pgque.ticker(), pgque.ticker(text), pgque.force_next_tick(text), pgque.force_tick(text),
+    pgque.maint(), pgque.maint_retry_events(), pgque.maint_operations()
+  TO pgque_admin;
+
+-- ---- idempotent and delayed publishing ------------------------------------------------
+GRANT EXECUTE ON FUNCTION
+    pgque.send_idem(text, text, jsonb, text, interval, text),
+    pgque.send_idem(text, text, text, text, interval, text)
+  TO pgque_writer;
+GRANT EXECUTE ON FUNCTION
+    pgque.send_at(text, text, jsonb, timestamptz, text),
+    pgque.send_at(text, text, text, timestamptz, text)
+  TO pgque_writer;
+GRANT EXECUTE ON FUNCTION pgque.maint_idem(), pgque.maint_delayed() TO pgque_admin;
+
+-- Event-queue functions plan their lookups with sequential scans disabled:
+-- ticks, batches and events are always reached through their indexes, also
+-- while the planner's statistics are stale (a metadata piece analyzed empty
+-- and refilled since, an event table grown since its last ANALYZE).
+DO $seqscan$
+DECLARE f regprocedure;
+BEGIN
+    FOR f IN SELECT p.oid::regprocedure FROM pg_catalog.pg_proc p
+              WHERE p.pronamespace = 'pgque'::regnamespace
+                AND p.proname = ANY (ARRAY[
+                    'send', 'send_batch', 'insert_event', 'subscribe', 'unsubscribe', 'receive',
+                    'ack', 'nack', 'register_consumer', 'register_consumer_at', 'unregister_consumer',
+                    'next_batch', 'next_batch_info', 'next_batch_custom', 'get_batch_events',
+                    'get_batch_cursor', 'finish_batch', 'event_retry', 'batch_retry',
+                    'register_subconsumer', 'subscribe_subconsumer', 'unregister_subconsumer',
+                    'receive_coop', 'touch_subconsumer', 'dlq_inspect', 'dlq_replay', 'dlq_replay_all',
+                    'dlq_purge', 'create_queue', 'drop_queue', 'set_queue_config', 'ticker',
+                    'force_next_tick', 'force_tick', 'maint', 'maint_retry_events',
+                    'get_queue_info', 'get_consumer_info', 'get_batch_info',
+                    'send_idem', 'maint_idem', 'send_at', 'maint_delayed'])
+    LOOP
+        EXECUTE format('ALTER FUNCTION %s SET enable_seqscan = off', f);
+    END LOOP;
+END
+$seqscan$;
 
 -- ---- job queues -----------------------------------------------------------
 -- Producers (pgque_writer) enqueue; consumers (pgque_reader) dispatch and
