@@ -309,12 +309,15 @@ fn tick_and_batch_lookups_use_indexes_with_stale_statistics() {
         .query(
             "SELECT relname::text, seq_scan FROM pg_stat_user_tables \
               WHERE schemaname = 'pgque' AND relname ~ '^(tick|batch|batch_done)_p|^event_[0-9]+_[0-9]+$' \
-                AND seq_scan > 0 ORDER BY 1",
+                AND seq_scan > 2 ORDER BY 1",
             &[],
         )
         .unwrap()
         .iter()
         .map(|r| (r.get(0), r.get(1)))
         .collect();
+    // Up to 2 per table are tolerated: counts of work from before the reset
+    // can be flushed after it. Without index-only planning this test sees
+    // hundreds (every receive and ack of the 50 rounds).
     assert!(scans.is_empty(), "sequential scans: {scans:?}");
 }
