@@ -22,6 +22,7 @@ pub mod admin;
 pub mod api;
 pub mod error;
 pub mod gucs;
+pub mod jobs;
 pub mod log;
 pub mod shmem;
 pub mod worker;
