@@ -174,6 +174,10 @@ fn hundred_thousand_events_leave_no_dead_tuples() {
     // update per switch and per truncation): 20 here, whatever the number of
     // events or batches.
     assert!(meta_dead <= 40, "metadata dead tuples: {meta_dead}");
+    // Drop the data now: fewer dirty buffers for the next checkpoint, which
+    // later tests' CREATE / DROP DATABASE wait for.
+    c.batch_execute("SELECT pgque.drop_queue('d', true)")
+        .unwrap();
 }
 
 #[test]
@@ -305,12 +309,15 @@ fn tick_and_batch_lookups_use_indexes_with_stale_statistics() {
         .query(
             "SELECT relname::text, seq_scan FROM pg_stat_user_tables \
               WHERE schemaname = 'pgque' AND relname ~ '^(tick|batch|batch_done)_p|^event_[0-9]+_[0-9]+$' \
-                AND seq_scan > 0 ORDER BY 1",
+                AND seq_scan > 2 ORDER BY 1",
             &[],
         )
         .unwrap()
         .iter()
         .map(|r| (r.get(0), r.get(1)))
         .collect();
+    // Up to 2 per table are tolerated: counts of work from before the reset
+    // can be flushed after it. Without index-only planning this test sees
+    // hundreds (every receive and ack of the 50 rounds).
     assert!(scans.is_empty(), "sequential scans: {scans:?}");
 }
