@@ -1,6 +1,7 @@
 -- Event queues in `make run`: a queue, two consumers, send, receive, ack.
 -- (Include from demo.sql with: \ir demo_events.sql)
-\echo 'Event queues: create a queue with two consumers and send three events'
+\echo 'Fan-out: a queue with two consumers, three events'
+SELECT pgque.drop_queue('demo_orders', true) FROM pgque.get_queue_info() WHERE queue_name = 'demo_orders';
 SELECT pgque.create_queue('demo_orders');
 SELECT pgque.subscribe('demo_orders', 'billing'), pgque.subscribe('demo_orders', 'shipping');
 SELECT pgque.send('demo_orders', 'order.created', '{"order": 1}'::jsonb);
