@@ -3,7 +3,6 @@
 //! re-read for every capped cut of it.
 mod events_util;
 use events_util::*;
-use pgque_pg_test::*;
 
 #[test]
 fn lagging_consumer_reads_tick_aligned_batches() {
