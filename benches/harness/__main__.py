@@ -60,7 +60,7 @@ def sh(cmd):
 
 
 def header(cfg, conn, cmdline, started):
-    ver, settings, exts = db.settings(conn)
+    ver, settings, exts, plen = db.settings(conn)
     mem = sh("free -g | awk '/Mem:/{print $2}'")
     cpu = sh("grep -m1 'model name' /proc/cpuinfo | cut -d: -f2").strip()
     commit = sh("git rev-parse --short HEAD") + (" (dirty)" if sh("git status --porcelain -- ../src ../sql ../benches") else "")
@@ -80,7 +80,7 @@ def header(cfg, conn, cmdline, started):
         f"- load average at start: {load}",
         f"- server: {ver}",
         "- extensions: " + ", ".join(f"{n} {v}" for n, v in exts),
-        "- payload: ~200-byte JSON object (`" + db.payload_sql("n") + "`)",
+        f"- payload: a {plen}-byte JSON object as text (`" + db.payload_sql("n") + "`)",
         "- every cell starts from a fresh queue or truncated table; rounds interleave the systems (A B C, A B C, ...)",
         "", "settings:", "", "| setting | value |", "|---|---|",
     ]

@@ -143,10 +143,12 @@ def settings(conn):
         "autovacuum_naptime", "max_connections",
     ]
     with conn.cursor() as cur:
-        cur.execute("SELECT name, setting, unit FROM pg_settings WHERE name = ANY(%s) OR name LIKE 'pgque.%%' ORDER BY name", (names,))
+        cur.execute("SELECT name, current_setting(name), NULL FROM pg_settings WHERE name = ANY(%s) OR name LIKE 'pgque.%%' ORDER BY name", (names,))
         rows = cur.fetchall()
         cur.execute("SELECT version()")
         ver = cur.fetchone()[0]
         cur.execute("SELECT extname, extversion FROM pg_extension ORDER BY 1")
         exts = cur.fetchall()
-    return ver, rows, exts
+        cur.execute(f"SELECT octet_length(({payload_sql('123456')})::text)")
+        plen = cur.fetchone()[0]
+    return ver, rows, exts, plen

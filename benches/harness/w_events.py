@@ -192,13 +192,13 @@ def _drain_proc(system, q, consumer, n, batch, barrier, out):
                     if not rows:
                         continue
             elif system == "plain":
-                rows = cur.execute("SELECT id, payload FROM bench.plain_events WHERE id > %s ORDER BY id LIMIT %s",
+                rows = cur.execute("SELECT id, payload::text FROM bench.plain_events WHERE id > %s ORDER BY id LIMIT %s",
                                    (out.get("last", 0) if isinstance(out, dict) else 0, batch), prepare=True).fetchall()
             else:  # skiplocked: claim (commit), then delete (commit), as a job runner does
                 rows = cur.execute(
                     "UPDATE bench.sl_jobs SET state = 'running', locked_by = %s, locked_at = now(), attempt = attempt + 1 "
                     "WHERE id IN (SELECT id FROM bench.sl_jobs WHERE queue = %s AND state = 'ready' AND run_at <= now() "
-                    "ORDER BY priority, run_at, id LIMIT %s FOR UPDATE SKIP LOCKED) RETURNING id, args",
+                    "ORDER BY priority, run_at, id LIMIT %s FOR UPDATE SKIP LOCKED) RETURNING id, args::text",
                     (consumer, q, batch), prepare=True).fetchall()
         if system.startswith("skiplocked") and rows:
             with conn.transaction():
@@ -234,7 +234,7 @@ def drain_cell(w, conn, cfg, system, rnd, batch, nconsumers):
     subs = [f"s{i}" for i in range(nconsumers)]
     fill_backlog(conn, system, q, n, batch)
     lsn = db.wal_lsn(conn)
-    barrier = MP.Barrier(nconsumers)
+    barrier = MP.Barrier(nconsumers, timeout=300)
     outq = MP.Queue()
     procs = []
     for i in range(nconsumers):
@@ -398,7 +398,7 @@ def latency_cell(w, conn, cfg, system, rnd, rate):
     lsn = db.wal_lsn(conn)
     secs = cfg.lat_secs
     nproc = 3 if system == "pgq" else 2
-    barrier = MP.Barrier(nproc)
+    barrier = MP.Barrier(nproc, timeout=300)
     outq = MP.Queue()
     stop_at = time.time() + secs + 2.0 + 1.0  # start skew + drain time after the producer stops
     procs = [MP.Process(target=_producer, args=(system, q, rate, secs, barrier, outq)),

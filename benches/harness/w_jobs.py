@@ -104,7 +104,7 @@ def w6(res, cfg, conn):
 SL_CLAIM = ("UPDATE bench.sl_jobs SET state = 'running', locked_by = %s, locked_at = now(), attempt = attempt + 1 "
             "WHERE id IN (SELECT id FROM bench.sl_jobs WHERE queue = %s AND state = 'ready' AND run_at <= now() "
             "ORDER BY priority, run_at, id LIMIT %s FOR UPDATE SKIP LOCKED) "
-            "RETURNING id, queue, kind, args, priority, attempt")
+            "RETURNING id, queue, kind, args::text, priority, attempt")
 PG_DISPATCH = "SELECT * FROM pgque.dispatch(%s::text[], %s, %s, NULL::interval, 2)"
 
 
@@ -237,7 +237,7 @@ def e2e_cell(w, conn, cfg, system, rnd, workers):
         db.execute(conn, "TRUNCATE bench.sl_jobs")
         schemas = ("bench",)
     lsn = db.wal_lsn(conn)
-    barrier = MP.Barrier(workers)
+    barrier = MP.Barrier(workers, timeout=300)
     outq = MP.Queue()
     procs = [MP.Process(target=_jobs_worker, args=(system, q, cfg.w8_secs, 100, barrier, outq, i)) for i in range(workers)]
     for pr in procs:
