@@ -50,6 +50,15 @@ def execute(conn, sql, params=None):
         cur.execute(sql, params)
 
 
+def truncate(conn, table):
+    """TRUNCATE, then flush this backend's statistics at once: a TRUNCATE's pending
+    stats reset n_dead_tup when they are flushed, which for an idle backend can be
+    seconds later, after the workload's own counts (wiping them)."""
+    execute(conn, f"TRUNCATE {table}")
+    execute(conn, "SELECT pg_stat_force_next_flush()")
+    execute(conn, "SELECT 1")
+
+
 def has_function(conn, signature):
     """True when e.g. 'pgque.send(text,jsonb)' exists (to_regprocedure)."""
     return scalar(conn, "SELECT to_regprocedure(%s) IS NOT NULL", (signature,))

@@ -35,9 +35,9 @@ def create(conn, system, q):
     elif system == "pgq":
         db.execute(conn, "SELECT pgq.create_queue(%s)", (q,))
     elif system == "plain":
-        db.execute(conn, "TRUNCATE bench.plain_events")
+        db.truncate(conn, "bench.plain_events")
     elif system.startswith("skiplocked"):
-        db.execute(conn, "TRUNCATE bench.sl_jobs")
+        db.truncate(conn, "bench.sl_jobs")
 
 
 def drop(conn, system, q):

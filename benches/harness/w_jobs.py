@@ -61,7 +61,7 @@ def enqueue_cell(w, conn, cfg, system, rnd, batch, clients):
         create_job_queue(conn, q, "strict_fifo")
         script, marker, schemas = enqueue_sql(batch) + ";\n", "enqueue_ready_rows", JOB_SCHEMAS
     else:
-        db.execute(conn, "TRUNCATE bench.plain_jobs")
+        db.truncate(conn, "bench.plain_jobs")
         script, marker, schemas = plain_insert_sql(batch) + ";\n", "bench.plain_jobs", ("bench",)
     tables = {"bench.plain_jobs"} if system == "plain" else None
     db.pgss_reset(conn)
@@ -172,7 +172,7 @@ def w7(res, cfg, conn):
         queues = [("w7_fifo", "strict_fifo"), ("w7_rr", "round_robin")]
         for q, mode in queues:
             create_job_queue(conn, q, mode)
-    db.execute(conn, "TRUNCATE bench.sl_jobs")
+    db.truncate(conn, "bench.sl_jobs")
     by_mode = {mode: q for q, mode in queues}
     have = 0
     try:
@@ -184,7 +184,7 @@ def w7(res, cfg, conn):
     finally:
         for q, _ in queues:
             drop_job_queue(conn, q)
-        db.execute(conn, "TRUNCATE bench.sl_jobs")
+        db.truncate(conn, "bench.sl_jobs")
     # depth ratios: p50 at each depth over p50 at the smallest depth, per system and plan
     depths = [f"depth={d:,}" for d in cfg.w7_depths]
     rows = []
@@ -234,7 +234,7 @@ def e2e_cell(w, conn, cfg, system, rnd, workers):
         create_job_queue(conn, q, "strict_fifo")
         schemas = JOB_SCHEMAS
     else:
-        db.execute(conn, "TRUNCATE bench.sl_jobs")
+        db.truncate(conn, "bench.sl_jobs")
         schemas = ("bench",)
     lsn = db.wal_lsn(conn)
     barrier = MP.Barrier(workers, timeout=300)

@@ -129,7 +129,7 @@ def w9(res, cfg, conn):
         if s == "pgque":
             w_jobs.create_job_queue(conn, q, "strict_fifo")
         else:
-            db.execute(conn, "TRUNCATE bench.sl_jobs")
+            db.truncate(conn, "bench.sl_jobs")
         queues[("jb", s)] = q
     holder = None
     held_since = None
