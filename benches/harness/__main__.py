@@ -74,7 +74,7 @@ def header(cfg, conn, cmdline, started):
     lines += [
         "## How this was made", "",
         f"- command: `{cmdline}`",
-        f"- source: branch `{branch}`, commit {commit}",
+        f"- source: branch `{branch}`, commit {commit}" + (f" — {os.environ['BENCH_SOURCE_NOTE']}" if os.environ.get("BENCH_SOURCE_NOTE") else ""),
         f"- config: {cfg.describe()}",
         f"- machine: {os.cpu_count()} CPUs ({cpu}), {mem} GB RAM, {platform.platform()}",
         f"- load average at start: {load}",

@@ -140,8 +140,7 @@ def fill_backlog(conn, system, q, n, batch, consumers=("c1",)):
             db.execute(conn, "SELECT pgque.subscribe(%s, %s)", (q, c))
         for left in range(n, 0, -batch):
             db.execute(conn, f"SELECT pgque.send_batch(%s, {chunk_sql})", (q, min(batch, left)))
-            db.execute(conn, "SELECT pgque.force_tick(%s)", (q,))
-            db.execute(conn, "SELECT pgque.ticker()")
+            db.execute(conn, "SELECT pgque.force_tick(%s)", (q,))  # ticks now (PgQ's only bumps the sequence)
     elif system == "pgq":
         create(conn, system, q)
         db.execute(conn, "SELECT pgq.register_consumer(%s, %s)", (q, "c1"))
@@ -267,7 +266,7 @@ def w3(res, cfg, conn):
     w = res.workload("w3", f"Drain a backlog of {cfg.backlog:,} events",
                      [("rate", "events/s"), ("wal_per", "WAL B/event"), ("per_batch", "events/batch")],
                      about="Backlog filled untimed, cut into batches of the given size by one tick per chunk "
-                           "(pgque.force_tick + pgque.ticker(); pgq.force_tick + pgq.ticker(q)); the pgque worker is "
+                           "(pgque.force_tick(q), which ticks at once; pgq.force_tick(q) + pgq.ticker(q)); the pgque worker is "
                            "stopped during this workload so it cuts no other batches. Consumers: pgque receive(q, c, B)+ack "
                            "in one transaction per batch; PgQ next_batch + get_batch_events + finish_batch; plain keyset "
                            "`WHERE id > last ORDER BY id LIMIT B`; SKIP LOCKED claim (commit) then DELETE (commit). "

@@ -37,7 +37,7 @@ def create_job_queue(conn, q, mode):
 
 def drop_job_queue(conn, q):
     try:
-        db.execute(conn, "SELECT pgque.drop_job_queue(%s)", (q,))
+        db.execute(conn, "SELECT pgque.drop_job_queue(%s, true)", (q,))
     except Exception as e:
         progress(f"warning: drop_job_queue({q}): {str(e).splitlines()[0]}")
 
