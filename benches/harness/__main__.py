@@ -15,7 +15,7 @@ import sys
 import time
 import traceback
 
-from . import db, report, w_events, w_jobs, w_xmin
+from . import chart, db, report, w_events, w_jobs, w_xmin
 from .core import Results, progress
 
 WORKLOADS = {
@@ -132,7 +132,12 @@ def main():
             conn = db.connect()
         if len(res.workloads) > n_before:
             res.workloads[-1].seconds = time.time() - t0
-        report.write(out, res, hdr + [f"- total wall time so far: {time.time() - started.timestamp():.0f} s", ""])
+        png = None
+        try:
+            png = chart.write(out[:-3] + ".png", res)
+        except Exception as e:  # a chart is a nicety; never lose the figures over it
+            progress(f"chart not written: {e}")
+        report.write(out, res, hdr + [f"- total wall time so far: {time.time() - started.timestamp():.0f} s", ""], png)
     progress(f"done in {time.time() - started.timestamp():.0f} s; results in {out}")
 
 

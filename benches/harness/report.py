@@ -129,8 +129,11 @@ def targets(res):
     return rows
 
 
-def write(path, res, header_lines):
+def write(path, res, header_lines, png=None):
     out = list(header_lines)
+    if png:
+        import os
+        out += [f"![throughput and dispatch latency]({os.path.basename(png)})", ""]
     out += ["## The issue's targets, from this run's figures", "",
             "| target | measured | met | how |", "|---|---|---|---|"]
     for name, val, ok, how in targets(res):
