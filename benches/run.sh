@@ -57,7 +57,14 @@ if [ "${BENCH_NO_BUILD:-0}" != 1 ]; then
 fi
 PKG=$ROOT/target/release/pgque-pg15
 [ -f "$PKG/usr/lib/postgresql/15/lib/pgque.so" ] || { log "no build in $PKG: run without BENCH_NO_BUILD"; exit 1; }
-cp "$PKG"/usr/lib/postgresql/15/lib/pgque.so "$INST/usr/lib/postgresql/15/lib/"
+# Stop the bench server first, and replace the library by rename, never in place:
+# overwriting a mapped .so crashes the processes that have it loaded.
+if [ -f "$DATA/postmaster.pid" ]; then
+  log "stopping the bench cluster to install the new library"
+  as_pg "$BIN/pg_ctl" -D "$DATA" -m fast -w -t 120 stop >/dev/null || true
+fi
+cp "$PKG"/usr/lib/postgresql/15/lib/pgque.so "$INST/usr/lib/postgresql/15/lib/.pgque.so.new"
+mv -f "$INST/usr/lib/postgresql/15/lib/.pgque.so.new" "$INST/usr/lib/postgresql/15/lib/pgque.so"
 cp "$PKG"/usr/share/postgresql/15/extension/pgque* "$INST/usr/share/postgresql/15/extension/"
 chmod -R a+rX "$INST"
 d=$INST; while [ "$d" != / ]; do chmod o+x "$d" 2>/dev/null || true; d=$(dirname "$d"); done
@@ -77,13 +84,8 @@ fi
   echo "listen_addresses = ''"
 } > "$DATA/bench.conf"
 [ "$(id -u)" = 0 ] && chown postgres "$DATA/bench.conf"
-if as_pg "$BIN/pg_ctl" -D "$DATA" status >/dev/null 2>&1; then
-  log "restarting the bench cluster (new library, settings)"
-  as_pg "$BIN/pg_ctl" -D "$DATA" -l "$DATA/server.log" -w -m fast restart >/dev/null
-else
-  log "starting the bench cluster (port $PORT, socket $SOCK)"
-  as_pg "$BIN/pg_ctl" -D "$DATA" -l "$DATA/server.log" -w start >/dev/null
-fi
+log "starting the bench cluster (port $PORT, socket $SOCK)"
+as_pg "$BIN/pg_ctl" -D "$DATA" -l "$DATA/server.log" -w -t 120 start >/dev/null
 
 # ---- 3. the database -------------------------------------------------------------
 PSQL=("$BIN/psql" -X -q -v ON_ERROR_STOP=1 -h "$SOCK" -p "$PORT" -U postgres)

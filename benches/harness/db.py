@@ -59,6 +59,20 @@ def truncate(conn, table):
     execute(conn, "SELECT 1")
 
 
+def vacuum_schemas(conn, schemas):
+    """Harness housekeeping between cells (never inside one): VACUUM the tables of
+    the given schemas, so the dead tuples a cell reports are its own and not those
+    left by the previous cell's drop_queue."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT format('%%I.%%I', schemaname, relname) FROM pg_stat_user_tables WHERE schemaname = ANY(%s)",
+                    (list(schemas),))
+        names = [r[0] for r in cur.fetchall()]
+    for n in names:
+        execute(conn, f"VACUUM {n}")
+    execute(conn, "SELECT pg_stat_force_next_flush()")
+    execute(conn, "SELECT 1")
+
+
 def has_function(conn, signature):
     """True when e.g. 'pgque.send(text,jsonb)' exists (to_regprocedure)."""
     return scalar(conn, "SELECT to_regprocedure(%s) IS NOT NULL", (signature,))

@@ -48,6 +48,8 @@ def drop(conn, system, q):
             db.execute(conn, "SELECT pgq.drop_queue(%s, true)", (q,))
     except Exception as e:  # a failed drop must not stop the run; the name is per cell
         progress(f"warning: drop_queue({q}) on {system}: {str(e).splitlines()[0]}")
+    if system.startswith("pgque") or system == "pgq":
+        db.vacuum_schemas(conn, schemas(system))
 
 
 def schemas(system):

@@ -40,6 +40,7 @@ def drop_job_queue(conn, q):
         db.execute(conn, "SELECT pgque.drop_job_queue(%s, true)", (q,))
     except Exception as e:
         progress(f"warning: drop_job_queue({q}): {str(e).splitlines()[0]}")
+    db.vacuum_schemas(conn, JOB_SCHEMAS)
 
 
 def enqueue_sql(batch, q_expr=":q", fairness=False):
