@@ -41,6 +41,7 @@ class Workload:
         self.skipped = []  # lines
         self.notes = []  # free text lines
         self.extra_tables = []  # (title, header, rows)
+        self.profiles = []  # (variant, system, rnd, rows of db.pgss_top)
         self.started = None
         self.seconds = None
 
@@ -48,6 +49,9 @@ class Workload:
         line = f"{self.wid}: skipped: {what}"
         self.skipped.append(what)
         progress(line)
+
+    def profile(self, variant, system, rnd, rows):
+        self.profiles.append((variant, system, rnd, rows))
 
     def note(self, text):
         self.notes.append(text)

@@ -62,7 +62,10 @@ def truncate(conn, table):
 def vacuum_schemas(conn, schemas):
     """Harness housekeeping between cells (never inside one): VACUUM the tables of
     the given schemas, so the dead tuples a cell reports are its own and not those
-    left by the previous cell's drop_queue."""
+    left by the previous cell's drop_queue. The drop's own pending statistics are
+    flushed first, or they would land after VACUUM's and count again."""
+    execute(conn, "SELECT pg_stat_force_next_flush()")
+    execute(conn, "SELECT 1")
     with conn.cursor() as cur:
         cur.execute("SELECT format('%%I.%%I', schemaname, relname) FROM pg_stat_user_tables WHERE schemaname = ANY(%s)",
                     (list(schemas),))
@@ -128,7 +131,7 @@ def pgss_reset(conn):
 
 
 def pgss_statements_per_call(conn, marker):
-    """(top-level calls of statements containing `marker`, statements per such call).
+    """(top-level calls of statements containing `marker`, nested statements per such call).
 
     Counts every statement pg_stat_statements saw in the bench database (top-level
     and nested, track = all) except the harness's own bookkeeping, divided by the
@@ -155,7 +158,7 @@ def pgss_statements_per_call(conn, marker):
         )
         top, total = cur.fetchone()
     top, total = int(top), int(total)
-    return top, (total / top if top else None)
+    return top, ((total - top) / top if top else None)
 
 
 def settings(conn):
@@ -175,3 +178,22 @@ def settings(conn):
         cur.execute(f"SELECT octet_length(({payload_sql('123456')})::text)")
         plen = cur.fetchone()[0]
     return ver, rows, exts, plen
+
+
+def pgss_top(conn, n=6):
+    """The statements that took the most time since the last reset, in the bench
+    database, top-level and nested: a first profile of a cell."""
+    with conn.cursor() as cur:
+        cur.execute(
+            """
+            SELECT s.toplevel, s.calls, s.total_exec_time, s.rows,
+                   (s.shared_blks_hit + s.shared_blks_read)::float8 / greatest(s.calls, 1),
+                   regexp_replace(left(s.query, 160), '\\s+', ' ', 'g')
+              FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid
+             WHERE d.datname = current_database()
+               AND s.query NOT ILIKE '%%pg_stat_statements%%' AND s.query NOT ILIKE '%%pg_current_wal%%'
+               AND s.query NOT ILIKE '%%pg_stat_user_tables%%' AND s.query NOT ILIKE '%%pg_stat_clear_snapshot%%'
+               AND s.query NOT ILIKE '%%pg_stat_force_next_flush%%'
+             ORDER BY s.total_exec_time DESC LIMIT %s
+            """, (n,))
+        return cur.fetchall()

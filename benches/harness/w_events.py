@@ -91,9 +91,12 @@ def send_script(system, batch):
 def send_cell(res_w, conn, cfg, variant, system, rnd, batch, clients):
     q = f"{res_w.wid}_{system}_b{batch}_r{rnd}"
     create(conn, system, q)
+    db.pgss_reset(conn)
     lsn = db.wal_lsn(conn)
     tx, tps, failed = pgbench.run(send_script(system, batch), clients, cfg.send_secs, {"q": q})
     wal = db.wal_diff(conn, lsn)
+    if system.startswith("pgque"):
+        res_w.profile(variant, system, rnd, db.pgss_top(conn))
     events = tx * batch
     dead = dead_for(conn, system)
     drop(conn, system, q)
@@ -234,6 +237,7 @@ def drain_cell(w, conn, cfg, system, rnd, batch, nconsumers):
     n = cfg.backlog
     subs = [f"s{i}" for i in range(nconsumers)]
     fill_backlog(conn, system, q, n, batch)
+    db.pgss_reset(conn)
     lsn = db.wal_lsn(conn)
     barrier = MP.Barrier(nconsumers, timeout=300)
     outq = MP.Queue()
@@ -257,6 +261,8 @@ def drain_cell(w, conn, cfg, system, rnd, batch, nconsumers):
     drop(conn, system, q)
     label = {"pgque": "pgque", "pgque_coop": f"pgque coop x{nconsumers}", "pgq": "pgq", "plain": "plain keyset",
              "skiplocked": f"skiplocked x{nconsumers}"}[system]
+    if system.startswith("pgque") or system == "pgq":
+        w.profile(f"batch={batch}", label, rnd, db.pgss_top(conn))
     w.add(f"batch={batch}", label, rnd, {
         "rate": consumed / secs if secs > 0 else None, "wal_per": wal / consumed if consumed else None,
         "per_batch": consumed / batches if batches else None, "consumed": consumed, "dead": dead})

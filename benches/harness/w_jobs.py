@@ -70,6 +70,8 @@ def enqueue_cell(w, conn, cfg, system, rnd, batch, clients):
     tx, tps, failed = pgbench.run(script, clients, cfg.enq_secs, {"q": q})
     wal = db.wal_diff(conn, lsn)
     top, spc = db.pgss_statements_per_call(conn, marker)
+    if system == "pgque":
+        w.profile(f"batch={batch} producers={clients}", system, rnd, db.pgss_top(conn))
     jobs = tx * batch
     dead = db.dead_tuples(conn, schemas, tables)
     if system == "pgque":
@@ -80,11 +82,12 @@ def enqueue_cell(w, conn, cfg, system, rnd, batch, clients):
 
 def w6(res, cfg, conn):
     w = res.workload("w6", "enqueue_ready_rows vs plain multi-row INSERT",
-                     [("rate", "jobs/s"), ("wal_per", "WAL B/job"), ("stmts", "statements/call")],
+                     [("rate", "jobs/s"), ("wal_per", "WAL B/job"), ("stmts", "nested statements/call")],
                      about="pgbench -c 1|2, one call per transaction: `SELECT count(*) FROM pgque.enqueue_ready_rows(q, kinds, args)` "
                            "(arrays built server-side) vs `INSERT INTO bench.plain_jobs(queue, kind, args) SELECT ... FROM generate_series` "
-                           "(same ~200-byte args). statements/call = every statement pg_stat_statements (track = all) saw in "
-                           "the bench database during the cell, top-level and nested, over the top-level calls; the pgque "
+                           "(same ~200-byte args). The client sends one statement per call; nested statements/call = the statements "
+                           "pg_stat_statements (track = all) saw in the bench database during the cell beyond the top-level "
+                           "calls, over the top-level calls (0 for a plain INSERT); the pgque "
                            "worker is stopped during this workload so its statements do not count.")
     systems = ["pgque", "plain"]
     miss = db.missing_functions(conn, ENQ[:1]) + ([] if has_enqueue(conn) else ["pgque.enqueue_ready_rows(text,text[],jsonb[],...)"])
@@ -237,6 +240,7 @@ def e2e_cell(w, conn, cfg, system, rnd, workers):
     else:
         db.truncate(conn, "bench.sl_jobs")
         schemas = ("bench",)
+    db.pgss_reset(conn)
     lsn = db.wal_lsn(conn)
     barrier = MP.Barrier(workers, timeout=300)
     outq = MP.Queue()
@@ -254,6 +258,7 @@ def e2e_cell(w, conn, cfg, system, rnd, workers):
     secs = max(o[1] for o in out)
     dead = db.dead_tuples(conn, schemas, None if system == "pgque" else {"bench.sl_jobs"})
     if system == "pgque":
+        w.profile(f"workers={workers}", system, rnd, db.pgss_top(conn))
         drop_job_queue(conn, q)
     w.add(f"workers={workers}", system, rnd, {
         "rate": done / secs if secs else None, "wal_per": wal / done if done else None, "jobs": done, "dead": dead})
