@@ -142,6 +142,19 @@ def targets(res):
     for v in ("workers=1", "workers=2"):
         r = ratio_of_medians("w8", v, "pgque", "skiplocked")
         add(f"w8 end-to-end jobs/s {v} ≥ 2x SKIP LOCKED", r, None if r is None else r >= 2.0, skipped("w8") if r is None else "median pgque / skiplocked")
+    w = W.get("w9")
+    if w and any(sys_.startswith("pgque") for sys_ in w.systems("during")):
+        for s_ in [x for x in w.systems("during") if x.startswith("pgque")]:
+            d = w.last("during", s_, "dead") or {}
+            ev = sum(n for t, n in d.items() if ".event_" in t)
+            other = {t: n for t, n in d.items() if ".event_" not in t}
+            if s_.endswith("events"):
+                add(f"w9 {s_}: event tables 0 dead tuples at the end of the held-xmin phase", ev, ev == 0, "sum of n_dead_tup over pgque.event_*")
+            top = max(other.items(), key=lambda kv: kv[1]) if other else None
+            add(f"w9 {s_}: other pgque tables bounded during the held xmin (largest shown; judge the bound by the phase table)",
+                top[1] if top else 0, None, f"{top[0]}" if top else "no dead tuples")
+    else:
+        add("w9 held xmin: pgque tables bounded", None, None, skipped("w9"))
     return rows
 
 
