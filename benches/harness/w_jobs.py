@@ -109,7 +109,7 @@ SL_CLAIM = ("UPDATE bench.sl_jobs SET state = 'running', locked_by = %s, locked_
             "WHERE id IN (SELECT id FROM bench.sl_jobs WHERE queue = %s AND state = 'ready' AND run_at <= now() "
             "ORDER BY priority, run_at, id LIMIT %s FOR UPDATE SKIP LOCKED) "
             "RETURNING id, queue, kind, args::text, priority, attempt")
-PG_DISPATCH = "SELECT * FROM pgque.dispatch(%s::text[], %s, %s, NULL::interval, 2)"
+PG_DISPATCH = "SELECT job_id, queue, kind, args::text, priority, attempt, lease_token FROM pgque.dispatch(%s::text[], %s::int, %s::text, NULL::interval, 2)"
 
 
 def fill_depth(conn, target, have, queues):
@@ -213,7 +213,7 @@ def _jobs_worker(system, q, secs, batch, barrier, outq, wid):
         while time.perf_counter() - t0 < secs:
             if system == "pgque":
                 cur.execute(enqueue_sql(batch, "%s"), (q,), prepare=True)
-                rows = cur.execute("SELECT job_id, lease_token FROM pgque.dispatch(%s::text[], %s, %s, NULL::interval, 2)",
+                rows = cur.execute("SELECT job_id, lease_token FROM pgque.dispatch(%s::text[], %s::int, %s::text, NULL::interval, 2)",
                                    ([q], batch, f"w{wid}"), prepare=True).fetchall()
                 if rows:
                     cur.execute("SELECT pgque.complete_many(%s::bigint[], %s::bigint[])",
