@@ -45,7 +45,7 @@ def drop_job_queue(conn, q):
 
 def enqueue_sql(batch, q_expr=":q", fairness=False):
     p = db.payload_sql("g")
-    fk = ", fairness_keys => ARRAY(SELECT 'k' || (g % 100) FROM generate_series(1, {b}) g)".format(b=batch) if fairness else ""
+    fk = ", fairness_keys => ARRAY(SELECT 'k' || mod(g, 100) FROM generate_series(1, {b}) g)".format(b=batch) if fairness else ""
     return (f"SELECT count(*) FROM pgque.enqueue_ready_rows({q_expr}, array_fill('bench.kind'::text, ARRAY[{batch}]), "
             f"ARRAY(SELECT {p} FROM generate_series(1, {batch}) g){fk})")
 
@@ -131,7 +131,9 @@ def fill_depth(conn, target, have, queues):
         db.execute(conn, "ANALYZE")  # the job store's tables too, as autovacuum eventually would
 
 
-def dispatch_cell(w, cfg, system, plan, depth, rnd, queues_by_mode):
+def dispatch_cell(w, cfg, system, plan, depth, rnd, queues_by_mode, admin):
+    if system.startswith("pgque"):
+        db.pgss_reset(admin)
     conn = db.connect(autocommit=False)
     cur = conn.cursor()
     cur.execute("SET plan_cache_mode = %s" % ("force_generic_plan" if plan == "generic" else "force_custom_plan"))
@@ -151,6 +153,8 @@ def dispatch_cell(w, cfg, system, plan, depth, rnd, queues_by_mode):
             lats.append((t1 - t0) * 1000.0)
             rows_seen.append(len(rows))
     conn.close()
+    if system.startswith("pgque"):
+        w.profile(f"depth={depth:,}", f"{system} ({plan})", rnd, db.pgss_top(admin, 4))
     w.add(f"depth={depth:,}", f"{system} ({plan})", rnd, {
         "p50": pct(lats, 50), "p95": pct(lats, 95), "rows": min(rows_seen) if rows_seen else None})
 
@@ -184,7 +188,7 @@ def w7(res, cfg, conn):
             fill_depth(conn, depth, have, queues)
             have = depth
             cells = [(s, p) for s in systems for p in ("custom", "generic")]
-            run_rounds(cfg.rounds, cells, lambda sp, r: dispatch_cell(w, cfg, sp[0], sp[1], depth, r, by_mode))
+            run_rounds(cfg.rounds, cells, lambda sp, r: dispatch_cell(w, cfg, sp[0], sp[1], depth, r, by_mode, conn))
     finally:
         for q, _ in queues:
             drop_job_queue(conn, q)
