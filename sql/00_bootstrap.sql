@@ -3,20 +3,27 @@
 
 -- Roles. Created if missing (they are cluster-wide and outlive the extension).
 -- pgque_admin is a member of both others, so it can do all they can.
+-- Two databases creating the extension at the same moment race on these
+-- cluster-wide names: the loser's duplicate is not an error.
 DO $roles$
+DECLARE r text;
 BEGIN
-    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'pgque_reader') THEN
-        CREATE ROLE pgque_reader NOLOGIN;
-    END IF;
-    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'pgque_writer') THEN
-        CREATE ROLE pgque_writer NOLOGIN;
-    END IF;
-    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'pgque_admin') THEN
-        CREATE ROLE pgque_admin NOLOGIN;
-    END IF;
+    FOREACH r IN ARRAY ARRAY['pgque_reader', 'pgque_writer', 'pgque_admin'] LOOP
+        IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = r) THEN
+            BEGIN
+                EXECUTE format('CREATE ROLE %I NOLOGIN', r);
+            EXCEPTION WHEN duplicate_object OR unique_violation THEN
+                NULL;
+            END;
+        END IF;
+    END LOOP;
+    BEGIN
+        GRANT pgque_reader, pgque_writer TO pgque_admin;
+    EXCEPTION WHEN duplicate_object OR unique_violation THEN
+        NULL;
+    END;
 END
 $roles$;
-GRANT pgque_reader, pgque_writer TO pgque_admin;
 GRANT USAGE ON SCHEMA pgque TO pgque_reader, pgque_writer, pgque_admin;
 
 -- What receive() returns: PgQue's message type, column for column.

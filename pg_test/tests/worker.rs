@@ -157,6 +157,16 @@ fn failing_duty_does_not_stop_the_others() {
         (2..=6).contains(&failures),
         "maint attempted {failures} times in ~6 s: backoff not applied ({detail})"
     );
+    // The server log has the failure once, although it happened several times.
+    let log = std::fs::read_to_string(format!("{}/server.log", pgdata())).unwrap_or_default();
+    let logged = log
+        .lines()
+        .filter(|l| l.contains("wk_failing: duty maint failed: maint is broken on purpose"))
+        .count();
+    assert_eq!(
+        logged, 1,
+        "a repeating duty error must be logged once, found {logged} lines"
+    );
     // Repair it: the next run succeeds and the status says so.
     c.batch_execute(
         "CREATE OR REPLACE FUNCTION pgque.maint() RETURNS int LANGUAGE sql AS $$ SELECT 0 $$",

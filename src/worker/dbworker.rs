@@ -24,8 +24,11 @@ fn now_ts() -> i64 {
     unsafe { pg_sys::GetCurrentTimestamp() }
 }
 
+// proc_exit never returns, but only some versions' bindings say so.
+#[allow(unreachable_code)]
 fn exit_clean() -> ! {
-    unsafe { pg_sys::proc_exit(0) }
+    unsafe { pg_sys::proc_exit(0) };
+    unreachable!("proc_exit returned")
 }
 
 /// Runs `f` in a transaction of its own. An ERROR inside is caught, the
@@ -279,9 +282,11 @@ fn run_duty(idx: usize, i: usize, d: &duties::Duty, s: &mut Schedule, dbname: &s
 
 /// SIGTERM or postmaster death. A stop request (DROP DATABASE, stop()) exits
 /// cleanly; anything else exits 1 so the postmaster brings the worker back.
+#[allow(unreachable_code)]
 fn terminated(idx: usize) -> ! {
     if shmem::stop_requested(idx) {
         exit_clean();
     }
-    unsafe { pg_sys::proc_exit(1) }
+    unsafe { pg_sys::proc_exit(1) };
+    unreachable!("proc_exit returned")
 }
