@@ -80,6 +80,8 @@ def events_cell(w, conn, cfg, system, phase, q):
     wal = db.wal_diff(conn, lsn)
     consumed, csecs = res
     dead = w_events.dead_for(conn, system)
+    if system == "pgque":  # the job store shares schema pgque: its tables belong to the jobs rows
+        dead = {t: n for t, n in dead.items() if not t.startswith("pgque.job")}
     w.add(phase, f"{system} events", 1, {"rate": consumed / csecs, "sent_rate": tps,
                                          "wal_per": wal / tx if tx else None, "dead": dead})
 
@@ -97,6 +99,8 @@ def jobs_cell(w, conn, cfg, system, phase, q):
     done, secs = res
     wal = db.wal_diff(conn, lsn)
     dead = w_events.dead_for(conn, system)
+    if system == "pgque":
+        dead = {t: n for t, n in dead.items() if t.startswith("pgque.job")}
     w.add(phase, f"{system} jobs", 1, {"rate": done / secs, "wal_per": wal / done if done else None, "dead": dead})
 
 
