@@ -21,6 +21,9 @@
 #   ONLY=w1,w3         run only these workloads (w1..w9)
 #   BENCH_NO_BUILD=1   skip the cargo build/install (use what is installed)
 #   BENCH_OUT=path     results file (default benches/results/<UTC date>[-quick].md)
+#   BENCH_RECREATE=0   keep the existing pgque extension objects (default: drop and
+#                      recreate it, the bench database is disposable)
+#   BENCH_SOURCE_NOTE  free text printed next to the source commit in the results
 # Extra arguments are passed to the harness (python3 -m harness --help).
 set -euo pipefail
 cd "$(dirname "$0")/.."
