@@ -52,7 +52,7 @@ as_pg "$BINDIR/pg_ctl" -D "$DATA" -l "$DATA/server.log" -w start >/dev/null
 export PGQUE_TEST_HOST=$DATA PGQUE_TEST_PORT=$PORT PGQUE_TEST_BINDIR=$BINDIR PGQUE_TEST_PGDATA=$DATA PGQUE_TEST_PGVER=$VER
 echo "[pgtest] PostgreSQL $VER on port $PORT (data $DATA)"
 set +e
-cargo test --no-fail-fast --manifest-path "$ROOT/pg_test/Cargo.toml" -- "$@"
+cargo test --no-fail-fast --manifest-path "$ROOT/pg_test/Cargo.toml" ${PGTEST_CARGO_ARGS:-} -- "$@"
 rc=$?
 set -e
 if [ $rc -ne 0 ]; then

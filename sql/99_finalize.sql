@@ -11,10 +11,112 @@ GRANT EXECUTE ON FUNCTION pgque.status() TO pgque_admin, pgque_reader;
 GRANT EXECUTE ON FUNCTION pgque.version() TO pgque_admin, pgque_reader, pgque_writer;
 
 -- ---- event queues ---------------------------------------------------------
--- (grants of src/log and src/api functions go here)
+-- Publishing: pgque_writer.
+GRANT EXECUTE ON FUNCTION
+    pgque.send(text, jsonb), pgque.send(text, text),
+    pgque.send(text, text, jsonb), pgque.send(text, text, text),
+    pgque.send_batch(text, jsonb[]), pgque.send_batch(text, text[]),
+    pgque.send_batch(text, text, jsonb[]), pgque.send_batch(text, text, text[]),
+    pgque.insert_event(text, text, text),
+    pgque.insert_event(text, text, text, text, text, text, text)
+  TO pgque_writer;
+-- Consuming and observability: pgque_reader.
+GRANT EXECUTE ON FUNCTION
+    pgque.subscribe(text, text), pgque.unsubscribe(text, text),
+    pgque.receive(text, text, int4), pgque.ack(bigint),
+    pgque.nack(bigint, pgque.message, interval, text),
+    pgque.register_consumer(text, text), pgque.register_consumer_at(text, text, bigint),
+    pgque.unregister_consumer(text, text),
+    pgque.next_batch(text, text), pgque.next_batch_info(text, text),
+    pgque.next_batch_custom(text, text, interval, int4, interval),
+    pgque.get_batch_events(bigint), pgque.get_batch_cursor(bigint, text, int4),
+    pgque.finish_batch(bigint),
+    pgque.event_retry(bigint, bigint, timestamptz), pgque.event_retry(bigint, bigint, int4),
+    pgque.batch_retry(bigint, int4),
+    pgque.register_subconsumer(text, text, text), pgque.subscribe_subconsumer(text, text, text),
+    pgque.unregister_subconsumer(text, text, text, int4),
+    pgque.next_batch(text, text, text), pgque.next_batch(text, text, text, interval),
+    pgque.receive_coop(text, text, text, int4, interval),
+    pgque.touch_subconsumer(text, text, text),
+    pgque.dlq_inspect(text, int4), pgque.dlq_replay(bigint), pgque.dlq_replay_all(text),
+    pgque.dlq_purge(text, interval),
+    pgque.get_queue_info(), pgque.get_queue_info(text),
+    pgque.get_consumer_info(), pgque.get_consumer_info(text), pgque.get_consumer_info(text, text),
+    pgque.get_batch_info(bigint)
+  TO pgque_reader;
+-- Administration: pgque_admin.
+GRANT EXECUTE ON FUNCTION
+    pgque.create_queue(text), pgque.drop_queue(text), pgque.drop_queue(text, boolean),
+    pgque.set_queue_config(text, text, text),
+    pgque.ticker(), pgque.ticker(text), pgque.force_next_tick(text), pgque.force_tick(text),
+    pgque.maint(), pgque.maint_retry_events(), pgque.maint_operations()
+  TO pgque_admin;
+
+-- ---- idempotent and delayed publishing ------------------------------------------------
+GRANT EXECUTE ON FUNCTION
+    pgque.send_idem(text, text, jsonb, text, interval, text),
+    pgque.send_idem(text, text, text, text, interval, text)
+  TO pgque_writer;
+GRANT EXECUTE ON FUNCTION
+    pgque.send_at(text, text, jsonb, timestamptz, text),
+    pgque.send_at(text, text, text, timestamptz, text)
+  TO pgque_writer;
+GRANT EXECUTE ON FUNCTION pgque.maint_idem(), pgque.maint_delayed() TO pgque_admin;
+
+-- Event-queue functions plan their lookups with sequential scans disabled:
+-- ticks, batches and events are always reached through their indexes, also
+-- while the planner's statistics are stale (a metadata piece analyzed empty
+-- and refilled since, an event table grown since its last ANALYZE).
+DO $seqscan$
+DECLARE f regprocedure;
+BEGIN
+    FOR f IN SELECT p.oid::regprocedure FROM pg_catalog.pg_proc p
+              WHERE p.pronamespace = 'pgque'::regnamespace
+                AND p.proname = ANY (ARRAY[
+                    'send', 'send_batch', 'insert_event', 'subscribe', 'unsubscribe', 'receive',
+                    'ack', 'nack', 'register_consumer', 'register_consumer_at', 'unregister_consumer',
+                    'next_batch', 'next_batch_info', 'next_batch_custom', 'get_batch_events',
+                    'get_batch_cursor', 'finish_batch', 'event_retry', 'batch_retry',
+                    'register_subconsumer', 'subscribe_subconsumer', 'unregister_subconsumer',
+                    'receive_coop', 'touch_subconsumer', 'dlq_inspect', 'dlq_replay', 'dlq_replay_all',
+                    'dlq_purge', 'create_queue', 'drop_queue', 'set_queue_config', 'ticker',
+                    'force_next_tick', 'force_tick', 'maint', 'maint_retry_events',
+                    'get_queue_info', 'get_consumer_info', 'get_batch_info',
+                    'send_idem', 'maint_idem', 'send_at', 'maint_delayed'])
+    LOOP
+        EXECUTE format('ALTER FUNCTION %s SET enable_seqscan = off', f);
+    END LOOP;
+END
+$seqscan$;
 
 -- ---- job queues -----------------------------------------------------------
--- (grants of src/jobs functions go here)
+-- Producers (pgque_writer) enqueue; consumers (pgque_reader) dispatch and
+-- report outcomes; pgque_admin administers queues, actors and single jobs.
+GRANT EXECUTE ON FUNCTION pgque.enqueue_ready_rows(text, text[], jsonb[], smallint[],
+    timestamptz[], text[], text[], text[], text[], int[], text) TO pgque_writer;
+GRANT EXECUTE ON FUNCTION pgque.enqueue(text, text, jsonb, int, timestamptz, text,
+    text, text, text, int, text) TO pgque_writer;
+GRANT EXECUTE ON FUNCTION pgque.create_job_queue(text, text, int) TO pgque_admin;
+GRANT EXECUTE ON FUNCTION pgque.drop_job_queue(text, boolean) TO pgque_admin;
+GRANT EXECUTE ON FUNCTION pgque.set_job_queue_config(text, text, text) TO pgque_admin;
+GRANT EXECUTE ON FUNCTION pgque.pause_job_queue(text) TO pgque_admin;
+GRANT EXECUTE ON FUNCTION pgque.resume_job_queue(text) TO pgque_admin;
+GRANT EXECUTE ON FUNCTION pgque.set_actor_capacity(text, int) TO pgque_admin;
+GRANT SELECT ON pgque.job_queue_status TO pgque_reader, pgque_admin;
+GRANT EXECUTE ON FUNCTION pgque.dispatch(text[], int, text, interval, int) TO pgque_reader;
+GRANT EXECUTE ON FUNCTION pgque.complete(bigint, bigint) TO pgque_reader;
+GRANT EXECUTE ON FUNCTION pgque.complete_many(bigint[], bigint[]) TO pgque_reader;
+GRANT EXECUTE ON FUNCTION pgque.fail(bigint, bigint, text, timestamptz) TO pgque_reader;
+GRANT EXECUTE ON FUNCTION pgque.heartbeat(bigint[], bigint[], interval) TO pgque_reader;
+GRANT EXECUTE ON FUNCTION pgque.snooze(bigint, bigint, timestamptz) TO pgque_reader;
+GRANT EXECUTE ON FUNCTION pgque.cancel(bigint) TO pgque_admin;
+GRANT EXECUTE ON FUNCTION pgque.retry_job(bigint) TO pgque_admin;
+GRANT EXECUTE ON FUNCTION pgque.rescue_expired_leases(int) TO pgque_admin;
+GRANT EXECUTE ON FUNCTION pgque.promote_scheduled_jobs(int) TO pgque_admin;
+GRANT EXECUTE ON FUNCTION pgque.sweep_job_events(int) TO pgque_admin;
+GRANT EXECUTE ON FUNCTION pgque.prune_jobs(int) TO pgque_admin;
+GRANT EXECUTE ON FUNCTION pgque.job_maint() TO pgque_admin;
+GRANT EXECUTE ON FUNCTION pgque.job_analyze() TO pgque_admin;
 
 -- Start this database's worker now (a no-op without shared_preload_libraries;
 -- the worker waits for this transaction to commit before it begins).

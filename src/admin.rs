@@ -1,5 +1,8 @@
 //! Lifecycle and status: start(), stop(), status(), version().
 //!
+//! start/stop/status are SECURITY DEFINER (search_path pinned): the roles
+//! that may call them have no rights on pgque.worker_config itself.
+//!
 //! In pgque the ticker is the background worker: start()/stop() switch this
 //! database's worker on and off (persisted in pgque.worker_config) instead of
 //! creating pg_cron jobs as PgQue does.
@@ -16,7 +19,8 @@ fn version() -> &'static str {
 /// Switches this database's background worker on (persisted) and starts it.
 /// Returns true when a worker was requested (pgque is preloaded), false in
 /// manual mode, where pgque.ticker() and pgque.maint() must be scheduled by hand.
-#[pg_extern(volatile)]
+#[pg_extern(volatile, security_definer)]
+#[search_path(pg_catalog, pgque)]
 fn start() -> bool {
     Spi::run("UPDATE pgque.worker_config SET worker_enabled = true, changed_at = now() WHERE NOT worker_enabled")
         .unwrap_or_else(|e| crate::error::raise(crate::error::WRONG_STATE, e.to_string()));
@@ -30,7 +34,8 @@ fn start() -> bool {
 /// Switches this database's background worker off (persisted: it stays off
 /// across restarts until start()). The worker leaves within a second of commit.
 /// Returns true if it was on.
-#[pg_extern(volatile)]
+#[pg_extern(volatile, security_definer)]
+#[search_path(pg_catalog, pgque)]
 fn stop() -> bool {
     let was_on = Spi::get_one::<bool>(
         "UPDATE pgque.worker_config SET worker_enabled = false, changed_at = now() \
@@ -56,7 +61,8 @@ fn ts_text(ts: i64) -> String {
 /// database's worker: running / starting / stopped / absent), `launcher`, and
 /// `duty:<name>` for each duty (runs, failures, last run, last error).
 /// Reads shared memory and pgque.worker_config; changes nothing.
-#[pg_extern]
+#[pg_extern(security_definer)]
+#[search_path(pg_catalog, pgque)]
 fn status() -> TableIterator<
     'static,
     (

@@ -18,6 +18,10 @@ pub static WORKER_RESTART_S: GucSetting<i32> = GucSetting::<i32>::new(1);
 // ---- event queues -------------------------------------------------------
 pub static TICK_PERIOD_MS: GucSetting<i32> = GucSetting::<i32>::new(100);
 pub static MAINT_PERIOD_MS: GucSetting<i32> = GucSetting::<i32>::new(1_000);
+pub static LEDGER_ROTATION_S: GucSetting<i32> = GucSetting::<i32>::new(300);
+pub static DELAYED_PERIOD_MS: GucSetting<i32> = GucSetting::<i32>::new(100);
+pub static BATCH_MAX_EVENTS: GucSetting<i32> = GucSetting::<i32>::new(10_000);
+pub static METADATA_ROTATION_MS: GucSetting<i32> = GucSetting::<i32>::new(60_000);
 
 // ---- job queues ---------------------------------------------------------
 pub static JOB_MAINT_PERIOD_MS: GucSetting<i32> = GucSetting::<i32>::new(1_000);
@@ -49,6 +53,16 @@ fn int(
 /// Registers every setting. Called from `_PG_init` in every process that loads
 /// the library, so `SHOW pgque.x` works with or without preload.
 pub fn init() {
+    GucRegistry::define_int_guc(
+        c"pgque.ledger_rotation_period",
+        c"How long the idempotency-key and delayed-event ledgers write one piece before switching to the other.",
+        c"Superusers may SET it per session (tests, manual maint_idem() calls).",
+        &LEDGER_ROTATION_S,
+        1,
+        86_400 * 30,
+        GucContext::Suset,
+        GucFlags::UNIT_S,
+    );
     GucRegistry::define_bool_guc(
         c"pgque.enabled",
         c"Run pgque background workers (needs shared_preload_libraries).",
@@ -98,11 +112,39 @@ pub fn init() {
         GucFlags::UNIT_MS,
     );
     int(
+        c"pgque.delayed_period_ms",
+        c"How often the worker promotes due delayed events (send_at).",
+        &DELAYED_PERIOD_MS,
+        1,
+        3_600_000,
+        GucFlags::UNIT_MS,
+    );
+    int(
         c"pgque.maint_period_ms",
         c"Event-queue maintenance cadence: retries, rotation, delayed events, idempotency-key GC.",
         &MAINT_PERIOD_MS,
         10,
         3_600_000,
+        GucFlags::UNIT_MS,
+    );
+    GucRegistry::define_int_guc(
+        c"pgque.batch_max_events",
+        c"Most events in one batch opened by next_batch (receive uses its max_return).",
+        c"A bigger tick range is cut into several batches.",
+        &BATCH_MAX_EVENTS,
+        1,
+        i32::MAX,
+        GucContext::Userset,
+        GucFlags::default(),
+    );
+    GucRegistry::define_int_guc(
+        c"pgque.metadata_rotation_period",
+        c"How often maint() switches the tick/batch metadata piece and truncates the old one.",
+        c"",
+        &METADATA_ROTATION_MS,
+        0,
+        86_400_000,
+        GucContext::Suset,
         GucFlags::UNIT_MS,
     );
     int(
@@ -187,6 +229,12 @@ pub fn tick_period() -> Duration {
 pub fn maint_period() -> Duration {
     ms(MAINT_PERIOD_MS.get())
 }
+pub fn batch_max_events() -> i64 {
+    BATCH_MAX_EVENTS.get().max(1) as i64
+}
+pub fn metadata_rotation_period_ms() -> i64 {
+    METADATA_ROTATION_MS.get().max(0) as i64
+}
 pub fn job_maint_period() -> Duration {
     ms(JOB_MAINT_PERIOD_MS.get())
 }
@@ -201,4 +249,14 @@ pub fn failed_job_retention() -> Duration {
 }
 pub fn analyze_interval() -> Duration {
     secs(ANALYZE_INTERVAL_S.get())
+}
+
+/// `pgque.ledger_rotation_period` in seconds.
+pub fn ledger_rotation_period_s() -> i32 {
+    LEDGER_ROTATION_S.get()
+}
+
+/// Promotion cadence of delayed events (`pgque.delayed_period_ms`).
+pub fn delayed_period() -> Duration {
+    ms(DELAYED_PERIOD_MS.get())
 }

@@ -8,3 +8,14 @@ SELECT attname, format_type(atttypid, atttypmod)
 SELECT count(*) AS public_executable
   FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
  WHERE n.nspname = 'pgque' AND has_function_privilege('public', p.oid, 'EXECUTE');
+-- The roles reach the worker switch and status through the functions only.
+SET ROLE pgque_reader;
+SELECT count(*) > 0 AS reader_sees_status FROM pgque.status();
+SELECT pgque.stop();
+RESET ROLE;
+SET ROLE pgque_admin;
+SELECT pgque.stop() AS was_on;
+SELECT worker_enabled FROM pgque.worker_config;
+SELECT pgque.start() AS started;
+RESET ROLE;
+SELECT worker_enabled FROM pgque.worker_config;

@@ -29,6 +29,12 @@ pub const DUTIES: &[Duty] = &[
         on_wake: false,
     },
     Duty {
+        name: "delayed",
+        sql: "SELECT pgque.maint_delayed()",
+        period: gucs::delayed_period,
+        on_wake: false,
+    },
+    Duty {
         name: "job_maint",
         sql: "SELECT pgque.job_maint()",
         period: gucs::job_maint_period,

@@ -1,0 +1,31 @@
+-- Who may call what: every pgque function against every role, generated
+-- from the catalog, so a new function shows up here until its grant is
+-- decided. PUBLIC must have nothing; pgque_admin (a member of both other
+-- roles) can do everything the others can.
+SELECT p.oid::regprocedure AS function,
+       has_function_privilege('pgque_reader', p.oid, 'EXECUTE') AS reader,
+       has_function_privilege('pgque_writer', p.oid, 'EXECUTE') AS writer,
+       has_function_privilege('pgque_admin', p.oid, 'EXECUTE') AS admin
+  FROM pg_proc p
+ WHERE p.pronamespace = 'pgque'::regnamespace
+ ORDER BY p.oid::regprocedure::text;
+
+-- Nothing is executable by PUBLIC.
+SELECT p.oid::regprocedure AS public_executable
+  FROM pg_proc p
+ WHERE p.pronamespace = 'pgque'::regnamespace
+   AND has_function_privilege('public', p.oid, 'EXECUTE');
+
+-- No role but the owner touches the tables directly.
+SELECT c.oid::regclass AS table_granted
+  FROM pg_class c
+ WHERE c.relnamespace = 'pgque'::regnamespace AND c.relkind IN ('r', 'p', 'v')
+   AND (has_table_privilege('pgque_reader', c.oid, 'INSERT,UPDATE,DELETE,TRUNCATE')
+        OR has_table_privilege('pgque_writer', c.oid, 'INSERT,UPDATE,DELETE,TRUNCATE')
+        OR has_table_privilege('public', c.oid, 'SELECT,INSERT,UPDATE,DELETE,TRUNCATE'));
+
+-- Every SECURITY DEFINER function pins its search_path.
+SELECT p.oid::regprocedure AS definer_without_search_path
+  FROM pg_proc p
+ WHERE p.pronamespace = 'pgque'::regnamespace AND p.prosecdef
+   AND NOT EXISTS (SELECT 1 FROM unnest(p.proconfig) c WHERE c LIKE 'search_path=%');

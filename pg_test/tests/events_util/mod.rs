@@ -1,0 +1,100 @@
+//! Helpers shared by the events_* tests.
+#![allow(dead_code)]
+use pgque_pg_test::postgres::Client;
+use pgque_pg_test::*;
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// CREATE EXTENSION in two databases at once can race on creating the
+/// cluster-wide pgque_* roles (first install only); tests of one binary
+/// create their databases one at a time.
+static CREATE: Mutex<()> = Mutex::new(());
+
+/// A fresh database with pgque and its worker running.
+pub fn new_db(name: &str) -> TestDb {
+    let _g = CREATE.lock().unwrap_or_else(|e| e.into_inner());
+    TestDb::new(name)
+}
+
+/// A database with the worker switched off and gone: ticks and maintenance
+/// happen only when a test asks.
+pub fn manual_db(name: &str) -> TestDb {
+    let db = new_db(name);
+    let mut c = db.connect();
+    c.batch_execute("SELECT pgque.stop()").unwrap();
+    let gone = wait_until(Duration::from_secs(10), || {
+        c.query_one(
+            "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pgque worker' AND datname = $1",
+            &[&db.name],
+        )
+        .unwrap()
+        .get::<_, i64>(0)
+            == 0
+    });
+    assert!(gone, "the worker of {name} did not stop");
+    db
+}
+
+/// receive(): (batch_id, msg ids in order).
+pub fn recv(c: &mut Client, q: &str, consumer: &str, max: i32) -> (Option<i64>, Vec<i64>) {
+    let rows = c
+        .query(
+            "SELECT msg_id, batch_id FROM pgque.receive($1, $2, $3)",
+            &[&q, &consumer, &max],
+        )
+        .unwrap();
+    let ids: Vec<i64> = rows.iter().map(|r| r.get(0)).collect();
+    let batch = rows.first().map(|r| r.get::<_, i64>(1));
+    for r in &rows {
+        assert_eq!(Some(r.get::<_, i64>(1)), batch, "one batch_id per receive");
+    }
+    (batch, ids)
+}
+
+pub fn ack(c: &mut Client, batch: i64) {
+    let n: i32 = c
+        .query_one("SELECT pgque.ack($1)", &[&batch])
+        .unwrap()
+        .get(0);
+    assert_eq!(n, 1);
+}
+
+pub fn tick(c: &mut Client, q: &str) -> i64 {
+    c.query_one("SELECT pgque.force_tick($1)", &[&q])
+        .unwrap()
+        .get(0)
+}
+
+/// Ticks, then receives and acks until a receive is empty; returns all ids.
+pub fn drain(c: &mut Client, q: &str, consumer: &str, max: i32) -> Vec<i64> {
+    tick(c, q);
+    let mut all = vec![];
+    loop {
+        let (b, ids) = recv(c, q, consumer, max);
+        match b {
+            Some(b) => {
+                all.extend(ids);
+                ack(c, b);
+            }
+            None => return all,
+        }
+    }
+}
+
+pub fn send(c: &mut Client, q: &str, payload: &str) -> i64 {
+    c.query_one("SELECT pgque.send($1, $2::text)", &[&q, &payload])
+        .unwrap()
+        .get(0)
+}
+
+pub fn send_many(c: &mut Client, q: &str, n: usize) -> Vec<i64> {
+    let payloads: Vec<String> = (0..n).map(|i| format!("{{\"i\": {i}}}")).collect();
+    c.query_one("SELECT pgque.send_batch($1, $2::text[])", &[&q, &payloads])
+        .unwrap()
+        .get(0)
+}
+
+pub fn i64s(c: &mut Client, sql: &str) -> i64 {
+    c.query_one(sql, &[]).unwrap().get(0)
+}

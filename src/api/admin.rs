@@ -1,0 +1,726 @@
+#![allow(clippy::type_complexity)] // pgrx needs TableIterator row types spelled out inline
+//! Administration (queues, config, ticker, maintenance), cooperative
+//! consumers and dead letters.
+use super::types::interval_ms;
+use super::{deliver, max_return_arg, to_messages};
+use crate::error::{self, raise, required};
+use crate::log::{self, batch, maint, tick};
+use pgrx::datum::{Interval, TimestampWithTimeZone};
+use pgrx::prelude::*;
+use pgrx::spi::SpiClient;
+
+/// create_queue(queue_name) → 1 created, 0 existed.
+#[pg_extern(security_definer)]
+#[search_path(pg_catalog, pgque)]
+fn create_queue(queue_name: Option<&str>) -> i32 {
+    let name = error::valid_name(queue_name, "queue_name", error::MAX_QUEUE_NAME);
+    Spi::connect_mut(|c| log::create_queue(c, name) as i32)
+}
+
+fn do_drop(queue_name: Option<&str>, force: bool) -> i32 {
+    Spi::connect_mut(|c| {
+        let q = log::queue_by_name(c, queue_name);
+        log::drop_queue(c, &q, force);
+        1
+    })
+}
+
+/// drop_queue(queue_name): refuses a queue that still has consumers (55000).
+#[pg_extern(name = "drop_queue", security_definer)]
+#[search_path(pg_catalog, pgque)]
+fn drop_queue1(queue_name: Option<&str>) -> i32 {
+    do_drop(queue_name, false)
+}
+
+/// drop_queue(queue_name, force): force drops consumers too.
+#[pg_extern(name = "drop_queue", security_definer)]
+#[search_path(pg_catalog, pgque)]
+fn drop_queue2(queue_name: Option<&str>, force: Option<bool>) -> i32 {
+    do_drop(queue_name, force.unwrap_or(false))
+}
+
+/// A queue setting and the value to store, as validated pure data.
+#[derive(Debug, PartialEq)]
+pub enum Setting {
+    MaxCount(i32),
+    MaxLagMs(f64),
+    IdleMs(f64),
+    Paused(bool),
+    RotationMs(f64),
+    MaxRetries(i32),
+}
+
+pub fn parse_bool(v: &str) -> Option<bool> {
+    match v.trim().to_ascii_lowercase().as_str() {
+        "t" | "true" | "on" | "yes" | "y" | "1" => Some(true),
+        "f" | "false" | "off" | "no" | "n" | "0" => Some(false),
+        _ => None,
+    }
+}
+
+/// Parses a duration: `90`, `90s`, `1.5 min`, `2 hours 30 minutes`,
+/// `00:01:30`, `500ms`. A bare number is seconds. Negative is refused.
+pub fn parse_duration_ms(v: &str) -> Option<f64> {
+    let v = v.trim().to_ascii_lowercase();
+    if v.is_empty() {
+        return None;
+    }
+    if v.contains(':') {
+        let parts: Vec<&str> = v.split(':').collect();
+        if parts.len() != 3 {
+            return None;
+        }
+        let h: f64 = parts[0].parse().ok()?;
+        let m: f64 = parts[1].parse().ok()?;
+        let s: f64 = parts[2].parse().ok()?;
+        if h < 0.0 || !(0.0..60.0).contains(&m) || !(0.0..60.0).contains(&s) {
+            return None;
+        }
+        return Some((h * 3600.0 + m * 60.0 + s) * 1000.0);
+    }
+    // Tokens: numbers and unit words, possibly glued ("90s").
+    let mut total = 0.0;
+    let mut any = false;
+    let mut rest = v.as_str();
+    while !rest.trim_start().is_empty() {
+        rest = rest.trim_start();
+        let num_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        if num_len == 0 {
+            return None;
+        }
+        let n: f64 = rest[..num_len].parse().ok()?;
+        rest = rest[num_len..].trim_start();
+        let unit_len = rest
+            .find(|c: char| !c.is_ascii_alphabetic())
+            .unwrap_or(rest.len());
+        let unit = &rest[..unit_len];
+        rest = &rest[unit_len..];
+        let mult = match unit {
+            "" | "s" | "sec" | "secs" | "second" | "seconds" => 1000.0,
+            "ms" | "msec" | "msecs" | "millisecond" | "milliseconds" => 1.0,
+            "m" | "min" | "mins" | "minute" | "minutes" => 60_000.0,
+            "h" | "hr" | "hrs" | "hour" | "hours" => 3_600_000.0,
+            "d" | "day" | "days" => 86_400_000.0,
+            _ => return None,
+        };
+        if unit.is_empty() && !rest.trim().is_empty() {
+            return None;
+        }
+        total += n * mult;
+        any = true;
+    }
+    any.then_some(total)
+}
+
+/// Validates (param, value); value None means "reset to the default".
+pub fn parse_setting(param: &str, value: Option<&str>) -> Result<Setting, String> {
+    let p = param.trim().to_ascii_lowercase();
+    let p = p.strip_prefix("queue_").unwrap_or(&p);
+    let dur = |d: &str| {
+        let v = value.unwrap_or(d);
+        parse_duration_ms(v)
+            .ok_or_else(|| format!("{p} must be a duration like '3 seconds', not {v:?}"))
+    };
+    match p {
+        "ticker_max_count" => {
+            let v = value.unwrap_or("500");
+            match v.trim().parse::<i32>() {
+                Ok(n) if n >= 1 => Ok(Setting::MaxCount(n)),
+                _ => Err(format!(
+                    "ticker_max_count must be an integer >= 1, not {v:?}"
+                )),
+            }
+        }
+        "ticker_max_lag" => dur("3 seconds").map(Setting::MaxLagMs),
+        "ticker_idle_period" => dur("1 minute").map(Setting::IdleMs),
+        "rotation_period" => dur("2 hours").map(Setting::RotationMs),
+        "ticker_paused" => {
+            let v = value.unwrap_or("false");
+            parse_bool(v)
+                .map(Setting::Paused)
+                .ok_or_else(|| format!("ticker_paused must be a boolean, not {v:?}"))
+        }
+        "max_retries" => {
+            let v = value.unwrap_or("5");
+            match v.trim().parse::<i32>() {
+                Ok(n) if n >= 0 => Ok(Setting::MaxRetries(n)),
+                _ => Err(format!("max_retries must be an integer >= 0, not {v:?}")),
+            }
+        }
+        _ => Err(format!(
+            "unknown queue setting {param:?}; known: ticker_max_count, ticker_max_lag, \
+             ticker_idle_period, ticker_paused, rotation_period, max_retries"
+        )),
+    }
+}
+
+/// set_queue_config(queue_name, param, value); NULL value resets the default.
+#[pg_extern(security_definer)]
+#[search_path(pg_catalog, pgque)]
+fn set_queue_config(queue_name: Option<&str>, param: Option<&str>, value: Option<&str>) -> i32 {
+    let param = required(param, "param");
+    let setting =
+        parse_setting(param, value).unwrap_or_else(|m| raise(error::INVALID_PARAMETER_VALUE, m));
+    Spi::connect_mut(|c| {
+        let q = log::queue_by_name(c, queue_name);
+        let ms = |v: f64| v;
+        match setting {
+            Setting::MaxCount(n) => log::exec(
+                c,
+                "UPDATE pgque.queue SET queue_ticker_max_count = $2 WHERE queue_id = $1",
+                &[q.id.into(), n.into()],
+            ),
+            Setting::MaxRetries(n) => log::exec(
+                c,
+                "UPDATE pgque.queue SET queue_max_retries = $2 WHERE queue_id = $1",
+                &[q.id.into(), n.into()],
+            ),
+            Setting::Paused(b) => log::exec(
+                c,
+                "UPDATE pgque.queue SET queue_ticker_paused = $2 WHERE queue_id = $1",
+                &[q.id.into(), b.into()],
+            ),
+            Setting::MaxLagMs(v) => log::exec(
+                c,
+                "UPDATE pgque.queue SET queue_ticker_max_lag = $2 * interval '1 millisecond' WHERE queue_id = $1",
+                &[q.id.into(), ms(v).into()],
+            ),
+            Setting::IdleMs(v) => log::exec(
+                c,
+                "UPDATE pgque.queue SET queue_ticker_idle_period = $2 * interval '1 millisecond' WHERE queue_id = $1",
+                &[q.id.into(), ms(v).into()],
+            ),
+            Setting::RotationMs(v) => log::exec(
+                c,
+                "UPDATE pgque.queue SET queue_rotation_period = $2 * interval '1 millisecond' WHERE queue_id = $1",
+                &[q.id.into(), ms(v).into()],
+            ),
+        };
+        1
+    })
+}
+
+/// ticker(): ticks every queue that needs it; returns the number of ticks.
+#[pg_extern(name = "ticker", security_definer)]
+#[search_path(pg_catalog, pgque)]
+fn ticker_all() -> i64 {
+    Spi::connect_mut(|c| tick::run_ticker(c, None, false).len() as i64)
+}
+
+/// ticker(queue_name): ticks that queue if it needs it; the new tick id or NULL.
+#[pg_extern(name = "ticker", security_definer)]
+#[search_path(pg_catalog, pgque)]
+fn ticker_one(queue_name: Option<&str>) -> Option<i64> {
+    Spi::connect_mut(|c| {
+        let q = log::queue_by_name(c, queue_name);
+        tick::run_ticker(c, Some(q.id), false).first().map(|t| t.1)
+    })
+}
+
+fn force(queue_name: Option<&str>) -> i64 {
+    Spi::connect_mut(|c| {
+        let q = log::queue_by_name(c, queue_name);
+        tick::run_ticker(c, Some(q.id), true)
+            .first()
+            .map(|t| t.1)
+            .expect("a forced tick")
+    })
+}
+
+/// force_next_tick(queue_name): ticks now (also when paused); the tick id.
+#[pg_extern(security_definer)]
+#[search_path(pg_catalog, pgque)]
+fn force_next_tick(queue_name: Option<&str>) -> i64 {
+    force(queue_name)
+}
+
+/// force_tick(queue_name): alias of force_next_tick.
+#[pg_extern(security_definer)]
+#[search_path(pg_catalog, pgque)]
+fn force_tick(queue_name: Option<&str>) -> i64 {
+    force(queue_name)
+}
+
+/// maint(): every periodic event-queue duty that is due; the number of steps done.
+#[pg_extern(security_definer)]
+#[search_path(pg_catalog, pgque)]
+fn maint() -> i32 {
+    Spi::connect_mut(|c| {
+        let mut n = maint::retry_events(c);
+        n += maint::rotate_step2(c);
+        n += maint::rotate_step1(c);
+        n += maint::rotate_metadata(c, crate::gucs::metadata_rotation_period_ms());
+        n += super::idem::gc(c, crate::gucs::ledger_rotation_period_s());
+        n += super::delayed::promote(c, crate::gucs::ledger_rotation_period_s());
+        n as i32
+    })
+}
+
+/// maint_retry_events(): moves due retries back into their queues.
+#[pg_extern(security_definer)]
+#[search_path(pg_catalog, pgque)]
+fn maint_retry_events() -> i32 {
+    Spi::connect_mut(|c| maint::retry_events(c) as i32)
+}
+
+/// maint_operations(): the maintenance operations maint() runs.
+#[pg_extern(security_definer)]
+#[search_path(pg_catalog, pgque)]
+fn maint_operations(
+) -> TableIterator<'static, (name!(func_name, String), name!(func_arg, Option<String>))> {
+    let queues: Vec<String> = Spi::connect_mut(|c| {
+        let t = log::exec(
+            c,
+            "SELECT queue_name FROM pgque.queue ORDER BY queue_name",
+            &[],
+        );
+        t.map(|r| log::col(&r, 1).unwrap()).collect()
+    });
+    let mut ops = vec![("pgque.maint_retry_events".to_string(), None)];
+    for q in queues {
+        ops.push((
+            "pgque.maint_rotate_tables_step1".to_string(),
+            Some(q.clone()),
+        ));
+        ops.push(("pgque.maint_rotate_tables_step2".to_string(), Some(q)));
+    }
+    ops.push(("pgque.maint_rotate_metadata".to_string(), None));
+    TableIterator::new(ops)
+}
+
+// ---- cooperative consumers ------------------------------------------------
+
+fn member_name(sub: Option<&str>) -> &str {
+    error::valid_name(sub, "subconsumer", error::MAX_CONSUMER_NAME)
+}
+
+fn find_member(c: &mut SpiClient<'_>, parent: i32, name: &str) -> Option<i32> {
+    let t = log::exec(
+        c,
+        "SELECT sub_id FROM pgque.subscription WHERE sub_parent = $1 AND sub_consumer = $2",
+        &[parent.into(), name.into()],
+    );
+    log::first_row(t).map(|r| log::col(&r, 1).unwrap())
+}
+
+fn member_by_name(c: &mut SpiClient<'_>, parent: &log::Sub, name: &str) -> i32 {
+    find_member(c, parent.id, name).unwrap_or_else(|| {
+        raise(
+            error::UNDEFINED_OBJECT,
+            format!(
+                "subconsumer {name:?} of consumer {:?} does not exist",
+                parent.name
+            ),
+        )
+    })
+}
+
+fn do_register_member(
+    queue_name: Option<&str>,
+    consumer: Option<&str>,
+    subconsumer: Option<&str>,
+) -> i32 {
+    Spi::connect_mut(|c| {
+        let q = log::queue_by_name(c, queue_name);
+        let cname = log::valid_consumer(consumer, "consumer");
+        let mname = member_name(subconsumer);
+        log::register(c, &q, cname, None);
+        let parent = log::sub_by_name(c, &q, Some(cname));
+        if find_member(c, parent.id, mname).is_some() {
+            return 0;
+        }
+        log::exec(
+            c,
+            "INSERT INTO pgque.subscription (sub_queue, sub_consumer, sub_parent, sub_start_tick) \
+             SELECT $1, $2, $3, sub_start_tick FROM pgque.subscription WHERE sub_id = $3 \
+             ON CONFLICT DO NOTHING",
+            &[q.id.into(), mname.into(), parent.id.into()],
+        );
+        1
+    })
+}
+
+/// register_subconsumer(queue_name, consumer, subconsumer) → 1 new / 0 existed.
+#[pg_extern(security_definer)]
+#[search_path(pg_catalog, pgque)]
+fn register_subconsumer(
+    queue_name: Option<&str>,
+    consumer: Option<&str>,
+    subconsumer: Option<&str>,
+) -> i32 {
+    do_register_member(queue_name, consumer, subconsumer)
+}
+
+/// subscribe_subconsumer(queue_name, consumer, subconsumer): PgQue's name.
+#[pg_extern(security_definer)]
+#[search_path(pg_catalog, pgque)]
+fn subscribe_subconsumer(
+    queue_name: Option<&str>,
+    consumer: Option<&str>,
+    subconsumer: Option<&str>,
+) -> i32 {
+    do_register_member(queue_name, consumer, subconsumer)
+}
+
+/// unregister_subconsumer(queue_name, consumer, subconsumer, batch_handling
+/// default 0): with an open batch, 0 refuses (55000) and 1 leaves the batch
+/// for another member to take over.
+#[pg_extern(security_definer)]
+#[search_path(pg_catalog, pgque)]
+fn unregister_subconsumer(
+    queue_name: Option<&str>,
+    consumer: Option<&str>,
+    subconsumer: Option<&str>,
+    batch_handling: default!(Option<i32>, 0),
+) -> i32 {
+    let handling = required(batch_handling, "batch_handling");
+    if !(0..=1).contains(&handling) {
+        raise(
+            error::INVALID_PARAMETER_VALUE,
+            "batch_handling must be 0 or 1",
+        );
+    }
+    Spi::connect_mut(|c| {
+        let q = log::queue_by_name(c, queue_name);
+        let parent = log::sub_by_name(c, &q, consumer);
+        let m = member_by_name(c, &parent, member_name(subconsumer));
+        batch::lock_sub(c, parent.id);
+        if handling == 0 && batch::member_open_batch(c, parent.id, m).is_some() {
+            raise(
+                error::WRONG_STATE,
+                "the subconsumer has an open batch; finish it or pass batch_handling = 1",
+            );
+        }
+        log::exec(
+            c,
+            "DELETE FROM pgque.subscription WHERE sub_id = $1",
+            &[m.into()],
+        );
+        1
+    })
+}
+
+/// touch_subconsumer(queue_name, consumer, subconsumer): marks it alive.
+#[pg_extern(security_definer)]
+#[search_path(pg_catalog, pgque)]
+fn touch_subconsumer(
+    queue_name: Option<&str>,
+    consumer: Option<&str>,
+    subconsumer: Option<&str>,
+) -> i32 {
+    Spi::connect_mut(|c| {
+        let q = log::queue_by_name(c, queue_name);
+        let parent = log::sub_by_name(c, &q, consumer);
+        let m = member_by_name(c, &parent, member_name(subconsumer));
+        log::exec(
+            c,
+            "UPDATE pgque.subscription SET sub_active = now() WHERE sub_id = $1",
+            &[m.into()],
+        );
+        1
+    })
+}
+
+fn coop_open(
+    c: &mut SpiClient<'_>,
+    queue_name: Option<&str>,
+    consumer: Option<&str>,
+    subconsumer: Option<&str>,
+    dead: Option<&Interval>,
+    limit: i64,
+) -> (log::Queue, Option<batch::Opened>) {
+    let q = log::queue_by_name(c, queue_name);
+    let parent = log::sub_by_name(c, &q, consumer);
+    let m = member_by_name(c, &parent, member_name(subconsumer));
+    let dead_ms = dead.map(interval_ms);
+    let opened = batch::next_batch_coop(c, &q, parent.id, m, dead_ms, limit);
+    (q, opened)
+}
+
+/// PgQ coop: next_batch(queue_name, consumer, subconsumer) → batch id or NULL.
+#[pg_extern(name = "next_batch", security_definer)]
+#[search_path(pg_catalog, pgque)]
+fn next_batch_coop3(
+    i_queue_name: Option<&str>,
+    i_consumer_name: Option<&str>,
+    i_subconsumer_name: Option<&str>,
+) -> Option<i64> {
+    next_batch_coop4(i_queue_name, i_consumer_name, i_subconsumer_name, None)
+}
+
+/// PgQ coop: next_batch(queue_name, consumer, subconsumer, dead_interval):
+/// also takes over the open batch of a member idle longer than dead_interval.
+#[pg_extern(name = "next_batch", security_definer)]
+#[search_path(pg_catalog, pgque)]
+fn next_batch_coop4(
+    i_queue_name: Option<&str>,
+    i_consumer_name: Option<&str>,
+    i_subconsumer_name: Option<&str>,
+    i_dead_interval: Option<Interval>,
+) -> Option<i64> {
+    let limit = crate::gucs::batch_max_events();
+    Spi::connect_mut(|c| {
+        let (_, o) = coop_open(
+            c,
+            i_queue_name,
+            i_consumer_name,
+            i_subconsumer_name,
+            i_dead_interval.as_ref(),
+            limit,
+        );
+        o.map(|o| o.batch.batch_id)
+    })
+}
+
+/// receive_coop(queue_name, consumer, subconsumer, max_return default 100,
+/// dead_interval default NULL) → setof pgque.message: like receive, but the
+/// consumer's stream is shared by its members; no event goes to two members.
+#[pg_extern(security_definer)]
+#[search_path(pg_catalog, pgque)]
+fn receive_coop(
+    queue_name: Option<&str>,
+    consumer: Option<&str>,
+    subconsumer: Option<&str>,
+    max_return: default!(Option<i32>, 100),
+    dead_interval: default!(Option<Interval>, "NULL"),
+) -> SetOfIterator<'static, pgrx::composite_type!('static, "pgque.message")> {
+    let limit = max_return_arg(max_return);
+    let got = Spi::connect_mut(|c| {
+        let (q, o) = coop_open(
+            c,
+            queue_name,
+            consumer,
+            subconsumer,
+            dead_interval.as_ref(),
+            limit,
+        );
+        deliver(c, &q, o)
+    });
+    match got {
+        Some((bid, evs)) => SetOfIterator::new(to_messages(bid, evs)),
+        None => SetOfIterator::new(vec![]),
+    }
+}
+
+// ---- dead letters -----------------------------------------------------------
+
+type DeadRow = (
+    name!(dead_letter_id, i64),
+    name!(consumer, String),
+    name!(msg_id, i64),
+    name!(ev_type, Option<String>),
+    name!(payload, Option<String>),
+    name!(retry_count, Option<i32>),
+    name!(reason, Option<String>),
+    name!(failed_at, TimestampWithTimeZone),
+    name!(created_at, TimestampWithTimeZone),
+    name!(extra1, Option<String>),
+    name!(extra2, Option<String>),
+    name!(extra3, Option<String>),
+    name!(extra4, Option<String>),
+);
+
+/// dlq_inspect(queue_name, limit default 100): the newest dead letters.
+#[pg_extern(security_definer)]
+#[search_path(pg_catalog, pgque)]
+fn dlq_inspect(
+    queue_name: Option<&str>,
+    limit: default!(Option<i32>, 100),
+) -> TableIterator<
+    'static,
+    (
+        name!(dead_letter_id, i64),
+        name!(consumer, String),
+        name!(msg_id, i64),
+        name!(ev_type, Option<String>),
+        name!(payload, Option<String>),
+        name!(retry_count, Option<i32>),
+        name!(reason, Option<String>),
+        name!(failed_at, TimestampWithTimeZone),
+        name!(created_at, TimestampWithTimeZone),
+        name!(extra1, Option<String>),
+        name!(extra2, Option<String>),
+        name!(extra3, Option<String>),
+        name!(extra4, Option<String>),
+    ),
+> {
+    let lim = required(limit, "limit");
+    if lim < 0 {
+        raise(error::INVALID_PARAMETER_VALUE, "limit must not be negative");
+    }
+    let rows = Spi::connect_mut(|c| {
+        let q = log::queue_by_name(c, queue_name);
+        let t = log::exec(
+            c,
+            "SELECT dl_id, dl_consumer, ev_id, ev_type, ev_data, ev_retry, dl_reason, dl_time, ev_time, \
+                    ev_extra1, ev_extra2, ev_extra3, ev_extra4 \
+               FROM pgque.dead_letter WHERE dl_queue = $1 ORDER BY dl_id DESC LIMIT $2",
+            &[q.id.into(), (lim as i64).into()],
+        );
+        t.map(|r| {
+            (
+                log::col(&r, 1).unwrap(),
+                log::col(&r, 2).unwrap(),
+                log::col(&r, 3).unwrap(),
+                log::col(&r, 4),
+                log::col(&r, 5),
+                log::col(&r, 6),
+                log::col(&r, 7),
+                log::col(&r, 8).unwrap(),
+                log::col(&r, 9).unwrap(),
+                log::col(&r, 10),
+                log::col(&r, 11),
+                log::col(&r, 12),
+                log::col(&r, 13),
+            )
+        })
+        .collect::<Vec<DeadRow>>()
+    });
+    TableIterator::new(rows)
+}
+
+/// Puts dead letters back: each is redelivered to its consumer (retry_count
+/// restarts at 0) by the next maint_retry_events() and tick.
+fn replay(c: &mut SpiClient<'_>, filter_id: Option<i64>, filter_queue: Option<i32>) -> i64 {
+    let t = log::exec(
+        c,
+        "WITH d AS (DELETE FROM pgque.dead_letter dl \
+                     WHERE ($1::int8 IS NULL OR dl.dl_id = $1) AND ($2::int4 IS NULL OR dl.dl_queue = $2) \
+                       AND EXISTS (SELECT 1 FROM pgque.subscription s WHERE s.sub_id = dl.dl_owner) \
+                    RETURNING *), \
+              i AS (INSERT INTO pgque.retry_queue (ev_retry_after, ev_queue, ev_owner, ev_id, ev_time, ev_retry, \
+                                                   ev_type, ev_data, ev_extra1, ev_extra2, ev_extra3, ev_extra4) \
+                    SELECT now(), dl_queue, dl_owner, ev_id, ev_time, 0, ev_type, ev_data, \
+                           ev_extra1, ev_extra2, ev_extra3, ev_extra4 FROM d \
+                    ON CONFLICT (ev_owner, ev_id) DO NOTHING RETURNING 1) \
+         SELECT count(*) FROM d",
+        &[filter_id.into(), filter_queue.into()],
+    );
+    log::col(&log::first_row(t).unwrap(), 1).unwrap()
+}
+
+/// dlq_replay(dead_letter_id) → the event id, redelivered to its consumer.
+#[pg_extern(security_definer)]
+#[search_path(pg_catalog, pgque)]
+fn dlq_replay(dead_letter_id: Option<i64>) -> i64 {
+    let id = required(dead_letter_id, "dead_letter_id");
+    Spi::connect_mut(|c| {
+        let t = log::exec(
+            c,
+            "SELECT ev_id, EXISTS (SELECT 1 FROM pgque.subscription s WHERE s.sub_id = dl_owner) \
+               FROM pgque.dead_letter WHERE dl_id = $1",
+            &[id.into()],
+        );
+        let Some(r) = log::first_row(t) else {
+            raise(
+                error::UNDEFINED_OBJECT,
+                format!("dead letter {id} does not exist"),
+            );
+        };
+        let ev_id: i64 = log::col(&r, 1).unwrap();
+        let subscribed: bool = log::col(&r, 2).unwrap();
+        if !subscribed {
+            raise(
+                error::WRONG_STATE,
+                format!("the consumer of dead letter {id} is no longer subscribed"),
+            );
+        }
+        replay(c, Some(id), None);
+        ev_id
+    })
+}
+
+/// dlq_replay_all(queue_name) → the number of dead letters put back.
+#[pg_extern(security_definer)]
+#[search_path(pg_catalog, pgque)]
+fn dlq_replay_all(queue_name: Option<&str>) -> i64 {
+    Spi::connect_mut(|c| {
+        let q = log::queue_by_name(c, queue_name);
+        replay(c, None, Some(q.id))
+    })
+}
+
+/// dlq_purge(queue_name, older_than default '30 days') → rows removed.
+#[pg_extern(security_definer)]
+#[search_path(pg_catalog, pgque)]
+fn dlq_purge(queue_name: Option<&str>, older_than: default!(Option<Interval>, "'30 days'")) -> i64 {
+    let older = required(older_than, "older_than");
+    if interval_ms(&older) < 0.0 {
+        raise(
+            error::INVALID_PARAMETER_VALUE,
+            "older_than must not be negative",
+        );
+    }
+    Spi::connect_mut(|c| {
+        let q = log::queue_by_name(c, queue_name);
+        let t = log::exec(
+            c,
+            "WITH d AS (DELETE FROM pgque.dead_letter WHERE dl_queue = $1 AND dl_time <= now() - $2 RETURNING 1) \
+             SELECT count(*) FROM d",
+            &[q.id.into(), older.into()],
+        );
+        log::col(&log::first_row(t).unwrap(), 1).unwrap()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration_ms("3 seconds"), Some(3000.0));
+        assert_eq!(parse_duration_ms("90"), Some(90_000.0));
+        assert_eq!(parse_duration_ms("500ms"), Some(500.0));
+        assert_eq!(parse_duration_ms("1 minute"), Some(60_000.0));
+        assert_eq!(parse_duration_ms("2 hours 30 minutes"), Some(9_000_000.0));
+        assert_eq!(parse_duration_ms("00:01:30"), Some(90_000.0));
+        assert_eq!(parse_duration_ms("0"), Some(0.0));
+        assert_eq!(parse_duration_ms("-1 s"), None);
+        assert_eq!(parse_duration_ms("soon"), None);
+        assert_eq!(parse_duration_ms(""), None);
+        assert_eq!(parse_duration_ms("5 fortnights"), None);
+    }
+
+    #[test]
+    fn settings() {
+        assert_eq!(
+            parse_setting("ticker_max_count", Some("10")),
+            Ok(Setting::MaxCount(10))
+        );
+        assert_eq!(
+            parse_setting("queue_ticker_max_count", None),
+            Ok(Setting::MaxCount(500))
+        );
+        assert!(parse_setting("ticker_max_count", Some("0")).is_err());
+        assert!(parse_setting("ticker_max_count", Some("x")).is_err());
+        assert_eq!(
+            parse_setting("ticker_paused", Some("on")),
+            Ok(Setting::Paused(true))
+        );
+        assert_eq!(
+            parse_setting("ticker_paused", None),
+            Ok(Setting::Paused(false))
+        );
+        assert_eq!(
+            parse_setting("max_retries", None),
+            Ok(Setting::MaxRetries(5))
+        );
+        assert!(parse_setting("max_retries", Some("-1")).is_err());
+        assert_eq!(
+            parse_setting("rotation_period", None),
+            Ok(Setting::RotationMs(7_200_000.0))
+        );
+        assert_eq!(
+            parse_setting("ticker_max_lag", None),
+            Ok(Setting::MaxLagMs(3000.0))
+        );
+        assert_eq!(
+            parse_setting("ticker_idle_period", None),
+            Ok(Setting::IdleMs(60_000.0))
+        );
+        assert!(parse_setting("bogus", Some("1")).is_err());
+    }
+}

@@ -1,0 +1,418 @@
+//! `enqueue_ready_rows`: a batch of jobs in one statement (one round trip, one
+//! transaction), and `enqueue` for one job on the same path.
+//!
+//! The statement (ENQUEUE_SQL), in order of what it guarantees:
+//! 1. the queue exists (else it returns no row and the caller raises 42704), and
+//!    this transaction holds the queue's advisory lock shared (drop waits);
+//! 2. every lane (queue, priority, shard) with a ready row is locked with a
+//!    transaction-scoped advisory lock, in hash order (so two batches never
+//!    deadlock on each other), BEFORE any id is taken: ids, which are the
+//!    ready jobs' dispatch order (ready_seq), are therefore taken in commit
+//!    order within a lane, and a job enqueued later in a lane can never be
+//!    dispatched before an earlier committed one, whatever the producers do;
+//! 3. ids are taken in input order (`ORDER BY ord` below the nextval), so a
+//!    batch's own jobs keep their input order inside a lane;
+//! 4. unique keys: ON CONFLICT DO NOTHING against the partial unique index
+//!    (live jobs only); a skipped row reports the id of the job that holds
+//!    the key (earlier in this batch, or committed before);
+//! 5. one `enqueued`/`scheduled` job event per job, the actors' counter rows,
+//!    and one pg_notify('pgque_jobs_<queue>', '') if a job is ready
+//!    (PostgreSQL folds identical notifications of one transaction into one,
+//!    and delivers them only at commit).
+use super::stmt::{prepared, ty, with_generic_plans};
+use crate::error::{self, raise, required, valid_name};
+use pgrx::datum::{DatumWithOid, TimestampWithTimeZone};
+use pgrx::prelude::*;
+use pgrx::{pg_sys, JsonB};
+
+/// Priorities accepted (lower runs first).
+pub const MIN_PRIORITY: i16 = -1000;
+pub const MAX_PRIORITY: i16 = 1000;
+
+pub const ENQUEUE_SQL: &str = r#"
+WITH q AS MATERIALIZED (
+    SELECT jq.queue_name, jq.shards, jq.max_attempts,
+           pg_catalog.pg_advisory_xact_lock_shared(1785684593, pg_catalog.hashtext(jq.queue_name)) AS qlock
+    FROM pgque.job_queues jq
+    WHERE jq.queue_name = $1
+),
+input AS MATERIALIZED (
+    SELECT t.ord::int AS ord, t.kind, t.args,
+           COALESCE(t.priority, 0::smallint) AS priority,
+           COALESCE(t.run_at, now()) AS run_at,
+           COALESCE(t.run_at > now(), false) AS scheduled,
+           t.actor, t.fairness_key, t.identity_key, t.unique_key,
+           COALESCE(t.max_attempts, q.max_attempts) AS max_attempts,
+           s.shard
+    FROM q
+    CROSS JOIN LATERAL (
+        SELECT CASE WHEN q.shards > 1
+                    THEN (pg_catalog.pg_backend_pid() % q.shards)::smallint
+                    ELSE 0::smallint END AS shard) s
+    CROSS JOIN LATERAL unnest($2::text[], $3::jsonb[], $4::smallint[], $5::timestamptz[],
+                              $6::text[], $7::text[], $8::text[], $9::text[], $10::int[])
+         WITH ORDINALITY AS t(kind, args, priority, run_at, actor, fairness_key,
+                              identity_key, unique_key, max_attempts, ord)
+),
+lanes AS MATERIALIZED (
+    SELECT k.lane_key, pg_catalog.pg_advisory_xact_lock(1785684588, k.lane_key) AS lock
+    FROM (SELECT pg_catalog.hashtext($1 || '/' || l.priority || '/' || l.shard) AS lane_key
+          FROM (SELECT DISTINCT i.priority, i.shard FROM input i WHERE NOT i.scheduled) l
+          ORDER BY 1) k
+),
+numbered AS MATERIALIZED (
+    SELECT s.*, pg_catalog.nextval('pgque.jobs_id_seq') AS id
+    FROM (SELECT i.* FROM input i
+          -- a one-time filter: every lane lock is taken before the first nextval
+          WHERE (SELECT count(*) FROM lanes) >= 0
+          ORDER BY i.ord) s
+),
+ins AS (
+    INSERT INTO pgque.jobs AS j (id, queue, kind, args, priority, shard, state, ready_seq, run_at,
+                                 max_attempts, actor, fairness_key, identity_key, unique_key,
+                                 enqueued_at)
+    SELECT n.id, $1, n.kind, n.args, n.priority, n.shard,
+           CASE WHEN n.scheduled THEN 'scheduled' ELSE 'ready' END,
+           CASE WHEN n.scheduled THEN NULL ELSE n.id END,
+           n.run_at, n.max_attempts, n.actor, n.fairness_key, n.identity_key, n.unique_key,
+           now()
+    FROM numbered n
+    ORDER BY n.ord
+    ON CONFLICT DO NOTHING
+    RETURNING j.id, j.state, j.unique_key, j.actor
+),
+ev AS (
+    INSERT INTO pgque.job_events (job_id, queue, event, attempt)
+    SELECT ins.id, $1, CASE WHEN ins.state = 'ready' THEN 'enqueued' ELSE 'scheduled' END, 0
+    FROM ins
+),
+act AS (
+    INSERT INTO pgque.job_actors (actor)
+    SELECT DISTINCT ins.actor FROM ins WHERE ins.actor IS NOT NULL ORDER BY 1
+    ON CONFLICT DO NOTHING
+)
+SELECT n.ord,
+       COALESCE(i.id,
+                (SELECT min(i2.id) FROM ins i2 WHERE i2.unique_key = n.unique_key),
+                (SELECT j.id FROM pgque.jobs j
+                 WHERE j.queue = $1 AND j.unique_key = n.unique_key
+                   AND j.state IN ('scheduled', 'ready', 'running'))) AS job_id,
+       COALESCE(i.state, 'duplicate') AS state
+FROM numbered n
+LEFT JOIN ins i ON i.id = n.id
+WHERE (SELECT count(pg_catalog.pg_notify('pgque_jobs_' || $1, ''))
+       FROM (SELECT 1 FROM ins WHERE ins.state = 'ready' LIMIT 1) r) >= 0
+ORDER BY n.ord
+"#;
+
+/// ENQUEUE_SQL without the ON CONFLICT clause, for batches without unique
+/// keys: a plain insert instead of a speculative one per row (nothing can
+/// conflict: ids are fresh and the only other unique index is on unique_key).
+pub static ENQUEUE_NO_KEYS_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    ENQUEUE_SQL.replacen(
+        "    ORDER BY n.ord\n    ON CONFLICT DO NOTHING\n",
+        "    ORDER BY n.ord\n",
+        1,
+    )
+});
+
+fn arg_types() -> [pgrx::pg_sys::PgOid; 10] {
+    [
+        ty(pg_sys::TEXTOID),
+        ty(pg_sys::TEXTARRAYOID),
+        ty(pg_sys::JSONBARRAYOID),
+        ty(pg_sys::INT2ARRAYOID),
+        ty(pg_sys::TIMESTAMPTZARRAYOID),
+        ty(pg_sys::TEXTARRAYOID),
+        ty(pg_sys::TEXTARRAYOID),
+        ty(pg_sys::TEXTARRAYOID),
+        ty(pg_sys::TEXTARRAYOID),
+        ty(pg_sys::INT4ARRAYOID),
+    ]
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum OnDuplicate {
+    Skip,
+    Error,
+}
+
+pub fn parse_on_duplicate(v: Option<&str>) -> OnDuplicate {
+    match required(v, "on_duplicate") {
+        "skip" => OnDuplicate::Skip,
+        "error" => OnDuplicate::Error,
+        other => raise(
+            error::INVALID_PARAMETER_VALUE,
+            format!("on_duplicate must be 'skip' or 'error', not {other:?}"),
+        ),
+    }
+}
+
+pub fn check_priority(p: i32) {
+    if !(MIN_PRIORITY as i32..=MAX_PRIORITY as i32).contains(&p) {
+        raise(
+            error::OUT_OF_RANGE,
+            format!("priority must be between {MIN_PRIORITY} and {MAX_PRIORITY}, not {p}"),
+        );
+    }
+}
+
+pub fn check_max_attempts(n: i32) {
+    if !(1..=super::queues::MAX_MAX_ATTEMPTS).contains(&n) {
+        raise(
+            error::OUT_OF_RANGE,
+            format!(
+                "max_attempts must be between 1 and {}, not {n}",
+                super::queues::MAX_MAX_ATTEMPTS
+            ),
+        );
+    }
+}
+
+pub fn check_run_at(t: TimestampWithTimeZone) {
+    if t.is_infinity() || t.is_neg_infinity() {
+        raise(error::INVALID_PARAMETER_VALUE, "run_at must be finite");
+    }
+}
+
+fn check_len(what: &str, len: Option<usize>, n: usize) {
+    if let Some(len) = len {
+        if len != n {
+            raise(
+                error::INVALID_PARAMETER_VALUE,
+                format!("{what} has {len} elements but kinds has {n}; the arrays must be of equal length"),
+            );
+        }
+    }
+}
+
+/// One row of the result, in input order.
+pub struct Outcome {
+    pub ord: i32,
+    pub job_id: Option<i64>,
+    pub state: String,
+}
+
+/// The arrays of one batch, validated, as statement arguments.
+pub struct Batch<'a> {
+    pub n: usize,
+    /// Some job has a unique key (the statement must handle conflicts).
+    pub keyed: bool,
+    pub args: Vec<DatumWithOid<'a>>,
+}
+
+/// Runs ENQUEUE_SQL over a validated batch. Raises 42704 for an unknown queue
+/// and 23505 for a duplicate in 'error' mode (the transaction is then
+/// aborted, so nothing of the batch persists).
+pub fn run(queue: &str, batch: Batch<'_>, on_duplicate: OnDuplicate) -> Vec<Outcome> {
+    if batch.n == 0 {
+        require_queue_exists(queue);
+        return Vec::new();
+    }
+    let mut out = Vec::with_capacity(batch.n);
+    let sql: &'static str = if batch.keyed {
+        ENQUEUE_SQL
+    } else {
+        ENQUEUE_NO_KEYS_SQL.as_str()
+    };
+    with_generic_plans(|| {
+        Spi::connect_mut(|client| {
+            let stmt = prepared(client, sql, &arg_types());
+            let table = client
+                .update(stmt, None, &batch.args)
+                .unwrap_or_else(|e| pgrx::error!("{e}"));
+            for row in table {
+                out.push(Outcome {
+                    ord: row.get::<i32>(1).ok().flatten().unwrap_or(0),
+                    job_id: row.get::<i64>(2).ok().flatten(),
+                    state: row
+                        .get::<String>(3)
+                        .ok()
+                        .flatten()
+                        .unwrap_or_else(|| "duplicate".into()),
+                });
+            }
+        })
+    });
+    if out.is_empty() {
+        raise(
+            error::UNDEFINED_OBJECT,
+            format!("job queue {queue:?} does not exist"),
+        );
+    }
+    if on_duplicate == OnDuplicate::Error {
+        if let Some(dup) = out.iter().find(|o| o.state == "duplicate") {
+            error::raise_detail(
+                pgrx::PgSqlErrorCode::ERRCODE_UNIQUE_VIOLATION,
+                format!(
+                    "job {} of the batch has a unique key that a live job holds already",
+                    dup.ord
+                ),
+                format!(
+                    "The job holding it is {}. Nothing of the batch was enqueued; pass on_duplicate => 'skip' to skip such jobs.",
+                    dup.job_id.map_or("unknown".to_string(), |id| id.to_string())
+                ),
+            );
+        }
+    }
+    if out.iter().any(|o| o.state == "scheduled") {
+        crate::worker::wake::at_commit();
+    }
+    out
+}
+
+fn require_queue_exists(queue: &str) {
+    super::queues::require_queue(queue);
+}
+
+type Arr<'a, T> = Option<Array<'a, T>>;
+
+/// Enqueues a batch of jobs into one queue, in one statement. Returns one row
+/// per input position (ord is 1-based): the job id and its state ('ready',
+/// 'scheduled', or 'duplicate' with the id of the live job holding the
+/// unique key). All arrays must have the length of `kinds`; NULL arrays and
+/// NULL elements take the defaults (priority 0, run_at now, the queue's
+/// max_attempts, no actor/keys).
+#[allow(clippy::too_many_arguments)]
+#[pg_extern(security_definer, parallel_unsafe)]
+#[search_path(pg_catalog, pgque)]
+fn enqueue_ready_rows<'a>(
+    queue_name: Option<&'a str>,
+    kinds: Arr<'a, &'a str>,
+    args: Arr<'a, JsonB>,
+    priorities: default!(Arr<'a, i16>, "NULL"),
+    run_at: default!(Arr<'a, TimestampWithTimeZone>, "NULL"),
+    actors: default!(Arr<'a, &'a str>, "NULL"),
+    fairness_keys: default!(Arr<'a, &'a str>, "NULL"),
+    identity_keys: default!(Arr<'a, &'a str>, "NULL"),
+    unique_keys: default!(Arr<'a, &'a str>, "NULL"),
+    max_attempts: default!(Arr<'a, i32>, "NULL"),
+    on_duplicate: default!(Option<&'a str>, "'skip'"),
+) -> TableIterator<
+    'static,
+    (
+        name!(ord, i32),
+        name!(job_id, Option<i64>),
+        name!(state, String),
+    ),
+> {
+    let queue = valid_name(queue_name, "queue_name", error::MAX_QUEUE_NAME);
+    let kinds = required(kinds, "kinds");
+    let args = required(args, "args");
+    let on_duplicate = parse_on_duplicate(on_duplicate);
+    let n = kinds.len();
+    check_len("args", Some(args.len()), n);
+    check_len("priorities", priorities.as_ref().map(|a| a.len()), n);
+    check_len("run_at", run_at.as_ref().map(|a| a.len()), n);
+    check_len("actors", actors.as_ref().map(|a| a.len()), n);
+    check_len("fairness_keys", fairness_keys.as_ref().map(|a| a.len()), n);
+    check_len("identity_keys", identity_keys.as_ref().map(|a| a.len()), n);
+    check_len("unique_keys", unique_keys.as_ref().map(|a| a.len()), n);
+    check_len("max_attempts", max_attempts.as_ref().map(|a| a.len()), n);
+    for (i, k) in kinds.iter().enumerate() {
+        match k {
+            None => raise(
+                error::NULL_VALUE_NOT_ALLOWED,
+                format!("kinds[{}] must not be NULL", i + 1),
+            ),
+            Some("") => raise(
+                error::INVALID_PARAMETER_VALUE,
+                format!("kinds[{}] must not be empty", i + 1),
+            ),
+            Some(_) => {}
+        }
+    }
+    if args.contains_nulls() {
+        raise(
+            error::NULL_VALUE_NOT_ALLOWED,
+            "args must not contain NULL (use '{}' for a job without arguments)",
+        );
+    }
+    if let Some(p) = &priorities {
+        p.iter().flatten().for_each(|p| check_priority(p as i32));
+    }
+    if let Some(m) = &max_attempts {
+        m.iter().flatten().for_each(check_max_attempts);
+    }
+    if let Some(r) = &run_at {
+        r.iter().flatten().for_each(check_run_at);
+    }
+    let keyed = unique_keys
+        .as_ref()
+        .is_some_and(|u| u.iter().any(|k| k.is_some()));
+    let batch = Batch {
+        n,
+        keyed,
+        args: vec![
+            queue.into(),
+            kinds.into(),
+            args.into(),
+            priorities.into(),
+            run_at.into(),
+            actors.into(),
+            fairness_keys.into(),
+            identity_keys.into(),
+            unique_keys.into(),
+            max_attempts.into(),
+        ],
+    };
+    let out = run(queue, batch, on_duplicate);
+    TableIterator::new(out.into_iter().map(|o| (o.ord, o.job_id, o.state)))
+}
+
+/// Enqueues one job (the one-element case of enqueue_ready_rows, same
+/// statement). Returns its id; with a unique key that a live job holds, the
+/// id of that job (on_duplicate 'skip') or error 23505 ('error').
+#[allow(clippy::too_many_arguments)]
+#[pg_extern(security_definer, parallel_unsafe)]
+#[search_path(pg_catalog, pgque)]
+fn enqueue(
+    queue_name: Option<&str>,
+    kind: Option<&str>,
+    args: default!(Option<JsonB>, "'{}'"),
+    priority: default!(Option<i32>, 0),
+    run_at: default!(Option<TimestampWithTimeZone>, "NULL"),
+    actor: default!(Option<&str>, "NULL"),
+    fairness_key: default!(Option<&str>, "NULL"),
+    identity_key: default!(Option<&str>, "NULL"),
+    unique_key: default!(Option<&str>, "NULL"),
+    max_attempts: default!(Option<i32>, "NULL"),
+    on_duplicate: default!(Option<&str>, "'skip'"),
+) -> Option<i64> {
+    let queue = valid_name(queue_name, "queue_name", error::MAX_QUEUE_NAME);
+    let kind = required(kind, "kind");
+    if kind.is_empty() {
+        raise(error::INVALID_PARAMETER_VALUE, "kind must not be empty");
+    }
+    let args = required(args, "args");
+    let on_duplicate = parse_on_duplicate(on_duplicate);
+    let priority = required(priority, "priority");
+    check_priority(priority);
+    let priority = priority as i16;
+    if let Some(m) = max_attempts {
+        check_max_attempts(m);
+    }
+    if let Some(r) = run_at {
+        check_run_at(r);
+    }
+    let batch = Batch {
+        n: 1,
+        keyed: unique_key.is_some(),
+        args: vec![
+            queue.into(),
+            vec![kind].into(),
+            vec![args].into(),
+            vec![priority].into(),
+            vec![run_at].into(),
+            vec![actor].into(),
+            vec![fairness_key].into(),
+            vec![identity_key].into(),
+            vec![unique_key].into(),
+            vec![max_attempts].into(),
+        ],
+    };
+    run(queue, batch, on_duplicate)
+        .into_iter()
+        .next()
+        .and_then(|o| o.job_id)
+}

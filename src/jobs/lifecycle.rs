@@ -1,0 +1,443 @@
+//! What happens to a dispatched job: complete, complete_many, fail (with
+//! exponential backoff and jitter, then the terminal 'failed' state),
+//! heartbeat, snooze; and the admin actions cancel and retry_job.
+//!
+//! Every worker-side call is fenced by the attempt's lease token: a call with
+//! a stale token (the lease expired and was rescued, the job was cancelled,
+//! another attempt runs now) changes nothing and says so (false / NULL / no
+//! row). Every transition out of 'running' gives back the actor's slot and
+//! the identity claim, in the same statement, and writes one job event.
+use super::stmt::{prepared, ty};
+use crate::error::{self, raise, required};
+use pgrx::datum::{Interval, TimestampWithTimeZone};
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+
+/// Raises 22023 unless `v` is a positive, finite interval.
+pub fn check_positive_interval(v: &Interval, what: &str) {
+    let ok = Spi::get_one_with_args::<bool>(
+        "SELECT $1 > interval '0' AND $1 < interval '1000 years'",
+        &[(*v).into()],
+    )
+    .ok()
+    .flatten()
+    .unwrap_or(false);
+    if !ok {
+        raise(
+            error::INVALID_PARAMETER_VALUE,
+            format!("{what} must be a positive, finite interval"),
+        );
+    }
+}
+
+/// `release_tail.sql` is the shared tail of every statement that takes jobs
+/// out of 'running': it gives back actor slots (locking the actor rows in
+/// order) and identity claims, and writes the job events, for the rows of the
+/// statement's `gone` CTE.
+macro_rules! leave_running {
+    ($head:expr, $select:expr) => {
+        concat!(
+            "WITH ",
+            $head,
+            ",",
+            "\n",
+            include_str!("release_tail.sql"),
+            $select
+        )
+    };
+}
+
+pub const COMPLETE_SQL: &str = leave_running!(
+    r#"gone AS (
+    UPDATE pgque.jobs j
+    SET state = 'completed', finished_at = now(), lease_token = NULL, lease_until = NULL
+    WHERE j.id = $1 AND j.lease_token = $2 AND j.state = 'running'
+    RETURNING j.id, j.queue, j.actor, j.identity_key, j.attempt,
+              'completed'::text AS event, NULL::text AS detail
+)"#,
+    "SELECT count(*)::int FROM gone"
+);
+
+pub const COMPLETE_MANY_SQL: &str = leave_running!(
+    r#"input AS MATERIALIZED (
+    SELECT t.id, t.token FROM unnest($1::bigint[], $2::bigint[]) AS t(id, token)
+),
+gone AS (
+    UPDATE pgque.jobs j
+    SET state = 'completed', finished_at = now(), lease_token = NULL, lease_until = NULL
+    FROM input i
+    WHERE j.id = ANY ($1::bigint[]) AND j.id = i.id AND j.lease_token = i.token
+      AND j.state = 'running'
+    RETURNING j.id, j.queue, j.actor, j.identity_key, j.attempt,
+              'completed'::text AS event, NULL::text AS detail
+)"#,
+    "SELECT count(*)::int FROM gone"
+);
+
+/// $1 id, $2 token, $3 error, $4 retry_at (NULL: backoff).
+/// Backoff: 2^(attempt-1) seconds (capped at 1 hour) times a jitter in
+/// [0.75, 1.25), so retries of a failed batch spread out.
+pub const FAIL_SQL: &str = leave_running!(
+    r#"cur AS MATERIALIZED (
+    SELECT j.id, j.attempt >= j.max_attempts AS exhausted,
+           COALESCE($4::timestamptz,
+                    now() + least(power(2, greatest(j.attempt - 1, 0)), 3600)
+                            * (0.75 + random() * 0.5) * interval '1 second') AS next_at
+    FROM pgque.jobs j
+    WHERE j.id = $1 AND j.lease_token = $2 AND j.state = 'running'
+    FOR UPDATE
+),
+gone AS (
+    UPDATE pgque.jobs j
+    SET state = CASE WHEN c.exhausted THEN 'failed'
+                     WHEN c.next_at <= now() THEN 'ready'
+                     ELSE 'scheduled' END,
+        run_at = CASE WHEN c.exhausted THEN j.run_at ELSE greatest(c.next_at, j.run_at) END,
+        finished_at = CASE WHEN c.exhausted THEN now() END,
+        lease_token = NULL, lease_until = NULL,
+        errors = COALESCE(j.errors, '[]'::jsonb)
+                 || jsonb_build_array(jsonb_build_object('attempt', j.attempt, 'at', now(),
+                                                         'error', $3::text))
+    FROM cur c
+    WHERE j.id = c.id
+    RETURNING j.id, j.queue, j.actor, j.identity_key, j.attempt,
+              CASE WHEN j.state = 'failed' THEN 'failed' ELSE 'retried' END AS event,
+              $3::text AS detail, j.state
+)"#,
+    // a job that is ready again at once wakes dispatchers like an enqueue
+    "SELECT g.state, (SELECT count(pg_catalog.pg_notify('pgque_jobs_' || g2.queue, ''))
+                      FROM gone g2 WHERE g2.state = 'ready') FROM gone g"
+);
+
+/// $1 id, $2 token, $3 until: back to scheduled (or ready), attempt not consumed.
+pub const SNOOZE_SQL: &str = leave_running!(
+    r#"gone AS (
+    UPDATE pgque.jobs j
+    SET state = CASE WHEN $3::timestamptz <= now() THEN 'ready' ELSE 'scheduled' END,
+        run_at = $3::timestamptz, attempt = j.attempt - 1,
+        lease_token = NULL, lease_until = NULL
+    WHERE j.id = $1 AND j.lease_token = $2 AND j.state = 'running'
+    RETURNING j.id, j.queue, j.actor, j.identity_key, j.attempt,
+              'snoozed'::text AS event, $3::text AS detail, j.state
+)"#,
+    "SELECT count(*)::int, (SELECT count(pg_catalog.pg_notify('pgque_jobs_' || g2.queue, ''))
+                           FROM gone g2 WHERE g2.state = 'ready') FROM gone"
+);
+
+/// $1 id: any unfinished job becomes cancelled; returns its previous state.
+pub const CANCEL_SQL: &str = r#"
+WITH cur AS MATERIALIZED (
+    SELECT j.id, j.state AS was FROM pgque.jobs j WHERE j.id = $1 FOR UPDATE
+),
+upd AS (
+    UPDATE pgque.jobs j
+    SET state = 'cancelled', finished_at = now(), lease_token = NULL, lease_until = NULL
+    FROM cur c
+    WHERE j.id = c.id AND c.was IN ('scheduled', 'ready', 'running')
+    RETURNING j.id, j.queue, j.actor, j.identity_key, j.attempt, c.was
+),
+gone AS (
+    SELECT u.id, u.queue, u.actor, u.identity_key, u.attempt,
+           'cancelled'::text AS event, u.was AS detail
+    FROM upd u WHERE u.was = 'running'
+),
+per_actor AS MATERIALIZED (
+    SELECT g.actor, count(*)::int AS n FROM gone g WHERE g.actor IS NOT NULL GROUP BY g.actor
+),
+act AS (
+    UPDATE pgque.job_actors a SET running = greatest(a.running - p.n, 0)
+    FROM per_actor p WHERE a.actor = p.actor
+),
+ids AS (
+    DELETE FROM pgque.job_running_identities ri
+    USING gone g
+    WHERE ri.queue = g.queue AND ri.identity_key = g.identity_key AND ri.job_id = g.id
+),
+ev AS (
+    INSERT INTO pgque.job_events (job_id, queue, event, attempt, detail)
+    SELECT u.id, u.queue, 'cancelled', u.attempt, 'was ' || u.was FROM upd u
+)
+SELECT c.was, (SELECT count(*)::int FROM upd) FROM cur c
+"#;
+
+fn run_int(
+    sql: &'static str,
+    types: &[pg_sys::PgOid],
+    args: Vec<pgrx::datum::DatumWithOid<'_>>,
+) -> i32 {
+    Spi::connect_mut(|client| {
+        let stmt = prepared(client, sql, types);
+        client
+            .update(stmt, None, &args)
+            .unwrap_or_else(|e| pgrx::error!("{e}"))
+            .first()
+            .get::<i32>(1)
+            .ok()
+            .flatten()
+            .unwrap_or(0)
+    })
+}
+
+/// Marks the job completed if `lease_token` is its current attempt's token.
+/// False (and nothing changed) for a stale token or a job not running.
+#[pg_extern(security_definer, parallel_unsafe)]
+#[search_path(pg_catalog, pgque)]
+fn complete(job_id: Option<i64>, lease_token: Option<i64>) -> bool {
+    let id = required(job_id, "job_id");
+    let token = required(lease_token, "lease_token");
+    run_int(
+        COMPLETE_SQL,
+        &[ty(pg_sys::INT8OID), ty(pg_sys::INT8OID)],
+        vec![id.into(), token.into()],
+    ) == 1
+}
+
+/// Completes many jobs in one statement; pairs with a stale token are
+/// skipped. Returns how many were completed.
+#[pg_extern(security_definer, parallel_unsafe)]
+#[search_path(pg_catalog, pgque)]
+fn complete_many(job_ids: Option<Vec<Option<i64>>>, lease_tokens: Option<Vec<Option<i64>>>) -> i32 {
+    let ids = required(job_ids, "job_ids");
+    let tokens = required(lease_tokens, "lease_tokens");
+    if ids.len() != tokens.len() {
+        raise(
+            error::INVALID_PARAMETER_VALUE,
+            format!(
+                "job_ids has {} elements and lease_tokens {}; they must be of equal length",
+                ids.len(),
+                tokens.len()
+            ),
+        );
+    }
+    if ids.iter().chain(tokens.iter()).any(Option::is_none) {
+        raise(
+            error::NULL_VALUE_NOT_ALLOWED,
+            "job_ids and lease_tokens must not contain NULL",
+        );
+    }
+    if ids.is_empty() {
+        return 0;
+    }
+    run_int(
+        COMPLETE_MANY_SQL,
+        &[ty(pg_sys::INT8ARRAYOID), ty(pg_sys::INT8ARRAYOID)],
+        vec![ids.into(), tokens.into()],
+    )
+}
+
+/// Records a failed attempt. Returns the job's new state: 'ready' or
+/// 'scheduled' (retried at `retry_at`, or after an exponential backoff with
+/// jitter when it is NULL), or 'failed' once the attempt was the last one.
+/// NULL for a stale token (nothing changed).
+#[pg_extern(security_definer, parallel_unsafe)]
+#[search_path(pg_catalog, pgque)]
+fn fail(
+    job_id: Option<i64>,
+    lease_token: Option<i64>,
+    error: Option<&str>,
+    retry_at: default!(Option<TimestampWithTimeZone>, "NULL"),
+) -> Option<String> {
+    let id = required(job_id, "job_id");
+    let token = required(lease_token, "lease_token");
+    let err = required(error, "error");
+    if let Some(r) = retry_at {
+        super::enqueue::check_run_at(r);
+    }
+    let state = Spi::connect_mut(|client| {
+        let stmt = prepared(
+            client,
+            FAIL_SQL,
+            &[
+                ty(pg_sys::INT8OID),
+                ty(pg_sys::INT8OID),
+                ty(pg_sys::TEXTOID),
+                ty(pg_sys::TIMESTAMPTZOID),
+            ],
+        );
+        client
+            .update(
+                stmt,
+                None,
+                &[id.into(), token.into(), err.into(), retry_at.into()],
+            )
+            .unwrap_or_else(|e| pgrx::error!("{e}"))
+            .first()
+            .get::<String>(1)
+            .ok()
+            .flatten()
+    });
+    if state.as_deref() == Some("scheduled") {
+        crate::worker::wake::at_commit();
+    }
+    state
+}
+
+const HEARTBEAT_SQL: &str = r#"
+UPDATE pgque.jobs j
+SET lease_until = clock_timestamp() + $3::interval
+FROM unnest($1::bigint[], $2::bigint[]) AS t(id, token)
+WHERE j.id = ANY ($1::bigint[]) AND j.id = t.id AND j.lease_token = t.token
+  AND j.state = 'running'
+RETURNING j.id, j.lease_until
+"#;
+
+/// Extends the leases of running jobs to now + `extend`. Returns the jobs
+/// whose lease was extended (a job missing from the result has lost its
+/// lease and must stop).
+#[pg_extern(security_definer, parallel_unsafe)]
+#[search_path(pg_catalog, pgque)]
+fn heartbeat(
+    job_ids: Option<Vec<Option<i64>>>,
+    lease_tokens: Option<Vec<Option<i64>>>,
+    extend: Option<Interval>,
+) -> TableIterator<
+    'static,
+    (
+        name!(job_id, i64),
+        name!(lease_until, TimestampWithTimeZone),
+    ),
+> {
+    let ids = required(job_ids, "job_ids");
+    let tokens = required(lease_tokens, "lease_tokens");
+    let extend = required(extend, "extend");
+    check_positive_interval(&extend, "extend");
+    if ids.len() != tokens.len() {
+        raise(
+            error::INVALID_PARAMETER_VALUE,
+            "job_ids and lease_tokens must be of equal length",
+        );
+    }
+    let mut out = Vec::new();
+    Spi::connect_mut(|client| {
+        let stmt = prepared(
+            client,
+            HEARTBEAT_SQL,
+            &[
+                ty(pg_sys::INT8ARRAYOID),
+                ty(pg_sys::INT8ARRAYOID),
+                ty(pg_sys::INTERVALOID),
+            ],
+        );
+        let t = client
+            .update(stmt, None, &[ids.into(), tokens.into(), extend.into()])
+            .unwrap_or_else(|e| pgrx::error!("{e}"));
+        for row in t {
+            out.push((
+                row.get::<i64>(1).ok().flatten().unwrap(),
+                row.get::<TimestampWithTimeZone>(2).ok().flatten().unwrap(),
+            ));
+        }
+    });
+    TableIterator::new(out)
+}
+
+/// Puts a running job back until `until` without consuming an attempt
+/// ("not now"). False for a stale token.
+#[pg_extern(security_definer, parallel_unsafe)]
+#[search_path(pg_catalog, pgque)]
+fn snooze(
+    job_id: Option<i64>,
+    lease_token: Option<i64>,
+    until: Option<TimestampWithTimeZone>,
+) -> bool {
+    let id = required(job_id, "job_id");
+    let token = required(lease_token, "lease_token");
+    let until = required(until, "until");
+    super::enqueue::check_run_at(until);
+    let n = run_int(
+        SNOOZE_SQL,
+        &[
+            ty(pg_sys::INT8OID),
+            ty(pg_sys::INT8OID),
+            ty(pg_sys::TIMESTAMPTZOID),
+        ],
+        vec![id.into(), token.into(), until.into()],
+    );
+    if n == 1 {
+        crate::worker::wake::at_commit();
+    }
+    n == 1
+}
+
+/// Cancels an unfinished job (scheduled, ready or running: a running job's
+/// later complete/fail is refused). False when the job had finished already.
+#[pg_extern(security_definer, parallel_unsafe)]
+#[search_path(pg_catalog, pgque)]
+fn cancel(job_id: Option<i64>) -> bool {
+    let id = required(job_id, "job_id");
+    let (was, n) = Spi::connect_mut(|client| {
+        let stmt = prepared(client, CANCEL_SQL, &[ty(pg_sys::INT8OID)]);
+        let t = client
+            .update(stmt, None, &[id.into()])
+            .unwrap_or_else(|e| pgrx::error!("{e}"));
+        if t.is_empty() {
+            return (None, 0);
+        }
+        let row = t.first();
+        (
+            row.get::<String>(1).ok().flatten(),
+            row.get::<i32>(2).ok().flatten().unwrap_or(0),
+        )
+    });
+    if was.is_none() {
+        raise(error::UNDEFINED_OBJECT, format!("job {id} does not exist"));
+    }
+    n == 1
+}
+
+const RETRY_SQL: &str = r#"
+WITH cur AS MATERIALIZED (
+    SELECT j.id, j.queue, j.priority, j.shard, j.state, j.ready_seq
+    FROM pgque.jobs j WHERE j.id = $1 FOR UPDATE
+),
+lane AS MATERIALIZED (
+    SELECT c.id, pg_catalog.pg_advisory_xact_lock(1785684588,
+               pg_catalog.hashtext(c.queue || '/' || c.priority || '/' || c.shard)) AS l
+    FROM cur c WHERE c.state IN ('failed', 'cancelled') AND c.ready_seq IS NULL
+),
+upd AS (
+    UPDATE pgque.jobs j
+    SET state = 'ready', attempt = 0, run_at = now(), finished_at = NULL,
+        ready_seq = COALESCE(j.ready_seq,
+                             (SELECT pg_catalog.nextval('pgque.jobs_id_seq')
+                              FROM lane WHERE lane.id = j.id))
+    FROM cur c
+    WHERE j.id = c.id AND c.state IN ('failed', 'cancelled')
+    RETURNING j.id, j.queue
+),
+ev AS (
+    INSERT INTO pgque.job_events (job_id, queue, event, attempt, detail)
+    SELECT u.id, u.queue, 'retried', 0, 'retry_job' FROM upd u
+),
+note AS (
+    SELECT pg_catalog.pg_notify('pgque_jobs_' || u.queue, '') FROM upd u
+)
+SELECT c.state, (SELECT count(*)::int FROM upd), (SELECT count(*)::int FROM note) FROM cur c
+"#;
+
+/// Puts a failed or cancelled job back to ready with a fresh attempt count.
+/// 42704 for an unknown job, 55000 for a job in another state.
+#[pg_extern(security_definer, parallel_unsafe)]
+#[search_path(pg_catalog, pgque)]
+fn retry_job(job_id: Option<i64>) -> bool {
+    let id = required(job_id, "job_id");
+    let was = Spi::connect_mut(|client| {
+        let stmt = prepared(client, RETRY_SQL, &[ty(pg_sys::INT8OID)]);
+        let t = client
+            .update(stmt, None, &[id.into()])
+            .unwrap_or_else(|e| pgrx::error!("{e}"));
+        if t.is_empty() {
+            None
+        } else {
+            t.first().get::<String>(1).ok().flatten()
+        }
+    });
+    match was.as_deref() {
+        None => raise(error::UNDEFINED_OBJECT, format!("job {id} does not exist")),
+        Some("failed") | Some("cancelled") => true,
+        Some(other) => raise(
+            error::WRONG_STATE,
+            format!("job {id} is {other}; only failed or cancelled jobs can be retried"),
+        ),
+    }
+}

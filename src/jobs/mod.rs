@@ -1,0 +1,44 @@
+//! Job queues: competing-consumer work items with their own state.
+//!
+//! - `stmt`      the per-backend cache of prepared statements every hot path uses
+//! - `queues`    job queue and actor administration
+//! - `enqueue`   `enqueue_ready_rows` / `enqueue`: a whole batch in one statement
+//! - `dispatch`  `dispatch`: claim up to `limit` ready jobs in one statement
+//! - `lifecycle` complete / fail / heartbeat / snooze / cancel / retry_job
+//! - `sweeps`    lease rescue, promotion, event retention, pruning, ANALYZE
+//!
+//! The tables are in `sql/30_jobs.sql`; user documentation in `docs/job-queues.md`.
+use pgrx::prelude::*;
+
+pub mod dispatch;
+pub mod enqueue;
+pub mod lifecycle;
+pub mod queues;
+pub mod stmt;
+pub mod sweeps;
+
+extension_sql_file!(
+    "../../sql/30_jobs.sql",
+    name = "jobs",
+    requires = ["bootstrap"]
+);
+
+/// Advisory-lock class of a whole job queue: enqueue holds it shared, drop
+/// takes it exclusive. (Two-key advisory locks: class, hashtext(queue).)
+pub const QUEUE_LOCK_CLASS: i32 = 0x6A6F_6271; // "jobq"
+/// Advisory-lock class of a lane (queue, priority, shard): held from the
+/// moment a transaction takes ids in the lane until it commits.
+pub const LANE_LOCK_CLASS: i32 = 0x6A6F_626C; // "jobl"
+
+/// The job states, as stored.
+pub const STATES: [&str; 6] = [
+    "scheduled",
+    "ready",
+    "running",
+    "completed",
+    "failed",
+    "cancelled",
+];
+
+#[cfg(any(test, feature = "pg_test"))]
+mod tests;

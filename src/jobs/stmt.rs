@@ -1,0 +1,93 @@
+//! Prepared statements, prepared once per backend and reused.
+//!
+//! Each hot-path SQL text is a `&'static str`; the first call in a backend
+//! prepares it (`SPI_prepare` + `SPI_keepplan`) and later calls execute the
+//! kept plan, so parse analysis happens once. PostgreSQL's plan cache still
+//! revalidates the plan when a table it uses changes; and when the extension
+//! itself was dropped and created again in this backend (a new extension OID),
+//! the whole cache is thrown away and statements are prepared afresh.
+use pgrx::pg_sys::{self, PgOid};
+use pgrx::spi::{OwnedPreparedStatement, SpiClient};
+use std::cell::RefCell;
+use std::collections::HashMap;
+
+/// Kept plans are leaked boxes, never dropped by a destructor: a thread-local
+/// destructor would run SPI_freeplan while the backend exits, after
+/// PostgreSQL has begun tearing itself down.
+struct Cache {
+    ext_oid: pg_sys::Oid,
+    stmts: HashMap<usize, &'static OwnedPreparedStatement>,
+}
+
+thread_local! {
+    static CACHE: RefCell<Cache> = RefCell::new(Cache {
+        ext_oid: pg_sys::InvalidOid,
+        stmts: HashMap::new(),
+    });
+}
+
+fn extension_oid() -> pg_sys::Oid {
+    unsafe { pg_sys::get_extension_oid(c"pgque".as_ptr(), true) }
+}
+
+/// The kept plan of `sql` (identified by its address: pass a `const`/`static`
+/// string), preparing it with argument types `types` on first use.
+pub fn prepared(
+    client: &SpiClient<'_>,
+    sql: &'static str,
+    types: &[PgOid],
+) -> &'static OwnedPreparedStatement {
+    let ext = extension_oid();
+    let key = sql.as_ptr() as usize;
+    let cached = CACHE.with(|c| {
+        let mut c = c.borrow_mut();
+        if c.ext_oid != ext {
+            // The old plans are left allocated (a few kB, once per DROP and
+            // CREATE EXTENSION in this backend): a caller up the stack may
+            // still hold one, so freeing them here could free a plan in use.
+            c.stmts.clear();
+            c.ext_oid = ext;
+        }
+        c.stmts.get(&key).copied()
+    });
+    if let Some(stmt) = cached {
+        return stmt;
+    }
+    let stmt: &'static OwnedPreparedStatement = Box::leak(Box::new(
+        client
+            .prepare_mut(sql, types)
+            .unwrap_or_else(|e| pgrx::error!("pgque: cannot prepare a job statement: {e}"))
+            .keep(),
+    ));
+    CACHE.with(|c| c.borrow_mut().stmts.insert(key, stmt));
+    stmt
+}
+
+/// Argument type of a prepared statement.
+pub const fn ty(o: pg_sys::Oid) -> PgOid {
+    PgOid::from_untagged(o)
+}
+
+/// Runs `f` with `plan_cache_mode = force_generic_plan` (restored after, also
+/// on error through the transaction's GUC unwinding). The job statements are
+/// built to be bounded under any plan (tests pin it for dispatch), and their
+/// plans do not get better with the actual values, so re-planning a custom
+/// plan on every call (several ms for these CTEs) buys nothing.
+pub fn with_generic_plans<R>(f: impl FnOnce() -> R) -> R {
+    unsafe {
+        let nest = pg_sys::NewGUCNestLevel();
+        pg_sys::set_config_option(
+            c"plan_cache_mode".as_ptr(),
+            c"force_generic_plan".as_ptr(),
+            pg_sys::GucContext::PGC_USERSET,
+            pg_sys::GucSource::PGC_S_SESSION,
+            pg_sys::GucAction::GUC_ACTION_SAVE,
+            true,
+            0,
+            false,
+        );
+        let r = f();
+        pg_sys::AtEOXact_GUC(true, nest);
+        r
+    }
+}

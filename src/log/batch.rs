@@ -1,0 +1,449 @@
+//! Batches and consumer positions.
+//!
+//! A batch is a row of the append-only batch log: (prev_tick, tick, ev_floor,
+//! ev_ceiling). Its events are those committed between the two ticks'
+//! snapshots (visible in tick's, not in prev_tick's) with
+//! ev_floor < ev_id <= ev_ceiling, in ev_id order. When a range holds more
+//! events than the batch limit, the batch gets a ceiling (its last event id)
+//! and the next batch continues the same tick range above it; so a ticker
+//! outage or a huge producer transaction never yields a giant batch.
+//!
+//! A consumer's position is its latest batch: open (no batch_done row) or
+//! finished. Opening, finishing and reading a position take no UPDATE: rows
+//! are inserted only, and reclaimed by the metadata rotation in maint().
+//! Opening a batch locks the consumer's subscription row (FOR NO KEY UPDATE),
+//! so two sessions receiving for one consumer get the same batch.
+use super::{col, exec, first_row, tick, Queue};
+use crate::error::{self, raise};
+use pgrx::datum::TimestampWithTimeZone;
+use pgrx::spi::SpiClient;
+
+#[derive(Debug, Clone)]
+pub struct Batch {
+    pub batch_id: i64,
+    pub sub_id: i32,
+    pub member_id: Option<i32>,
+    pub prev_tick: i64,
+    pub tick: i64,
+    pub floor: i64,
+    pub ceiling: Option<i64>,
+    pub done: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct Event {
+    pub id: i64,
+    pub time: TimestampWithTimeZone,
+    pub txid: i64,
+    pub retry: Option<i32>,
+    pub ev_type: Option<String>,
+    pub data: Option<String>,
+    pub extra: [Option<String>; 4],
+}
+
+const BATCH_COLS: &str =
+    "b.batch_id, b.sub_id, b.member_id, b.prev_tick_id, b.tick_id, b.ev_floor, b.ev_ceiling, \
+     EXISTS (SELECT 1 FROM pgque.batch_done d WHERE d.batch_id = b.batch_id)";
+
+fn batch_from(r: &pgrx::spi::SpiHeapTupleData<'_>) -> Batch {
+    Batch {
+        batch_id: col(r, 1).unwrap(),
+        sub_id: col(r, 2).unwrap(),
+        member_id: col(r, 3),
+        prev_tick: col(r, 4).unwrap(),
+        tick: col(r, 5).unwrap(),
+        floor: col(r, 6).unwrap(),
+        ceiling: col(r, 7),
+        done: col(r, 8).unwrap(),
+    }
+}
+
+/// The frontier batch of a consumer (any member): the one with the furthest
+/// range; for a plain consumer, its latest batch.
+pub fn latest_batch(client: &mut SpiClient<'_>, sub_id: i32) -> Option<Batch> {
+    let sql = format!(
+        "SELECT {BATCH_COLS} FROM pgque.batch b WHERE b.sub_id = $1 \
+         ORDER BY b.tick_id DESC, b.ev_floor DESC, b.batch_id DESC LIMIT 1"
+    );
+    let t = exec(client, &sql, &[sub_id.into()]);
+    first_row(t).map(|r| batch_from(&r))
+}
+
+/// A cooperative member's open batch.
+pub fn member_open_batch(client: &mut SpiClient<'_>, sub_id: i32, member: i32) -> Option<Batch> {
+    let sql = format!(
+        "SELECT {BATCH_COLS} FROM pgque.batch b WHERE b.sub_id = $1 AND b.member_id = $2 \
+           AND NOT EXISTS (SELECT 1 FROM pgque.batch_done d WHERE d.batch_id = b.batch_id) \
+         ORDER BY b.batch_id DESC LIMIT 1"
+    );
+    let t = exec(client, &sql, &[sub_id.into(), member.into()]);
+    first_row(t).map(|r| batch_from(&r))
+}
+
+/// Looks a batch up by id: (batch, queue id, consumer name).
+pub fn batch_by_id(client: &mut SpiClient<'_>, batch_id: i64) -> Option<(Batch, Queue, String)> {
+    let sql = format!(
+        "SELECT {BATCH_COLS}, q.queue_id, q.queue_name, q.queue_cur_table, q.queue_ntables, \
+                q.queue_max_retries, s.sub_consumer \
+           FROM pgque.batch b JOIN pgque.subscription s ON s.sub_id = b.sub_id \
+           JOIN pgque.queue q ON q.queue_id = s.sub_queue \
+          WHERE b.batch_id = $1 LIMIT 1"
+    );
+    let t = exec(client, &sql, &[batch_id.into()]);
+    first_row(t).map(|r| {
+        let b = batch_from(&r);
+        let q = Queue {
+            id: col(&r, 9).unwrap(),
+            name: col(&r, 10).unwrap(),
+            cur_table: col(&r, 11).unwrap(),
+            ntables: col(&r, 12).unwrap(),
+            max_retries: col(&r, 13).unwrap(),
+        };
+        (b, q, col(&r, 14).unwrap())
+    })
+}
+
+/// A batch that must be open: 22004 for NULL, 42704 unknown, 55000 finished.
+pub fn open_batch_by_id(
+    client: &mut SpiClient<'_>,
+    batch_id: Option<i64>,
+) -> (Batch, Queue, String) {
+    let batch_id = error::required(batch_id, "batch_id");
+    let found = batch_by_id(client, batch_id).unwrap_or_else(|| {
+        raise(
+            error::UNDEFINED_OBJECT,
+            format!("batch {batch_id} does not exist"),
+        )
+    });
+    if found.0.done {
+        raise(
+            error::WRONG_STATE,
+            format!("batch {batch_id} is already finished"),
+        );
+    }
+    found
+}
+
+/// Locks the consumer's subscription row: one batch opener per consumer.
+pub fn lock_sub(client: &mut SpiClient<'_>, sub_id: i32) {
+    let t = exec(
+        client,
+        "SELECT 1 FROM pgque.subscription WHERE sub_id = $1 FOR NO KEY UPDATE",
+        &[sub_id.into()],
+    );
+    if t.is_empty() {
+        raise(
+            error::UNDEFINED_OBJECT,
+            "the consumer was unsubscribed concurrently",
+        );
+    }
+}
+
+/// Reads a batch's events (in ev_id order), at most `limit`, optionally one id.
+#[allow(clippy::too_many_arguments)]
+pub fn read_events(
+    client: &mut SpiClient<'_>,
+    q: &Queue,
+    sub_id: i32,
+    prev_tick: i64,
+    tick: i64,
+    floor: i64,
+    ceiling: Option<i64>,
+    limit: i64,
+    only: Option<i64>,
+) -> Vec<Event> {
+    let prev_snap = tick::tick_snapshot(client, q.id, prev_tick).unwrap_or_else(|| {
+        raise(
+            error::UNDEFINED_OBJECT,
+            format!("tick {prev_tick} of queue {:?} is gone", q.name),
+        )
+    });
+    let cur_snap = tick::tick_snapshot(client, q.id, tick).unwrap_or_else(|| {
+        raise(
+            error::UNDEFINED_OBJECT,
+            format!("tick {tick} of queue {:?} is gone", q.name),
+        )
+    });
+    let sql = format!(
+        "SELECT ev_id, ev_time, ev_txid::text::int8, ev_retry, ev_type, ev_data, \
+                ev_extra1, ev_extra2, ev_extra3, ev_extra4 \
+           FROM {} \
+          WHERE ev_txid < pg_snapshot_xmax($2::pg_snapshot) \
+            AND (ev_txid >= pg_snapshot_xmax($1::pg_snapshot) \
+                 OR ev_txid = ANY (ARRAY(SELECT pg_snapshot_xip($1::pg_snapshot)))) \
+            AND pg_visible_in_snapshot(ev_txid, $2::pg_snapshot) \
+            AND NOT pg_visible_in_snapshot(ev_txid, $1::pg_snapshot) \
+            AND (ev_owner IS NULL OR ev_owner = $3) \
+            AND ev_id > $4 AND ev_id <= $5 \
+            AND ($7::int8 IS NULL OR ev_id = $7) \
+          ORDER BY ev_id LIMIT $6",
+        q.parent_table()
+    );
+    let t = exec(
+        client,
+        &sql,
+        &[
+            prev_snap.as_str().into(),
+            cur_snap.as_str().into(),
+            sub_id.into(),
+            floor.into(),
+            ceiling.unwrap_or(i64::MAX).into(),
+            limit.into(),
+            only.into(),
+        ],
+    );
+    t.map(|r| Event {
+        id: col(&r, 1).unwrap(),
+        time: col(&r, 2).unwrap(),
+        txid: col(&r, 3).unwrap(),
+        retry: col(&r, 4),
+        ev_type: col(&r, 5),
+        data: col(&r, 6),
+        extra: [col(&r, 7), col(&r, 8), col(&r, 9), col(&r, 10)],
+    })
+    .collect()
+}
+
+/// All events of a batch.
+pub fn batch_events(client: &mut SpiClient<'_>, q: &Queue, b: &Batch) -> Vec<Event> {
+    read_events(
+        client,
+        q,
+        b.sub_id,
+        b.prev_tick,
+        b.tick,
+        b.floor,
+        b.ceiling,
+        i64::MAX,
+        None,
+    )
+}
+
+fn insert_batch(client: &mut SpiClient<'_>, b: &Batch) -> i64 {
+    let t = exec(
+        client,
+        "INSERT INTO pgque.batch (batch_id, sub_id, member_id, prev_tick_id, tick_id, ev_floor, ev_ceiling, opened_at, piece) \
+         VALUES (nextval('pgque.batch_id_seq'), $1, $2, $3, $4, $5, $6, now(), (SELECT cur_piece FROM pgque.meta_state)) \
+         RETURNING batch_id",
+        &[
+            b.sub_id.into(),
+            b.member_id.into(),
+            b.prev_tick.into(),
+            b.tick.into(),
+            b.floor.into(),
+            b.ceiling.into(),
+        ],
+    );
+    col(&first_row(t).unwrap(), 1).unwrap()
+}
+
+/// Records a batch as finished (or abandoned).
+pub fn mark_done(client: &mut SpiClient<'_>, batch_id: i64, abandoned: bool) {
+    exec(
+        client,
+        "INSERT INTO pgque.batch_done (batch_id, done_at, abandoned, piece) \
+         VALUES ($1, now(), $2, (SELECT cur_piece FROM pgque.meta_state))",
+        &[batch_id.into(), abandoned.into()],
+    );
+}
+
+/// The range the next batch after `frontier` covers, or None when there is
+/// no newer tick. A batch follows ticks: it reaches the furthest tick whose
+/// events since its start fit in `limit` (by the ticks' event-sequence
+/// values), and at least the next tick. So a consumer that fell behind reads
+/// about `limit` events a batch, each from its own tick range, instead of
+/// one range up to the last tick re-read for every capped cut of it; only a
+/// single tick interval larger than `limit` (one huge transaction, a ticker
+/// outage) is cut by event id.
+fn next_range(
+    client: &mut SpiClient<'_>,
+    q: &Queue,
+    frontier: Option<&Batch>,
+    start_tick: i64,
+    limit: i64,
+) -> Option<(i64, i64, i64)> {
+    if let Some(f) = frontier {
+        if let Some(c) = f.ceiling {
+            return Some((f.prev_tick, f.tick, c));
+        }
+    }
+    let from = frontier.map(|f| f.tick).unwrap_or(start_tick);
+    let t = exec(
+        client,
+        "SELECT coalesce( \
+            (SELECT t2.tick_id FROM pgque.tick t1 \
+               CROSS JOIN LATERAL (SELECT t2.tick_id FROM pgque.tick t2 \
+                                    WHERE t2.tick_queue = t1.tick_queue AND t2.tick_id > t1.tick_id \
+                                      AND t2.tick_event_seq <= t1.tick_event_seq + $3 \
+                                    ORDER BY t2.tick_event_seq DESC, t2.tick_id DESC LIMIT 1) t2 \
+              WHERE t1.tick_queue = $1 AND t1.tick_id = $2), \
+            (SELECT tick_id FROM pgque.tick WHERE tick_queue = $1 AND tick_id > $2 \
+              ORDER BY tick_id LIMIT 1))",
+        &[q.id.into(), from.into(), limit.into()],
+    );
+    let end: i64 = first_row(t).and_then(|r| col(&r, 1))?;
+    Some((from, end, 0))
+}
+
+/// What opening a batch gave.
+pub struct Opened {
+    pub batch: Batch,
+    /// The events, when they were read while opening (a new batch).
+    pub events: Option<Vec<Event>>,
+}
+
+fn start_tick(client: &mut SpiClient<'_>, sub_id: i32) -> i64 {
+    let t = exec(
+        client,
+        "SELECT sub_start_tick FROM pgque.subscription WHERE sub_id = $1",
+        &[sub_id.into()],
+    );
+    col(&first_row(t).unwrap(), 1).unwrap()
+}
+
+/// Opens a batch over `range` (cut to `limit` events) for sub/member.
+fn open_range(
+    client: &mut SpiClient<'_>,
+    q: &Queue,
+    sub_id: i32,
+    member: Option<i32>,
+    range: (i64, i64, i64),
+    limit: i64,
+) -> Opened {
+    let (prev, tick, floor) = range;
+    let mut evs = read_events(client, q, sub_id, prev, tick, floor, None, limit + 1, None);
+    let ceiling = if evs.len() as i64 > limit {
+        evs.truncate(limit as usize);
+        evs.last().map(|e| e.id)
+    } else {
+        None
+    };
+    let mut b = Batch {
+        batch_id: 0,
+        sub_id,
+        member_id: member,
+        prev_tick: prev,
+        tick,
+        floor,
+        ceiling,
+        done: false,
+    };
+    b.batch_id = insert_batch(client, &b);
+    Opened {
+        batch: b,
+        events: Some(evs),
+    }
+}
+
+/// Returns the consumer's open batch or opens the next one (at most `limit`
+/// events). None when there is no new tick to read up to.
+pub fn next_batch(
+    client: &mut SpiClient<'_>,
+    q: &Queue,
+    sub_id: i32,
+    limit: i64,
+) -> Option<Opened> {
+    // Read-only fast path: an open batch is returned as is, and with no new
+    // tick there is nothing to open, so an idle poll takes no row lock (and
+    // no transaction id).
+    let seen = latest_batch(client, sub_id);
+    match &seen {
+        Some(b) if !b.done => {
+            return Some(Opened {
+                batch: b.clone(),
+                events: None,
+            })
+        }
+        Some(_) => {
+            next_range(client, q, seen.as_ref(), 0, limit)?;
+        }
+        None => {}
+    }
+    lock_sub(client, sub_id);
+    let latest = latest_batch(client, sub_id);
+    if let Some(b) = &latest {
+        if !b.done {
+            return Some(Opened {
+                batch: b.clone(),
+                events: None,
+            });
+        }
+    }
+    let start = if latest.is_none() {
+        start_tick(client, sub_id)
+    } else {
+        0
+    };
+    let range = next_range(client, q, latest.as_ref(), start, limit)?;
+    Some(open_range(client, q, sub_id, None, range, limit))
+}
+
+/// Cooperative consumers: the member's open batch, else a batch of a dead or
+/// departed member (taken over), else the next range of the shared stream.
+pub fn next_batch_coop(
+    client: &mut SpiClient<'_>,
+    q: &Queue,
+    sub_id: i32,
+    member: i32,
+    dead_interval_ms: Option<f64>,
+    limit: i64,
+) -> Option<Opened> {
+    lock_sub(client, sub_id);
+    if let Some(b) = member_open_batch(client, sub_id, member) {
+        return Some(Opened {
+            batch: b,
+            events: None,
+        });
+    }
+    let sql = format!(
+        "SELECT {BATCH_COLS} FROM pgque.batch b \
+           LEFT JOIN pgque.subscription m ON m.sub_id = b.member_id \
+          WHERE b.sub_id = $1 AND b.member_id IS DISTINCT FROM $2 \
+            AND NOT EXISTS (SELECT 1 FROM pgque.batch_done d WHERE d.batch_id = b.batch_id) \
+            AND (m.sub_id IS NULL OR ($3::float8 IS NOT NULL AND \
+                 greatest(b.opened_at, m.sub_active) < now() - $3::float8 * interval '1 millisecond')) \
+          ORDER BY b.batch_id LIMIT 1"
+    );
+    let t = exec(
+        client,
+        &sql,
+        &[sub_id.into(), member.into(), dead_interval_ms.into()],
+    );
+    if let Some(orphan) = first_row(t).map(|r| batch_from(&r)) {
+        mark_done(client, orphan.batch_id, true);
+        let mut b = Batch {
+            member_id: Some(member),
+            ..orphan
+        };
+        b.batch_id = insert_batch(client, &b);
+        return Some(Opened {
+            batch: b,
+            events: None,
+        });
+    }
+    let latest = latest_batch(client, sub_id);
+    let start = if latest.is_none() {
+        start_tick(client, sub_id)
+    } else {
+        0
+    };
+    let range = next_range(client, q, latest.as_ref(), start, limit)?;
+    Some(open_range(client, q, sub_id, Some(member), range, limit))
+}
+
+/// Finishes an open batch (ack / finish_batch). Serialized with openers.
+pub fn finish(client: &mut SpiClient<'_>, batch_id: Option<i64>) -> i32 {
+    let (b, _q, _c) = open_batch_by_id(client, batch_id);
+    lock_sub(client, b.sub_id);
+    // Re-check under the lock: a concurrent ack may have finished it.
+    if let Some((again, _, _)) = batch_by_id(client, b.batch_id) {
+        if again.done {
+            raise(
+                error::WRONG_STATE,
+                format!("batch {} is already finished", b.batch_id),
+            );
+        }
+    }
+    mark_done(client, b.batch_id, false);
+    1
+}

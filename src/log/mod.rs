@@ -1,0 +1,415 @@
+//! The event-log engine: queues with rotating append-only event tables,
+//! ticks, batches, consumer positions, retries, rotation.
+//!
+//! Everything here runs SQL through [`exec`], which prepares each distinct
+//! statement once per backend and keeps the plan (SPI_keepplan). Statements
+//! that name a queue's event table embed the queue id (an integer, never user
+//! input) in the text, so the cache holds one plan per (statement, queue).
+//! PostgreSQL's plan cache revalidates a kept plan when a table it uses is
+//! dropped and recreated (DROP / CREATE EXTENSION in the same backend), so a
+//! cached plan never points at a dead relation.
+use crate::error::{self, raise};
+use pgrx::datum::DatumWithOid;
+use pgrx::pg_sys::PgOid;
+use pgrx::prelude::*;
+use pgrx::spi::{OwnedPreparedStatement, SpiClient, SpiHeapTupleData, SpiTupleTable};
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+
+pub mod batch;
+pub mod maint;
+pub mod tick;
+
+extension_sql_file!(
+    "../../sql/10_event_log.sql",
+    name = "event_log",
+    requires = ["bootstrap"]
+);
+
+/// Most statements kept per backend. Statements that embed a queue id are
+/// per queue, so a backend touching very many queues would otherwise keep
+/// plans without bound; past the limit the cache starts over.
+const MAX_PLANS: usize = 2_000;
+
+thread_local! {
+    static PLANS: RefCell<HashMap<String, Rc<OwnedPreparedStatement>>> =
+        RefCell::new(HashMap::new());
+}
+
+fn plan(client: &SpiClient<'_>, sql: &str, args: &[DatumWithOid]) -> Rc<OwnedPreparedStatement> {
+    if let Some(p) = PLANS.with(|m| m.borrow().get(sql).cloned()) {
+        return p;
+    }
+    let types: Vec<PgOid> = args.iter().map(|a| PgOid::from(a.oid())).collect();
+    let prepared = Rc::new(
+        client
+            .prepare_mut(sql, &types)
+            .unwrap_or_else(|e| panic!("pgque: cannot prepare statement: {e}"))
+            .keep(),
+    );
+    PLANS.with(|m| {
+        let mut m = m.borrow_mut();
+        if m.len() >= MAX_PLANS {
+            m.clear();
+        }
+        m.insert(sql.to_string(), prepared.clone());
+    });
+    prepared
+}
+
+/// Runs `sql` (prepared once per backend) with `args`; the parameter types are
+/// the args' types, so always pass the same Rust types for one statement.
+pub fn exec<'c>(client: &mut SpiClient<'c>, sql: &str, args: &[DatumWithOid]) -> SpiTupleTable<'c> {
+    let p = plan(client, sql, args);
+    client
+        .update(&*p, None, args)
+        .unwrap_or_else(|e| panic!("pgque: statement failed: {e}"))
+}
+
+/// Runs a one-off statement (DDL), not cached.
+pub fn run_once(client: &mut SpiClient<'_>, sql: &str) {
+    client
+        .update(sql, None, &[])
+        .unwrap_or_else(|e| panic!("pgque: statement failed: {e}"));
+}
+
+/// Typed column of a row (1-based), NULL as None.
+pub fn col<T: FromDatum + IntoDatum>(row: &SpiHeapTupleData<'_>, n: usize) -> Option<T> {
+    row.get::<T>(n)
+        .unwrap_or_else(|e| panic!("pgque: column {n}: {e}"))
+}
+
+/// The first row of a result, if any.
+pub fn first_row<'c>(t: SpiTupleTable<'c>) -> Option<SpiHeapTupleData<'c>> {
+    t.into_iter().next()
+}
+
+/// What the engine knows about a queue for sending and consuming.
+#[derive(Debug, Clone)]
+pub struct Queue {
+    pub id: i32,
+    pub name: String,
+    pub cur_table: i32,
+    pub ntables: i32,
+    pub max_retries: i32,
+}
+
+impl Queue {
+    pub fn parent_table(&self) -> String {
+        event_parent(self.id)
+    }
+    pub fn current_table(&self) -> String {
+        event_table(self.id, self.cur_table)
+    }
+}
+
+pub fn event_parent(qid: i32) -> String {
+    format!("pgque.event_{qid}")
+}
+pub fn event_table(qid: i32, n: i32) -> String {
+    format!("pgque.event_{qid}_{n}")
+}
+pub fn event_seq(qid: i32) -> String {
+    format!("pgque.event_{qid}_id_seq")
+}
+
+/// Looks a queue up by name: 22004 for NULL, 42602/42622 for a bad name,
+/// 42704 when there is no such queue.
+pub fn queue_by_name(client: &mut SpiClient<'_>, name: Option<&str>) -> Queue {
+    let name = error::valid_name(name, "queue_name", error::MAX_QUEUE_NAME);
+    find_queue(client, name).unwrap_or_else(|| {
+        raise(
+            error::UNDEFINED_OBJECT,
+            format!("queue {name:?} does not exist"),
+        )
+    })
+}
+
+pub fn find_queue(client: &mut SpiClient<'_>, name: &str) -> Option<Queue> {
+    let t = exec(
+        client,
+        "SELECT queue_id, queue_cur_table, queue_ntables, queue_max_retries \
+           FROM pgque.queue WHERE queue_name = $1",
+        &[name.into()],
+    );
+    first_row(t).map(|r| Queue {
+        id: col(&r, 1).unwrap(),
+        name: name.to_string(),
+        cur_table: col(&r, 2).unwrap(),
+        ntables: col(&r, 3).unwrap(),
+        max_retries: col(&r, 4).unwrap(),
+    })
+}
+
+/// The raw fields of one event to append.
+#[derive(Debug, Default, Clone)]
+pub struct NewEvent<'a> {
+    pub ev_type: Option<&'a str>,
+    pub ev_data: Option<&'a str>,
+    pub extra: [Option<&'a str>; 4],
+}
+
+/// Appends one event to the queue's current table; returns its id.
+pub fn insert_event(client: &mut SpiClient<'_>, q: &Queue, ev: &NewEvent) -> i64 {
+    let sql = format!(
+        "INSERT INTO {} (ev_id, ev_type, ev_data, ev_extra1, ev_extra2, ev_extra3, ev_extra4) \
+         VALUES (nextval('{}'), $1, $2, $3, $4, $5, $6) RETURNING ev_id",
+        q.current_table(),
+        event_seq(q.id)
+    );
+    let t = exec(
+        client,
+        &sql,
+        &[
+            ev.ev_type.into(),
+            ev.ev_data.into(),
+            ev.extra[0].into(),
+            ev.extra[1].into(),
+            ev.extra[2].into(),
+            ev.extra[3].into(),
+        ],
+    );
+    crate::worker::wake::at_commit();
+    col(&first_row(t).expect("INSERT RETURNING"), 1).unwrap()
+}
+
+/// Appends many events of one type in one statement; ids come back aligned
+/// with the input positions.
+pub fn insert_events(
+    client: &mut SpiClient<'_>,
+    q: &Queue,
+    ev_type: &str,
+    payloads: Vec<Option<String>>,
+) -> Vec<i64> {
+    if payloads.is_empty() {
+        return vec![];
+    }
+    let sql = format!(
+        "WITH src AS MATERIALIZED ( \
+             SELECT u.ord, nextval('{seq}') AS id, u.p \
+               FROM unnest($2::text[]) WITH ORDINALITY AS u(p, ord) ORDER BY u.ord), \
+         ins AS (INSERT INTO {tbl} (ev_id, ev_type, ev_data) SELECT id, $1, p FROM src ORDER BY ord) \
+         SELECT array_agg(id ORDER BY ord) FROM src",
+        seq = event_seq(q.id),
+        tbl = q.current_table()
+    );
+    let t = exec(client, &sql, &[ev_type.into(), payloads.into()]);
+    crate::worker::wake::at_commit();
+    let ids: Vec<i64> = col(&first_row(t).expect("one row"), 1).unwrap_or_default();
+    ids
+}
+
+/// Creates a queue with its event tables and first tick; false if it exists.
+pub fn create_queue(client: &mut SpiClient<'_>, name: &str) -> bool {
+    let t = exec(
+        client,
+        "INSERT INTO pgque.queue (queue_name, queue_event_seq) VALUES ($1, 0) \
+         ON CONFLICT (queue_name) DO NOTHING RETURNING queue_id, queue_ntables",
+        &[name.into()],
+    );
+    let Some(r) = first_row(t) else {
+        return false;
+    };
+    let qid: i32 = col(&r, 1).unwrap();
+    let ntables: i32 = col(&r, 2).unwrap();
+    let parent = event_parent(qid);
+    let seq = event_seq(qid);
+    // Objects of this id can only be leftovers of an earlier installation
+    // (DROP EXTENSION leaves the tables create_queue made): remove them.
+    let t = exec(
+        client,
+        "SELECT to_regclass($1) IS NOT NULL, to_regclass($2) IS NOT NULL",
+        &[parent.as_str().into(), seq.as_str().into()],
+    );
+    let r = first_row(t).unwrap();
+    let (old_tables, old_seq): (bool, bool) = (col(&r, 1).unwrap(), col(&r, 2).unwrap());
+    if old_tables {
+        run_once(client, &format!("DROP TABLE {parent} CASCADE"));
+    }
+    if old_seq {
+        run_once(client, &format!("DROP SEQUENCE {seq}"));
+    }
+    run_once(client, &format!("CREATE SEQUENCE {seq}"));
+    run_once(
+        client,
+        &format!(
+            "CREATE TABLE {parent} (
+                ev_id     bigint NOT NULL,
+                ev_time   timestamptz NOT NULL DEFAULT now(),
+                ev_txid   xid8 NOT NULL DEFAULT pg_current_xact_id(),
+                ev_owner  int4,
+                ev_retry  int4,
+                ev_type   text,
+                ev_data   text,
+                ev_extra1 text,
+                ev_extra2 text,
+                ev_extra3 text,
+                ev_extra4 text)"
+        ),
+    );
+    for n in 0..ntables {
+        let child = event_table(qid, n);
+        run_once(
+            client,
+            &format!("CREATE TABLE {child} () INHERITS ({parent}) WITH (fillfactor = 100)"),
+        );
+        run_once(
+            client,
+            &format!("CREATE INDEX event_{qid}_{n}_txid_idx ON {child} (ev_txid)"),
+        );
+    }
+    exec(
+        client,
+        "UPDATE pgque.queue SET queue_event_seq = $2::regclass::oid WHERE queue_id = $1",
+        &[qid.into(), seq.as_str().into()],
+    );
+    tick::insert_tick(client, qid, name, 0, tick::Pending::None);
+    true
+}
+
+/// Drops a queue, its tables and its metadata.
+pub fn drop_queue(client: &mut SpiClient<'_>, q: &Queue, force: bool) {
+    let t = exec(
+        client,
+        "SELECT count(*) FROM pgque.subscription WHERE sub_queue = $1",
+        &[q.id.into()],
+    );
+    let subs: i64 = col(&first_row(t).unwrap(), 1).unwrap();
+    if subs > 0 && !force {
+        raise(
+            error::WRONG_STATE,
+            format!(
+                "queue {:?} has {subs} consumer(s); unsubscribe them or call drop_queue(queue_name, true)",
+                q.name
+            ),
+        );
+    }
+    exec(
+        client,
+        "DELETE FROM pgque.batch WHERE sub_id IN (SELECT sub_id FROM pgque.subscription WHERE sub_queue = $1)",
+        &[q.id.into()],
+    );
+    exec(
+        client,
+        "DELETE FROM pgque.tick WHERE tick_queue = $1",
+        &[q.id.into()],
+    );
+    exec(
+        client,
+        "DELETE FROM pgque.retry_queue WHERE ev_queue = $1",
+        &[q.id.into()],
+    );
+    exec(
+        client,
+        "DELETE FROM pgque.dead_letter WHERE dl_queue = $1",
+        &[q.id.into()],
+    );
+    exec(
+        client,
+        "DELETE FROM pgque.queue WHERE queue_id = $1",
+        &[q.id.into()],
+    );
+    // Children first, then the parent: no CASCADE, no NOTICE.
+    let children: Vec<String> = (0..q.ntables).map(|n| event_table(q.id, n)).collect();
+    run_once(
+        client,
+        &format!("DROP TABLE {}, {}", children.join(", "), event_parent(q.id)),
+    );
+    run_once(client, &format!("DROP SEQUENCE {}", event_seq(q.id)));
+}
+
+/// A consumer's subscription row.
+#[derive(Debug, Clone)]
+pub struct Sub {
+    pub id: i32,
+    pub name: String,
+}
+
+/// Checks a plain consumer name: like any name, and no `#` (it separates
+/// slot and subconsumer names).
+pub fn valid_consumer<'a>(name: Option<&'a str>, what: &str) -> &'a str {
+    let name = error::valid_name(name, what, error::MAX_CONSUMER_NAME);
+    if name.contains('#') {
+        raise(
+            error::INVALID_NAME,
+            format!("{what} {name:?} must not contain '#'"),
+        );
+    }
+    name
+}
+
+pub fn find_sub(client: &mut SpiClient<'_>, q: &Queue, consumer: &str) -> Option<Sub> {
+    let t = exec(
+        client,
+        "SELECT sub_id FROM pgque.subscription \
+          WHERE sub_queue = $1 AND sub_parent IS NULL AND sub_consumer = $2",
+        &[q.id.into(), consumer.into()],
+    );
+    first_row(t).map(|r| Sub {
+        id: col(&r, 1).unwrap(),
+        name: consumer.to_string(),
+    })
+}
+
+pub fn sub_by_name(client: &mut SpiClient<'_>, q: &Queue, consumer: Option<&str>) -> Sub {
+    let consumer = valid_consumer(consumer, "consumer");
+    find_sub(client, q, consumer).unwrap_or_else(|| {
+        raise(
+            error::UNDEFINED_OBJECT,
+            format!(
+                "consumer {consumer:?} is not subscribed to queue {:?}",
+                q.name
+            ),
+        )
+    })
+}
+
+/// Registers a consumer at `tick` (default: the queue's last tick).
+/// Returns false when it was registered already.
+pub fn register(
+    client: &mut SpiClient<'_>,
+    q: &Queue,
+    consumer: &str,
+    at_tick: Option<i64>,
+) -> bool {
+    if find_sub(client, q, consumer).is_some() {
+        return false;
+    }
+    let tick = match at_tick {
+        Some(t) => {
+            if tick::tick_snapshot(client, q.id, t).is_none() {
+                raise(
+                    error::UNDEFINED_OBJECT,
+                    format!("tick {t} of queue {:?} does not exist (any more)", q.name),
+                );
+            }
+            t
+        }
+        None => tick::last_tick(client, q.id)
+            .map(|t| t.id)
+            .unwrap_or_else(|| tick::insert_tick(client, q.id, &q.name, 0, tick::Pending::None)),
+    };
+    exec(
+        client,
+        "INSERT INTO pgque.subscription (sub_queue, sub_consumer, sub_start_tick) VALUES ($1, $2, $3) \
+         ON CONFLICT DO NOTHING",
+        &[q.id.into(), consumer.into(), tick.into()],
+    );
+    true
+}
+
+/// Removes a consumer (with its cooperative members and pending retries).
+pub fn unregister(client: &mut SpiClient<'_>, q: &Queue, sub: &Sub) {
+    exec(
+        client,
+        "DELETE FROM pgque.retry_queue WHERE ev_owner = $1",
+        &[sub.id.into()],
+    );
+    exec(
+        client,
+        "DELETE FROM pgque.subscription WHERE sub_id = $1 OR sub_parent = $1",
+        &[sub.id.into()],
+    );
+    let _ = q;
+}
