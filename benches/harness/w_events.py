@@ -1,0 +1,476 @@
+"""Event-queue workloads 1-5: pgque beside PgQ, the plain append-only table and
+the SKIP LOCKED job table.
+
+  w1  single-event send, one event per transaction, 2 pgbench clients
+  w2  batch send, 100 and 1000 events per call (batch built server-side), 2 clients
+  w3  drain a pre-ticked backlog, 1 consumer (and 2 where the model allows)
+  w4  send->receive latency at a paced rate with the ticker running
+  w5  partition slots (needs issue 4's functions; skipped until they exist)
+
+Every cell starts from a fresh queue (or a truncated table) and records: the rate,
+WAL bytes per event (pg_current_wal_insert_lsn difference over the cell), and the
+dead tuples of the system's tables at the end of the cell.
+"""
+import json
+import multiprocessing as mp
+import time
+
+from . import db, pgbench
+from .core import pct, progress, run_rounds
+
+MP = mp.get_context("fork")
+
+PGQUE_SEND = ["pgque.create_queue(text)", "pgque.send(text,jsonb)"]
+PGQUE_BATCH = ["pgque.create_queue(text)", "pgque.send_batch(text,jsonb[])"]
+PGQUE_CONSUME = ["pgque.create_queue(text)", "pgque.send_batch(text,jsonb[])", "pgque.subscribe(text,text)",
+                 "pgque.receive(text,text,integer)", "pgque.ack(bigint)", "pgque.force_tick(text)"]
+PGQUE_LATENCY = ["pgque.create_queue(text)", "pgque.send(text,jsonb)", "pgque.subscribe(text,text)",
+                 "pgque.receive(text,text,integer)", "pgque.ack(bigint)"]
+
+
+# ---- queue lifecycle per system -------------------------------------------------------
+def create(conn, system, q):
+    if system.startswith("pgque"):
+        db.execute(conn, "SELECT pgque.create_queue(%s)", (q,))
+    elif system == "pgq":
+        db.execute(conn, "SELECT pgq.create_queue(%s)", (q,))
+    elif system == "plain":
+        db.truncate(conn, "bench.plain_events")
+    elif system.startswith("skiplocked"):
+        db.truncate(conn, "bench.sl_jobs")
+
+
+def drop(conn, system, q):
+    try:
+        if system.startswith("pgque"):
+            db.execute(conn, "SELECT pgque.drop_queue(%s, true)", (q,))
+        elif system == "pgq":
+            db.execute(conn, "SELECT pgq.drop_queue(%s, true)", (q,))
+    except Exception as e:  # a failed drop must not stop the run; the name is per cell
+        progress(f"warning: drop_queue({q}) on {system}: {str(e).splitlines()[0]}")
+    if system.startswith("pgque") or system == "pgq":
+        db.vacuum_schemas(conn, schemas(system))
+
+
+def schemas(system):
+    return db.SYSTEM_SCHEMAS["pgque" if system.startswith("pgque") else
+                             "skiplocked" if system.startswith("skiplocked") else system]
+
+
+def dead_for(conn, system):
+    """Dead tuples of the tables a system owns (the references share schema bench)."""
+    tables = {"plain": {"bench.plain_events"}}.get(system)
+    if system.startswith("skiplocked"):
+        tables = {"bench.sl_jobs"}
+    return db.dead_tuples(conn, schemas(system), tables)
+
+
+def pgque_worker(conn, on):
+    """Switch this database's pgque worker on/off (start()/stop() exist on main)."""
+    if db.has_function(conn, "pgque.stop()"):
+        db.execute(conn, "SELECT pgque.start()" if on else "SELECT pgque.stop()")
+
+
+# ---- w1, w2: sends through pgbench ----------------------------------------------------
+def send_script(system, batch):
+    p = db.payload_sql("g")
+    if batch == 1:
+        p1 = db.payload_sql("1")
+        return {
+            "pgque": f"SELECT pgque.send(:q, {p1});\n",
+            "pgq": f"SELECT pgq.insert_event(:q, 'default', ({p1})::text);\n",
+            "plain": f"INSERT INTO bench.plain_events(payload) VALUES ({p1});\n",
+        }[system]
+    return {
+        "pgque": f"SELECT cardinality(pgque.send_batch(:q, ARRAY(SELECT {p} FROM generate_series(1, {batch}) g)));\n",
+        "pgq": f"SELECT count(pgq.insert_event(:q, 'default', ({p})::text)) FROM generate_series(1, {batch}) g;\n",
+        "plain": f"INSERT INTO bench.plain_events(payload) SELECT {p} FROM generate_series(1, {batch}) g;\n",
+    }[system]
+
+
+def send_cell(res_w, conn, cfg, variant, system, rnd, batch, clients):
+    q = f"{res_w.wid}_{system}_b{batch}_r{rnd}"
+    create(conn, system, q)
+    db.pgss_reset(conn)
+    lsn = db.wal_lsn(conn)
+    tx, tps, failed = pgbench.run(send_script(system, batch), clients, cfg.send_secs, {"q": q})
+    wal = db.wal_diff(conn, lsn)
+    if system.startswith("pgque"):
+        res_w.profile(variant, system, rnd, db.pgss_top(conn))
+    events = tx * batch
+    dead = dead_for(conn, system)
+    drop(conn, system, q)
+    res_w.add(variant, system, rnd, {
+        "rate": tps * batch, "wal_per": wal / events if events else None, "dead": dead,
+        "events": events, "failed": failed})
+
+
+def w1(res, cfg, conn):
+    w = res.workload("w1", "Single-event send, one event per transaction, 2 clients",
+                     [("rate", "events/s"), ("wal_per", "WAL B/event")],
+                     about="pgbench -c 2 -j 2 -M prepared, one statement per transaction: "
+                           "`pgque.send(q, payload jsonb)` / `pgq.insert_event(q, 'default', payload::text)` / "
+                           "`INSERT INTO bench.plain_events(payload) VALUES (...)`; payload ~200-byte JSON built server-side.")
+    systems = ["pgque", "pgq", "plain"]
+    miss = db.missing_functions(conn, PGQUE_SEND)
+    if miss:
+        w.skip(f"pgque: function {', '.join(miss)} not installed")
+        systems.remove("pgque")
+    run_rounds(cfg.rounds, systems, lambda s, r: send_cell(w, conn, cfg, "batch=1", s, r, 1, 2))
+
+
+def w2(res, cfg, conn):
+    w = res.workload("w2", "Batch send, 100 and 1000 events per call, 2 clients",
+                     [("rate", "events/s"), ("wal_per", "WAL B/event")],
+                     about="pgbench -c 2, one call per transaction, batch built server-side with generate_series: "
+                           "`pgque.send_batch(q, ARRAY(SELECT payload ...))` / `SELECT count(pgq.insert_event(...)) FROM generate_series` / "
+                           "`INSERT INTO bench.plain_events(payload) SELECT ...` (the physical limit).")
+    systems = ["pgque", "pgq", "plain"]
+    miss = db.missing_functions(conn, PGQUE_BATCH)
+    if miss:
+        w.skip(f"pgque: function {', '.join(miss)} not installed")
+        systems.remove("pgque")
+    for batch in cfg.send_batches:
+        run_rounds(cfg.rounds, systems, lambda s, r: send_cell(w, conn, cfg, f"batch={batch}", s, r, batch, 2))
+
+
+# ---- w3: drain a backlog -----------------------------------------------------------------
+def fill_backlog(conn, system, q, n, batch, consumers=("c1",)):
+    """Untimed: n events in chunks of `batch`, each chunk cut into its own batch by a tick."""
+    p = db.payload_sql("g")
+    chunk_sql = f"ARRAY(SELECT {p} FROM generate_series(1, %s) g)"
+    if system.startswith("pgque"):
+        create(conn, system, q)
+        for c in consumers:
+            db.execute(conn, "SELECT pgque.subscribe(%s, %s)", (q, c))
+        for left in range(n, 0, -batch):
+            db.execute(conn, f"SELECT pgque.send_batch(%s, {chunk_sql})", (q, min(batch, left)))
+            db.execute(conn, "SELECT pgque.force_tick(%s)", (q,))  # ticks now (PgQ's only bumps the sequence)
+    elif system == "pgq":
+        create(conn, system, q)
+        db.execute(conn, "SELECT pgq.register_consumer(%s, %s)", (q, "c1"))
+        for left in range(n, 0, -batch):
+            db.execute(conn, f"SELECT count(pgq.insert_event(%s, 'default', ({p})::text)) FROM generate_series(1, %s) g",
+                       (q, min(batch, left)))
+            db.execute(conn, "SELECT pgq.force_tick(%s)", (q,))
+            db.execute(conn, "SELECT pgq.ticker(%s)", (q,))
+    elif system == "plain":
+        create(conn, system, q)
+        db.execute(conn, f"INSERT INTO bench.plain_events(payload) SELECT {p} FROM generate_series(1, %s) g", (n,))
+        db.execute(conn, "VACUUM ANALYZE bench.plain_events")
+    elif system.startswith("skiplocked"):
+        create(conn, system, q)
+        db.execute(conn, f"INSERT INTO bench.sl_jobs(queue, kind, args) SELECT %s, 'event', {p} FROM generate_series(1, %s) g",
+                   (q, n))
+        db.execute(conn, "VACUUM ANALYZE bench.sl_jobs")
+
+
+def _drain_proc(system, q, consumer, n, batch, barrier, out):
+    """One consumer process: drains until n events are seen in total (or nothing is left)."""
+    conn = db.connect()
+    cur = conn.cursor()
+    if system == "pgque_coop":
+        cur.execute("SELECT pgque.subscribe_subconsumer(%s, %s, %s)", (q, "c1", consumer))
+    barrier.wait()
+    t0 = time.perf_counter()
+    consumed = batches = empties = 0
+    while consumed < n and empties < 3:
+        with conn.transaction():
+            if system == "pgque":
+                rows = cur.execute("SELECT msg_id, batch_id, payload FROM pgque.receive(%s, %s, %s)",
+                                   (q, consumer, batch), prepare=True).fetchall()
+                if rows:
+                    cur.execute("SELECT pgque.ack(%s)", (rows[0][1],), prepare=True)
+            elif system == "pgque_coop":
+                rows = cur.execute("SELECT msg_id, batch_id, payload FROM pgque.receive_coop(%s, %s, %s, %s)",
+                                   (q, "c1", consumer, batch), prepare=True).fetchall()
+                if rows:
+                    cur.execute("SELECT pgque.ack(%s)", (rows[0][1],), prepare=True)
+            elif system == "pgq":
+                bid = cur.execute("SELECT pgq.next_batch(%s, %s)", (q, consumer), prepare=True).fetchone()[0]
+                rows = []
+                if bid is not None:
+                    rows = cur.execute("SELECT ev_id, ev_data FROM pgq.get_batch_events(%s)", (bid,), prepare=True).fetchall()
+                    cur.execute("SELECT pgq.finish_batch(%s)", (bid,), prepare=True)
+                    batches += 1
+                    if not rows:
+                        continue
+            elif system == "plain":
+                rows = cur.execute("SELECT id, payload::text FROM bench.plain_events WHERE id > %s ORDER BY id LIMIT %s",
+                                   (out.get("last", 0) if isinstance(out, dict) else 0, batch), prepare=True).fetchall()
+            else:  # skiplocked: claim (commit), then delete (commit), as a job runner does
+                rows = cur.execute(
+                    "UPDATE bench.sl_jobs SET state = 'running', locked_by = %s, locked_at = now(), attempt = attempt + 1 "
+                    "WHERE id IN (SELECT id FROM bench.sl_jobs WHERE queue = %s AND state = 'ready' AND run_at <= now() "
+                    "ORDER BY priority, run_at, id LIMIT %s FOR UPDATE SKIP LOCKED) RETURNING id, args::text",
+                    (consumer, q, batch), prepare=True).fetchall()
+        if system.startswith("skiplocked") and rows:
+            with conn.transaction():
+                cur.execute("DELETE FROM bench.sl_jobs WHERE id = ANY(%s)", ([r[0] for r in rows],), prepare=True)
+        if not rows:
+            empties += 1
+            if system.startswith("skiplocked") or system == "plain" or system == "pgq":
+                break
+            continue
+        if system == "plain":
+            out["last"] = rows[-1][0]
+        empties = 0
+        consumed += len(rows)
+        if system != "pgq":
+            batches += 1
+    t1 = time.perf_counter()
+    conn.close()
+    return consumed, batches, t0, t1
+
+
+def _drain_child(args, barrier, queue):
+    system, q, consumer, n, batch = args
+    try:
+        queue.put(_drain_proc(system, q, consumer, n, batch, barrier, {}))
+    except Exception as e:  # report, do not hang the parent
+        barrier.abort()
+        queue.put(e)
+
+
+def drain_cell(w, conn, cfg, system, rnd, batch, nconsumers):
+    q = f"w3_{system}_b{batch}_r{rnd}"
+    n = cfg.backlog
+    subs = [f"s{i}" for i in range(nconsumers)]
+    fill_backlog(conn, system, q, n, batch)
+    db.pgss_reset(conn)
+    lsn = db.wal_lsn(conn)
+    barrier = MP.Barrier(nconsumers, timeout=300)
+    outq = MP.Queue()
+    procs = []
+    for i in range(nconsumers):
+        consumer = subs[i] if system in ("pgque_coop",) or system.startswith("skiplocked") else "c1"
+        p = MP.Process(target=_drain_child, args=((system, q, consumer, n, batch), barrier, outq))
+        p.start()
+        procs.append(p)
+    results = [outq.get() for _ in procs]
+    for p in procs:
+        p.join()
+    errs = [r for r in results if isinstance(r, Exception)]
+    if errs:
+        raise errs[0]
+    wal = db.wal_diff(conn, lsn)
+    consumed = sum(r[0] for r in results)
+    batches = sum(r[1] for r in results)
+    secs = max(r[3] for r in results) - min(r[2] for r in results)
+    dead = dead_for(conn, system)
+    drop(conn, system, q)
+    label = {"pgque": "pgque", "pgque_coop": f"pgque coop x{nconsumers}", "pgq": "pgq", "plain": "plain keyset",
+             "skiplocked": f"skiplocked x{nconsumers}"}[system]
+    if system.startswith("pgque") or system == "pgq":
+        w.profile(f"batch={batch}", label, rnd, db.pgss_top(conn))
+    w.add(f"batch={batch}", label, rnd, {
+        "rate": consumed / secs if secs > 0 else None, "wal_per": wal / consumed if consumed else None,
+        "per_batch": consumed / batches if batches else None, "consumed": consumed, "dead": dead})
+    if consumed < n:
+        w.note(f"{label} batch={batch} round {rnd}: consumed {consumed} of {n} events (stopped on empty reads)")
+
+
+def w3(res, cfg, conn):
+    w = res.workload("w3", f"Drain a backlog of {cfg.backlog:,} events",
+                     [("rate", "events/s"), ("wal_per", "WAL B/event"), ("per_batch", "events/batch")],
+                     about="Backlog filled untimed, cut into batches of the given size by one tick per chunk "
+                           "(pgque.force_tick(q), which ticks at once; pgq.force_tick(q) + pgq.ticker(q)); the pgque worker is "
+                           "stopped during this workload so it cuts no other batches. Consumers: pgque receive(q, c, B)+ack "
+                           "in one transaction per batch; PgQ next_batch + get_batch_events + finish_batch; plain keyset "
+                           "`WHERE id > last ORDER BY id LIMIT B`; SKIP LOCKED claim (commit) then DELETE (commit). "
+                           "`events/batch` is what the consumer actually saw.")
+    miss = db.missing_functions(conn, PGQUE_CONSUME)
+    has_pgque = not miss
+    if miss:
+        w.skip(f"pgque: function {', '.join(miss)} not installed")
+    coop_miss = db.missing_functions(conn, ["pgque.subscribe_subconsumer(text,text,text)"])
+    has_coop = has_pgque and not coop_miss and db.scalar(
+        conn, "SELECT count(*) FROM pg_proc WHERE proname = 'receive_coop' AND pronamespace = 'pgque'::regnamespace") > 0
+    if has_pgque and not has_coop:
+        w.skip("pgque cooperative consumers x2: function pgque.receive_coop / pgque.subscribe_subconsumer(text,text,text) not installed")
+    if has_pgque:
+        pgque_worker(conn, False)
+    try:
+        for batch in cfg.drain_batches:
+            cells = ([("pgque", 1)] if has_pgque else []) + ([("pgque_coop", 2)] if has_coop else []) + \
+                    [("pgq", 1), ("plain", 1), ("skiplocked", 1), ("skiplocked", 2)]
+            run_rounds(cfg.rounds, cells, lambda sc, r: drain_cell(w, conn, cfg, sc[0], r, batch, sc[1]))
+    finally:
+        if has_pgque:
+            pgque_worker(conn, True)
+    w.note("PgQ has no cooperative consumers in this install (pgq_coop is not packaged), so it drains with one consumer only.")
+
+
+# ---- w4: latency ---------------------------------------------------------------------------
+def _payload(i):
+    return json.dumps({"id": i, "ts": time.time(), "kind": "order.created", "customer": "cust-000042",
+                       "amount": 129.95, "currency": "EUR", "items": 3, "note": "x" * 64})
+
+
+def _producer(system, q, rate, secs, barrier, outq):
+    conn = db.connect()
+    cur = conn.cursor()
+    barrier.wait()
+    t0 = time.time()
+    i = 0
+    try:
+        while True:
+            now = time.time()
+            if now - t0 >= secs:
+                break
+            due = int((now - t0) * rate) + 1
+            while i < due:
+                i += 1
+                if system == "pgque":
+                    cur.execute("SELECT pgque.send(%s, %s::jsonb)", (q, _payload(i)), prepare=True)
+                elif system == "pgq":
+                    cur.execute("SELECT pgq.insert_event(%s, 'default', %s)", (q, _payload(i)), prepare=True)
+                else:
+                    cur.execute("INSERT INTO bench.sl_jobs(queue, kind, args) VALUES (%s, 'event', %s::jsonb)",
+                                (q, _payload(i)), prepare=True)
+            nxt = t0 + (i / rate)
+            d = nxt - time.time()
+            if d > 0:
+                time.sleep(d)
+        outq.put(("sent", i, time.time() - t0))
+    except Exception as e:
+        outq.put(("error", repr(e), 0))
+    conn.close()
+
+
+def _consumer(system, q, stop_at, barrier, outq, poll):
+    conn = db.connect()
+    cur = conn.cursor()
+    if system == "pgque":
+        cur.execute(f'LISTEN "pgque_{q}"')
+    lats = []
+    barrier.wait()
+    try:
+        while time.time() < stop_at:
+            rows = []
+            with conn.transaction():
+                if system == "pgque":
+                    rows = cur.execute("SELECT payload, batch_id FROM pgque.receive(%s, 'c1', 1000)", (q,), prepare=True).fetchall()
+                    if rows:
+                        cur.execute("SELECT pgque.ack(%s)", (rows[0][1],), prepare=True)
+                elif system == "pgq":
+                    bid = cur.execute("SELECT pgq.next_batch(%s, 'c1')", (q,), prepare=True).fetchone()[0]
+                    if bid is not None:
+                        rows = cur.execute("SELECT ev_data FROM pgq.get_batch_events(%s)", (bid,), prepare=True).fetchall()
+                        cur.execute("SELECT pgq.finish_batch(%s)", (bid,), prepare=True)
+                else:
+                    rows = cur.execute(
+                        "UPDATE bench.sl_jobs SET state = 'running', locked_by = 'c1', locked_at = now() "
+                        "WHERE id IN (SELECT id FROM bench.sl_jobs WHERE queue = %s AND state = 'ready' AND run_at <= now() "
+                        "ORDER BY priority, run_at, id LIMIT 1000 FOR UPDATE SKIP LOCKED) RETURNING args, id",
+                        (q,), prepare=True).fetchall()
+            now = time.time()
+            if rows:
+                for r in rows:
+                    p = r[0] if isinstance(r[0], dict) else json.loads(r[0])
+                    lats.append((now - p["ts"]) * 1000.0)
+                if system == "skiplocked":
+                    with conn.transaction():
+                        cur.execute("DELETE FROM bench.sl_jobs WHERE id = ANY(%s)", ([r[1] for r in rows],), prepare=True)
+                continue
+            if system == "pgque":
+                for _ in conn.notifies(timeout=poll, stop_after=1):
+                    pass
+            else:
+                time.sleep(poll)
+        outq.put(("lats", lats, 0))
+    except Exception as e:
+        outq.put(("error", repr(e), 0))
+    conn.close()
+
+
+def _pgq_ticker(period, stop_at, barrier):
+    """What pgqd does: call pgq.ticker() every `period` seconds."""
+    conn = db.connect()
+    barrier.wait()
+    while time.time() < stop_at:
+        conn.execute("SELECT pgq.ticker()")
+        time.sleep(period)
+    conn.close()
+
+
+def latency_cell(w, conn, cfg, system, rnd, rate):
+    q = f"w4_{system}_{rate}_r{rnd}"
+    create(conn, system, q)
+    if system == "pgque":
+        db.execute(conn, "SELECT pgque.subscribe(%s, 'c1')", (q,))
+    elif system == "pgq":
+        db.execute(conn, "SELECT pgq.register_consumer(%s, 'c1')", (q,))
+        db.execute(conn, "SELECT pgq.set_queue_config(%s, 'ticker_max_lag', %s)", (q, f"{cfg.pgq_tick_ms} ms"))
+    lsn = db.wal_lsn(conn)
+    secs = cfg.lat_secs
+    nproc = 3 if system == "pgq" else 2
+    barrier = MP.Barrier(nproc, timeout=300)
+    outq = MP.Queue()
+    stop_at = time.time() + secs + 2.0 + 1.0  # start skew + drain time after the producer stops
+    procs = [MP.Process(target=_producer, args=(system, q, rate, secs, barrier, outq)),
+             MP.Process(target=_consumer, args=(system, q, stop_at, barrier, outq, cfg.poll_ms / 1000.0))]
+    if system == "pgq":
+        procs.append(MP.Process(target=_pgq_ticker, args=(cfg.pgq_tick_ms / 1000.0, stop_at, barrier)))
+    for p in procs:
+        p.start()
+    got = {}
+    for _ in range(2):
+        kind, val, extra = outq.get()
+        if kind == "error":
+            for p in procs:
+                p.kill()
+            raise RuntimeError(f"w4 {system}: {val}")
+        got[kind] = (val, extra)
+    for p in procs:
+        p.join()
+    wal = db.wal_diff(conn, lsn)
+    sent, sent_secs = got["sent"]
+    lats = got["lats"][0]
+    dead = dead_for(conn, system)
+    drop(conn, system, q)
+    label = {"pgque": "pgque (worker)", "pgq": f"pgq (ticker {cfg.pgq_tick_ms} ms)",
+             "skiplocked": f"skiplocked (poll {cfg.poll_ms} ms)"}[system]
+    w.add(f"rate={rate}/s", label, rnd, {
+        "p50": pct(lats, 50), "p99": pct(lats, 99), "max": max(lats) if lats else None,
+        "sent_rate": sent / sent_secs if sent_secs else None, "received": len(lats), "sent": sent,
+        "wal_per": wal / sent if sent else None, "dead": dead})
+    if len(lats) < sent:
+        w.note(f"{label} rate={rate} round {rnd}: received {len(lats)} of {sent} sent events within the cell")
+
+
+def w4(res, cfg, conn):
+    w = res.workload("w4", "Send->receive latency at a paced rate",
+                     [("p50", "p50 ms"), ("p99", "p99 ms"), ("max", "max ms"), ("sent_rate", "sent/s"),
+                      ("wal_per", "WAL B/event")],
+                     higher_is_better=False,
+                     about=f"One producer process sending one event per transaction at a paced rate (payload carries "
+                           f"the send time), one consumer process computing latency when the event reaches it. "
+                           f"pgque: the background worker ticks at its default settings; the consumer LISTENs on "
+                           f"`pgque_<queue>` and calls receive+ack (waiting at most {cfg.poll_ms} ms for a notification "
+                           f"between empty receives). PgQ: a process calls pgq.ticker() every {cfg.pgq_tick_ms} ms as pgqd "
+                           f"would, queue ticker_max_lag {cfg.pgq_tick_ms} ms, consumer polls next_batch every "
+                           f"{cfg.poll_ms} ms. SKIP LOCKED: claim+delete, polling every {cfg.poll_ms} ms when empty.")
+    systems = ["pgque", "pgq", "skiplocked"]
+    miss = db.missing_functions(conn, PGQUE_LATENCY)
+    if miss:
+        w.skip(f"pgque: function {', '.join(miss)} not installed")
+        systems.remove("pgque")
+    for rate in cfg.lat_rates:
+        run_rounds(cfg.rounds, systems, lambda s, r: latency_cell(w, conn, cfg, s, r, rate))
+
+
+# ---- w5: partition slots ---------------------------------------------------------------------
+PGQUE_SLOTS = ["pgque.subscribe_partitioned(text,text,integer)", "pgque.claim_slot(text,text,integer,text,interval)",
+               "pgque.receive_partitioned(text,text,integer,integer,text,integer)",
+               "pgque.ack_partitioned(text,text,integer,integer,text)", "pgque.send(text,text,jsonb,text)"]
+
+
+def w5(res, cfg, conn):
+    w = res.workload("w5", "Partition slots: consume rate and buffers per consumed event at N = 1, 16, 64",
+                     [("rate", "events/s"), ("buf_per", "buffers/event")])
+    miss = db.missing_functions(conn, PGQUE_SLOTS)
+    if miss:
+        w.skip(f"function {', '.join(miss)} not installed (issue 4 not built yet)")
+        return
+    w.skip("partition-slot functions are installed but this harness has no w5 driver yet: no figure")
