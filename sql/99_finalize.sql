@@ -89,6 +89,21 @@ BEGIN
 END
 $seqscan$;
 
+-- No pgque function is worth JIT-compiling: each runs short statements, and
+-- with enable_seqscan off (above) a plan's cost can pass jit_above_cost, after
+-- which every execution paid ~200 ms of LLVM compilation (seen on Debian's
+-- PostgreSQL 15, whose llvmjit is installed and on by default).
+DO $nojit$
+DECLARE f regprocedure;
+BEGIN
+    FOR f IN SELECT p.oid::regprocedure FROM pg_catalog.pg_proc p
+              WHERE p.pronamespace = 'pgque'::regnamespace
+    LOOP
+        EXECUTE format('ALTER FUNCTION %s SET jit = off', f);
+    END LOOP;
+END
+$nojit$;
+
 -- ---- job queues -----------------------------------------------------------
 -- Producers (pgque_writer) enqueue; consumers (pgque_reader) dispatch and
 -- report outcomes; pgque_admin administers queues, actors and single jobs.

@@ -29,3 +29,9 @@ SELECT p.oid::regprocedure AS definer_without_search_path
   FROM pg_proc p
  WHERE p.pronamespace = 'pgque'::regnamespace AND p.prosecdef
    AND NOT EXISTS (SELECT 1 FROM unnest(p.proconfig) c WHERE c LIKE 'search_path=%');
+
+-- Every function runs with JIT off (short statements; JIT only costs).
+SELECT p.oid::regprocedure AS function_with_jit
+  FROM pg_proc p
+ WHERE p.pronamespace = 'pgque'::regnamespace
+   AND NOT coalesce('jit=off' = ANY (p.proconfig), false);
