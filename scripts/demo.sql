@@ -5,7 +5,9 @@
 SELECT pgque.version() AS "pgque version";
 
 -- A fresh queue with one consumer (re-runs start from a clean queue).
+\o /dev/null
 SELECT pgque.drop_queue('demo', true) FROM pgque.get_queue_info() WHERE queue_name = 'demo';
+\o
 SELECT pgque.create_queue('demo') AS created;
 SELECT pgque.subscribe('demo', 'demo_consumer') AS subscribed;
 SELECT last_tick_id AS tick_before FROM pgque.get_queue_info('demo') \gset

@@ -1,7 +1,9 @@
 -- Event queues in `make run`: a queue, two consumers, send, receive, ack.
 -- (Include from demo.sql with: \ir demo_events.sql)
 \echo 'Fan-out: a queue with two consumers, three events'
+\o /dev/null
 SELECT pgque.drop_queue('demo_orders', true) FROM pgque.get_queue_info() WHERE queue_name = 'demo_orders';
+\o
 SELECT pgque.create_queue('demo_orders');
 SELECT pgque.subscribe('demo_orders', 'billing'), pgque.subscribe('demo_orders', 'shipping');
 SELECT pgque.send('demo_orders', 'order.created', '{"order": 1}'::jsonb);

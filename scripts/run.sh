@@ -59,11 +59,11 @@ else
   echo "== restarting PostgreSQL $VER to load the new library"
   as_pg "$BINDIR/pg_ctl" -D "$DATA" -l "$DATA/server.log" -w -m fast restart >/dev/null
 fi
-"${PSQL[@]}" -d postgres -qtAc "SELECT 1 FROM pg_database WHERE datname = '$DB'" | grep -q 1 \
-  || "${PSQL[@]}" -d postgres -qc "CREATE DATABASE $DB"
-"${PSQL[@]}" -d "$DB" -qc "CREATE EXTENSION IF NOT EXISTS pgque"
-# An extension built from newer sources than the one installed in the database:
-"${PSQL[@]}" -d "$DB" -qc "ALTER EXTENSION pgque UPDATE" 2>/dev/null || true
+# The demo database is made afresh each time, so it always has the extension
+# as just built (the cluster, and any database of yours in it, is kept).
+"${PSQL[@]}" -d postgres -qc "DROP DATABASE IF EXISTS $DB WITH (FORCE)"
+"${PSQL[@]}" -d postgres -qc "CREATE DATABASE $DB"
+"${PSQL[@]}" -d "$DB" -qc "CREATE EXTENSION pgque"
 
 echo "== demo"
 "${PSQL[@]}" -d "$DB" -v ON_ERROR_STOP=1 -f "$ROOT/scripts/demo.sql"
