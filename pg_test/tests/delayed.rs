@@ -10,19 +10,7 @@ fn setup(name: &str, worker: bool) -> TestDb {
     let db = TestDb::new(name);
     let mut c = db.connect();
     if !worker {
-        c.batch_execute("SELECT pgque.stop()").unwrap();
-        // The worker leaves within a second; until then it may still promote.
-        assert!(wait_until(Duration::from_secs(5), || {
-            let n: i64 = c
-                .query_one(
-                    "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pgque worker' \
-                       AND datname = current_database()",
-                    &[],
-                )
-                .unwrap()
-                .get(0);
-            n == 0
-        }));
+        stop_worker(&mut c);
     }
     c.batch_execute("SELECT pgque.create_queue('q'); SELECT pgque.subscribe('q', 'c')")
         .unwrap();

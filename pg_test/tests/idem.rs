@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 fn setup(name: &str) -> TestDb {
     let db = TestDb::new(name);
     let mut c = db.connect();
-    c.batch_execute("SELECT pgque.stop(); SELECT pgque.create_queue('q')")
-        .unwrap();
+    stop_worker(&mut c);
+    c.batch_execute("SELECT pgque.create_queue('q')").unwrap();
     db
 }
 

@@ -34,10 +34,7 @@ fn send_at_impl(
             "deliver_at must be a finite time",
         );
     }
-    let ev_type = required(type_name, "type_name");
-    if ev_type.is_empty() {
-        raise(error::INVALID_NAME, "type_name must not be empty");
-    }
+    let ev_type = super::type_arg(type_name);
     Spi::connect_mut(|c| {
         let q = log::queue_by_name(c, queue_name);
         let t = exec(
@@ -249,15 +246,8 @@ fn gc_old_piece(c: &mut SpiClient<'_>, s: &State, old: i16) {
     );
     let nonempty: bool = first_row(t).and_then(|r| col(&r, 1)).unwrap_or(false);
     if nonempty {
-        let relid = unsafe {
-            let name = std::ffi::CString::new(format!("delayed_event_p{old}")).unwrap();
-            pg_sys::get_relname_relid(
-                name.as_ptr(),
-                pg_sys::get_namespace_oid(c"pgque".as_ptr(), false),
-            )
-        };
         // Waits for nobody: an in-flight send_at into it keeps the piece.
-        if !unsafe { pg_sys::ConditionalLockRelationOid(relid, pg_sys::AccessExclusiveLock as _) } {
+        if !log::try_lock_exclusive(&format!("delayed_event_p{old}")) {
             return;
         }
         // With the lock, every row there is committed: any due one this run

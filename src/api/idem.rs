@@ -98,10 +98,7 @@ fn send_idem_impl(
 ) -> (i64, bool) {
     let key = valid_key(idem_key);
     let ttl = valid_ttl(ttl);
-    let ev_type = required(type_name, "type_name");
-    if ev_type.is_empty() {
-        raise(error::INVALID_NAME, "type_name must not be empty");
-    }
+    let ev_type = super::type_arg(type_name);
     Spi::connect_mut(|c| {
         let q = log::queue_by_name(c, queue_name);
         // Pins the current piece until commit: a switch waits for us.
@@ -247,15 +244,8 @@ pub fn gc(c: &mut SpiClient<'_>, period_s: i32) -> i64 {
         if has_live && !stale {
             return 0;
         }
-        let relid = unsafe {
-            let name = std::ffi::CString::new(format!("idem_key_p{old}")).unwrap();
-            pg_sys::get_relname_relid(
-                name.as_ptr(),
-                pg_sys::get_namespace_oid(c"pgque".as_ptr(), false),
-            )
-        };
         // TRUNCATE needs an exclusive lock: take it only if it is free now.
-        if !unsafe { pg_sys::ConditionalLockRelationOid(relid, pg_sys::AccessExclusiveLock as _) } {
+        if !log::try_lock_exclusive(&format!("idem_key_p{old}")) {
             return 0;
         }
         let mut copied = 0;

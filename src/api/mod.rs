@@ -40,7 +40,8 @@ fn send_one(
     })
 }
 
-fn type_arg(type_name: Option<&str>) -> &str {
+/// A required, non-empty event type (22004 / 42602).
+pub(crate) fn type_arg(type_name: Option<&str>) -> &str {
     let t = required(type_name, "type_name");
     if t.is_empty() {
         raise(error::INVALID_NAME, "type_name must not be empty");

@@ -67,6 +67,19 @@ pub fn exec<'c>(client: &mut SpiClient<'c>, sql: &str, args: &[DatumWithOid]) ->
         .unwrap_or_else(|e| panic!("pgque: statement failed: {e}"))
 }
 
+/// Takes an ACCESS EXCLUSIVE lock on table `pgque.<table>` if it is free now
+/// (never waits); false if someone holds a conflicting lock. For TRUNCATEs
+/// that must not stall a worker behind a reader.
+pub fn try_lock_exclusive(table: &str) -> bool {
+    let name = std::ffi::CString::new(table).expect("table name without NUL");
+    unsafe {
+        let ns = pg_sys::get_namespace_oid(c"pgque".as_ptr(), false);
+        let relid = pg_sys::get_relname_relid(name.as_ptr(), ns);
+        relid != pg_sys::InvalidOid
+            && pg_sys::ConditionalLockRelationOid(relid, pg_sys::AccessExclusiveLock as _)
+    }
+}
+
 /// Runs a one-off statement (DDL), not cached.
 pub fn run_once(client: &mut SpiClient<'_>, sql: &str) {
     client
