@@ -1,8 +1,10 @@
-//! A ProcessUtility hook for the database-level commands that cannot run
-//! while another session is connected to the database: DROP DATABASE,
-//! ALTER DATABASE ... RENAME, and CREATE DATABASE ... TEMPLATE. Each stops
-//! the database's pgque worker first; after a rename or copy it is started
-//! again, after a drop it is not.
+//! A ProcessUtility hook for the commands that must not run beside the
+//! database's pgque worker: DROP DATABASE, ALTER DATABASE ... RENAME and
+//! CREATE DATABASE ... TEMPLATE (they refuse while another session is
+//! connected), and DROP EXTENSION pgque (its exclusive locks on the pgque
+//! tables deadlock with a duty that is reading them). Each stops the worker
+//! first; after a rename or copy it is started again, after a drop it is not
+//! (if the command fails, it is started again at once).
 use crate::shmem;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
@@ -21,10 +23,12 @@ pub fn install() {
 /// What a utility statement means for a database's worker.
 enum Action {
     None,
-    /// Stop the worker of this database; `restart` after the command succeeds.
+    /// Stop the worker of this database; `restart` after the command
+    /// succeeds; `drop_db`: the database goes away (no restart by the postmaster).
     Stop {
         name: String,
         restart: bool,
+        drop_db: bool,
     },
 }
 
@@ -48,9 +52,35 @@ unsafe fn classify(node: *mut pg_sys::Node) -> Action {
                     Some(name) => Action::Stop {
                         name,
                         restart: false,
+                        drop_db: true,
                     },
                     None => Action::None,
                 }
+            }
+            pg_sys::NodeTag::T_DropStmt => {
+                let s = node as *mut pg_sys::DropStmt;
+                if (*s).removeType != pg_sys::ObjectType::OBJECT_EXTENSION || (*s).objects.is_null()
+                {
+                    return Action::None;
+                }
+                let objs = (*s).objects;
+                for i in 0..(*objs).length as usize {
+                    let obj = (*(*objs).elements.add(i)).ptr_value as *mut pg_sys::Node;
+                    if !obj.is_null() && (*obj).type_ == pg_sys::NodeTag::T_String {
+                        let name = cstr((*(obj as *mut pg_sys::String)).sval);
+                        if name.as_deref() == Some("pgque") {
+                            let db = pg_sys::get_database_name(pg_sys::MyDatabaseId);
+                            if let Some(name) = cstr(db) {
+                                return Action::Stop {
+                                    name,
+                                    restart: false,
+                                    drop_db: false,
+                                };
+                            }
+                        }
+                    }
+                }
+                Action::None
             }
             pg_sys::NodeTag::T_RenameStmt => {
                 let s = node as *mut pg_sys::RenameStmt;
@@ -59,6 +89,7 @@ unsafe fn classify(node: *mut pg_sys::Node) -> Action {
                         Some(name) => Action::Stop {
                             name,
                             restart: true,
+                            drop_db: false,
                         },
                         None => Action::None,
                     }
@@ -80,6 +111,7 @@ unsafe fn classify(node: *mut pg_sys::Node) -> Action {
                             return Action::Stop {
                                 name,
                                 restart: true,
+                                drop_db: false,
                             };
                         }
                     }
@@ -124,11 +156,16 @@ unsafe extern "C-unwind" fn pgque_process_utility(
         Action::None
     };
     let mut stopped: Option<(pg_sys::Oid, bool)> = None;
-    if let Action::Stop { name, restart } = action {
+    if let Action::Stop {
+        name,
+        restart,
+        drop_db,
+    } = action
+    {
         let cname = std::ffi::CString::new(name).unwrap_or_default();
         let oid = unsafe { pg_sys::get_database_oid(cname.as_ptr(), true) };
         if oid != pg_sys::InvalidOid && shmem::find(oid.to_u32()).is_some() {
-            if !restart {
+            if drop_db {
                 // Keep the postmaster from restarting it into a database that is gone.
                 shmem::mark_dropped(oid.to_u32());
             }
