@@ -7,7 +7,7 @@
 //! another attempt runs now) changes nothing and says so (false / NULL / no
 //! row). Every transition out of 'running' gives back the actor's slot and
 //! the identity claim, in the same statement, and writes one job event.
-use super::stmt::{prepared, ty};
+use super::stmt::{prepared, run_int, ty};
 use crate::error::{self, raise, required};
 use pgrx::datum::{Interval, TimestampWithTimeZone};
 use pgrx::pg_sys;
@@ -159,24 +159,6 @@ ev AS (
 )
 SELECT c.was, (SELECT count(*)::int FROM upd) FROM cur c
 "#;
-
-fn run_int(
-    sql: &'static str,
-    types: &[pg_sys::PgOid],
-    args: Vec<pgrx::datum::DatumWithOid<'_>>,
-) -> i32 {
-    Spi::connect_mut(|client| {
-        let stmt = prepared(client, sql, types);
-        client
-            .update(stmt, None, &args)
-            .unwrap_or_else(|e| pgrx::error!("{e}"))
-            .first()
-            .get::<i32>(1)
-            .ok()
-            .flatten()
-            .unwrap_or(0)
-    })
-}
 
 /// Marks the job completed if `lease_token` is its current attempt's token.
 /// False (and nothing changed) for a stale token or a job not running.

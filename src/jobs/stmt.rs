@@ -91,3 +91,23 @@ pub fn with_generic_plans<R>(f: impl FnOnce() -> R) -> R {
         r
     }
 }
+
+/// Runs a kept statement and returns its first row's first column as an int
+/// (0 when there is no row or it is NULL).
+pub fn run_int(
+    sql: &'static str,
+    types: &[pg_sys::PgOid],
+    args: Vec<pgrx::datum::DatumWithOid<'_>>,
+) -> i32 {
+    pgrx::prelude::Spi::connect_mut(|client| {
+        let stmt = prepared(client, sql, types);
+        client
+            .update(stmt, None, &args)
+            .unwrap_or_else(|e| pgrx::error!("{e}"))
+            .first()
+            .get::<i32>(1)
+            .ok()
+            .flatten()
+            .unwrap_or(0)
+    })
+}

@@ -2,7 +2,7 @@
 //! SQL function of its own (manual mode, tests): lease rescue, promotion of
 //! due scheduled jobs, the job_events retention sweep, pruning of terminal
 //! jobs; `job_maint()` runs the four, `job_analyze()` refreshes statistics.
-use super::stmt::{prepared, ty};
+use super::stmt::{run_int, ty};
 use crate::error::{self, raise, required};
 use crate::gucs;
 use pgrx::pg_sys;
@@ -144,30 +144,12 @@ fn interval_arg(d: std::time::Duration) -> String {
     format!("{} seconds", d.as_secs())
 }
 
-fn first_int(
-    sql: &'static str,
-    types: &[pg_sys::PgOid],
-    args: Vec<pgrx::datum::DatumWithOid<'_>>,
-) -> i32 {
-    Spi::connect_mut(|client| {
-        let stmt = prepared(client, sql, types);
-        client
-            .update(stmt, None, &args)
-            .unwrap_or_else(|e| pgrx::error!("{e}"))
-            .first()
-            .get::<i32>(1)
-            .ok()
-            .flatten()
-            .unwrap_or(0)
-    })
-}
-
 /// Rescues up to `max_jobs` jobs whose lease expired. Returns how many.
 #[pg_extern(security_definer, parallel_unsafe)]
 #[search_path(pg_catalog, pgque)]
 fn rescue_expired_leases(max_jobs: default!(Option<i32>, 1000)) -> i32 {
     let n = check_batch(max_jobs);
-    first_int(RESCUE_SQL, &[ty(pg_sys::INT4OID)], vec![n.into()])
+    run_int(RESCUE_SQL, &[ty(pg_sys::INT4OID)], vec![n.into()])
 }
 
 /// Makes up to `max_jobs` due scheduled jobs ready. Returns how many.
@@ -175,7 +157,7 @@ fn rescue_expired_leases(max_jobs: default!(Option<i32>, 1000)) -> i32 {
 #[search_path(pg_catalog, pgque)]
 fn promote_scheduled_jobs(max_jobs: default!(Option<i32>, 1000)) -> i32 {
     let n = check_batch(max_jobs);
-    first_int(PROMOTE_SQL, &[ty(pg_sys::INT4OID)], vec![n.into()])
+    run_int(PROMOTE_SQL, &[ty(pg_sys::INT4OID)], vec![n.into()])
 }
 
 /// Deletes up to `max_events` job events older than pgque.job_event_retention
@@ -188,7 +170,7 @@ fn sweep_job_events(max_events: default!(Option<i32>, 10000)) -> i32 {
     if retention.is_zero() {
         return 0;
     }
-    first_int(
+    run_int(
         SWEEP_EVENTS_SQL,
         &[ty(pg_sys::TEXTOID), ty(pg_sys::INT4OID)],
         vec![interval_arg(retention).into(), n.into()],
@@ -202,7 +184,7 @@ fn sweep_job_events(max_events: default!(Option<i32>, 10000)) -> i32 {
 #[search_path(pg_catalog, pgque)]
 fn prune_jobs(max_jobs: default!(Option<i32>, 10000)) -> i32 {
     let n = check_batch(max_jobs);
-    first_int(
+    run_int(
         PRUNE_SQL,
         &[
             ty(pg_sys::TEXTOID),
