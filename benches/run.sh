@@ -24,6 +24,8 @@
 #   BENCH_RECREATE=0   keep the existing pgque extension objects (default: drop and
 #                      recreate it, the bench database is disposable)
 #   BENCH_SOURCE_NOTE  free text printed next to the source commit in the results
+#   BENCH_PORT, BENCH_SOCK  port and socket directory of the bench cluster (default
+#                      55515, /tmp/pgque_bench): two worktrees can bench side by side
 # Extra arguments are passed to the harness (python3 -m harness --help).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -35,8 +37,8 @@ WORK=$ROOT/benches/.work
 INST=$WORK/pg15inst
 BIN=$INST/usr/lib/postgresql/15/bin
 DATA=$WORK/pg15
-SOCK=/tmp/pgque_bench
-PORT=55515
+SOCK=${BENCH_SOCK:-/tmp/pgque_bench}
+PORT=${BENCH_PORT:-55515}
 DB=pgque_bench
 log() { printf '[bench] %s\n' "$*"; }
 as_pg() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
