@@ -222,8 +222,18 @@ pub fn stop_requested(idx: usize) -> bool {
     WORKERS.share().slots[idx].stop_requested
 }
 
-/// Sets the wake flag of the worker of `db_oid`; returns its pid.
+/// Sets the wake flag of the worker of `db_oid`; returns its pid, or None
+/// when there is no such worker or its flag is already set (it will run
+/// anyway: no second signal). Every committing producer calls this, so the
+/// common case (flag already set) takes only the shared lock.
 pub fn set_wake(db_oid: u32) -> Option<i32> {
+    {
+        let w = WORKERS.share();
+        let s = w.slots.iter().find(|s| s.db_oid == db_oid && s.pid > 0)?;
+        if s.wake_pending {
+            return None;
+        }
+    }
     let mut w = WORKERS.exclusive();
     let s = w
         .slots
@@ -231,6 +241,11 @@ pub fn set_wake(db_oid: u32) -> Option<i32> {
         .find(|s| s.db_oid == db_oid && s.pid > 0)?;
     s.wake_pending = true;
     Some(s.pid)
+}
+
+/// Reads the wake flag of slot `idx` without clearing it.
+pub fn wake_pending(idx: usize) -> bool {
+    WORKERS.share().slots[idx].wake_pending
 }
 
 /// Reads and clears the wake flag of slot `idx`.

@@ -218,7 +218,12 @@ pub extern "C-unwind" fn pgque_db_worker_main(arg: pg_sys::Datum) {
             }
             next_check = Instant::now() + RECHECK;
         }
-        let woken = shmem::take_wake(idx);
+        // The wake flag stays set until an on_wake duty runs for it: while it
+        // is set, committing producers skip signalling us (a stream of small
+        // commits would otherwise signal this process once per commit), and
+        // a wake that comes within WAKE_MIN_INTERVAL of the last run is
+        // deferred to the end of that interval instead of being dropped.
+        let woken = shmem::wake_pending(idx);
         for (i, d) in DUTIES.iter().enumerate() {
             let s = &mut sched[i];
             let now = Instant::now();
@@ -226,8 +231,17 @@ pub extern "C-unwind" fn pgque_db_worker_main(arg: pg_sys::Datum) {
                 && d.on_wake
                 && s.last_start
                     .is_none_or(|t| now.duration_since(t) >= WAKE_MIN_INTERVAL);
+            if woken && d.on_wake && !wake_run {
+                if let Some(t) = s.last_start {
+                    s.next_due = s.next_due.min(t + WAKE_MIN_INTERVAL);
+                }
+            }
             if now < s.next_due && !wake_run {
                 continue;
+            }
+            if d.on_wake {
+                // Cleared before the run: a commit during it sets it again.
+                shmem::take_wake(idx);
             }
             let period = (d.period)();
             if period.is_zero() {
