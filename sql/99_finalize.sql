@@ -89,6 +89,25 @@ BEGIN
 END
 $seqscan$;
 
+-- The functions that read batches run their statements with generic plans.
+-- Their statements reach every row through an index whatever the values
+-- (enable_seqscan off, above), so a custom plan buys nothing, but the plan
+-- cache kept choosing custom ones (their estimates look cheaper) and so
+-- re-planned the event read on every receive: ~10% of a drain's CPU.
+DO $generic$
+DECLARE f regprocedure;
+BEGIN
+    FOR f IN SELECT p.oid::regprocedure FROM pg_catalog.pg_proc p
+              WHERE p.pronamespace = 'pgque'::regnamespace
+                AND p.proname = ANY (ARRAY[
+                    'receive', 'receive_coop', 'next_batch', 'next_batch_info',
+                    'next_batch_custom', 'get_batch_events', 'get_batch_cursor'])
+    LOOP
+        EXECUTE format('ALTER FUNCTION %s SET plan_cache_mode = force_generic_plan', f);
+    END LOOP;
+END
+$generic$;
+
 -- No pgque function is worth JIT-compiling: each runs short statements, and
 -- with enable_seqscan off (above) a plan's cost can pass jit_above_cost, after
 -- which every execution paid ~200 ms of LLVM compilation (seen on Debian's

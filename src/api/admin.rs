@@ -1,8 +1,9 @@
 #![allow(clippy::type_complexity)] // pgrx needs TableIterator row types spelled out inline
 //! Administration (queues, config, ticker, maintenance), cooperative
 //! consumers and dead letters.
+use super::srf::Messages;
 use super::types::interval_ms;
-use super::{deliver, max_return_arg, to_messages};
+use super::{deliver, max_return_arg};
 use crate::error::{self, raise, required};
 use crate::log::{self, batch, maint, tick};
 use pgrx::datum::{Interval, TimestampWithTimeZone};
@@ -485,9 +486,9 @@ fn receive_coop(
     subconsumer: Option<&str>,
     max_return: default!(Option<i32>, 100),
     dead_interval: default!(Option<Interval>, "NULL"),
-) -> SetOfIterator<'static, pgrx::composite_type!('static, "pgque.message")> {
+) -> Messages {
     let limit = max_return_arg(max_return);
-    let got = Spi::connect_mut(|c| {
+    Messages::new(Spi::connect_mut(|c| {
         let (q, o) = coop_open(
             c,
             queue_name,
@@ -497,11 +498,7 @@ fn receive_coop(
             limit,
         );
         deliver(c, &q, o)
-    });
-    match got {
-        Some((bid, evs)) => SetOfIterator::new(to_messages(bid, evs)),
-        None => SetOfIterator::new(vec![]),
-    }
+    }))
 }
 
 // ---- dead letters -----------------------------------------------------------

@@ -14,11 +14,11 @@ pub mod admin;
 pub mod delayed;
 pub mod idem;
 pub mod info;
+pub mod srf;
 pub mod types;
 
+use srf::Messages;
 use types::{interval_ms, JsonbText, JsonbTextArray};
-
-type Message = pgrx::composite_type!('static, "pgque.message");
 
 fn send_one(
     queue_name: Option<&str>,
@@ -235,28 +235,6 @@ fn max_return_arg(max_return: Option<i32>) -> i64 {
     n as i64
 }
 
-/// Collected rows of a receive, built into pgque.message tuples after SPI.
-fn to_messages(batch_id: i64, evs: Vec<batch::Event>) -> Vec<Message> {
-    evs.into_iter()
-        .map(|e| {
-            let mut t = PgHeapTuple::new_composite_type("pgque.message")
-                .unwrap_or_else(|e| panic!("pgque.message: {e}"));
-            t.set_by_index(1.try_into().unwrap(), e.id).unwrap();
-            t.set_by_index(2.try_into().unwrap(), batch_id).unwrap();
-            t.set_by_index(3.try_into().unwrap(), e.ev_type).unwrap();
-            t.set_by_index(4.try_into().unwrap(), e.data).unwrap();
-            t.set_by_index(5.try_into().unwrap(), e.retry).unwrap();
-            t.set_by_index(6.try_into().unwrap(), e.time).unwrap();
-            let [a, b, c, d] = e.extra;
-            t.set_by_index(7.try_into().unwrap(), a).unwrap();
-            t.set_by_index(8.try_into().unwrap(), b).unwrap();
-            t.set_by_index(9.try_into().unwrap(), c).unwrap();
-            t.set_by_index(10.try_into().unwrap(), d).unwrap();
-            t
-        })
-        .collect()
-}
-
 /// Turns an opened batch into its events; an empty new batch is finished at
 /// once (the consumer moves on), and nothing is returned.
 fn deliver(
@@ -274,7 +252,7 @@ fn deliver(
             }
             evs
         }
-        None => batch::batch_events(c, q, &b),
+        None => batch::batch_events(c, q, &b, false),
     };
     Some((b.batch_id, evs))
 }
@@ -290,18 +268,14 @@ fn receive(
     queue_name: Option<&str>,
     consumer: Option<&str>,
     max_return: default!(Option<i32>, 100),
-) -> SetOfIterator<'static, pgrx::composite_type!('static, "pgque.message")> {
+) -> Messages {
     let limit = max_return_arg(max_return);
-    let got = Spi::connect_mut(|c| {
+    Messages::new(Spi::connect_mut(|c| {
         let q = log::queue_by_name(c, queue_name);
         let sub = log::sub_by_name(c, &q, consumer);
         let opened = batch::next_batch(c, &q, sub.id, limit);
         deliver(c, &q, opened)
-    });
-    match got {
-        Some((bid, evs)) => SetOfIterator::new(to_messages(bid, evs)),
-        None => SetOfIterator::new(vec![]),
-    }
+    }))
 }
 
 /// ack(batch_id) → 1: finishes the batch. 42704 unknown, 55000 finished.
@@ -506,7 +480,7 @@ fn batch_retry(i_batch_id: Option<i64>, i_retry_seconds: Option<i32>) -> i32 {
     Spi::connect_mut(|c| {
         let iv = seconds_interval(c, secs);
         let (b, q, consumer) = batch::open_batch_by_id(c, i_batch_id);
-        let evs = batch::batch_events(c, &q, &b);
+        let evs = batch::batch_events(c, &q, &b, false);
         evs.iter()
             .map(|ev| retry_event(c, &q, &b, &consumer, ev, &iv, None, false))
             .sum()
@@ -698,7 +672,7 @@ fn get_batch_events(
 > {
     let evs = Spi::connect_mut(|c| {
         let (b, q, _) = batch::open_batch_by_id(c, x_batch_id);
-        batch::batch_events(c, &q, &b)
+        batch::batch_events(c, &q, &b, true)
     });
     TableIterator::new(event_rows(evs))
 }
@@ -737,7 +711,7 @@ fn get_batch_cursor(
     }
     let evs = Spi::connect_mut(|c| {
         let (b, q, _) = batch::open_batch_by_id(c, i_batch_id);
-        let mut evs = batch::read_events(
+        let mut evs = batch::read_events_ext(
             c,
             &q,
             b.sub_id,
@@ -747,6 +721,7 @@ fn get_batch_cursor(
             b.ceiling,
             quick as i64 + 1,
             None,
+            true,
         );
         if evs.len() as i64 > quick as i64 {
             evs.truncate(quick as usize);

@@ -140,6 +140,12 @@ pub fn lock_sub(client: &mut SpiClient<'_>, sub_id: i32) {
 }
 
 /// Reads a batch's events (in ev_id order), at most `limit`, optionally one id.
+///
+/// The snapshots come in as text and are cast inside scalar subqueries, which
+/// PostgreSQL evaluates once per execution (InitPlans): cast in the WHERE
+/// clause, a generic plan parsed both snapshots again for every row. Only
+/// get_batch_events shows the transaction id; rendering xid8 through text for
+/// every row of every receive was another ~5% of a drain.
 #[allow(clippy::too_many_arguments)]
 pub fn read_events(
     client: &mut SpiClient<'_>,
@@ -151,6 +157,25 @@ pub fn read_events(
     ceiling: Option<i64>,
     limit: i64,
     only: Option<i64>,
+) -> Vec<Event> {
+    read_events_ext(
+        client, q, sub_id, prev_tick, tick, floor, ceiling, limit, only, false,
+    )
+}
+
+/// [`read_events`], with `Event::txid` filled in when `with_txid` (else 0).
+#[allow(clippy::too_many_arguments)]
+pub fn read_events_ext(
+    client: &mut SpiClient<'_>,
+    q: &Queue,
+    sub_id: i32,
+    prev_tick: i64,
+    tick: i64,
+    floor: i64,
+    ceiling: Option<i64>,
+    limit: i64,
+    only: Option<i64>,
+    with_txid: bool,
 ) -> Vec<Event> {
     let prev_snap = tick::tick_snapshot(client, q.id, prev_tick).unwrap_or_else(|| {
         raise(
@@ -164,15 +189,20 @@ pub fn read_events(
             format!("tick {tick} of queue {:?} is gone", q.name),
         )
     });
+    let txid = if with_txid {
+        "ev_txid::text::int8"
+    } else {
+        "0::int8"
+    };
     let sql = format!(
-        "SELECT ev_id, ev_time, ev_txid::text::int8, ev_retry, ev_type, ev_data, \
+        "SELECT ev_id, ev_time, {txid}, ev_retry, ev_type, ev_data, \
                 ev_extra1, ev_extra2, ev_extra3, ev_extra4 \
            FROM {} \
-          WHERE ev_txid < pg_snapshot_xmax($2::pg_snapshot) \
-            AND (ev_txid >= pg_snapshot_xmax($1::pg_snapshot) \
+          WHERE ev_txid < pg_snapshot_xmax((SELECT $2::pg_snapshot)) \
+            AND (ev_txid >= pg_snapshot_xmax((SELECT $1::pg_snapshot)) \
                  OR ev_txid = ANY (ARRAY(SELECT pg_snapshot_xip($1::pg_snapshot)))) \
-            AND pg_visible_in_snapshot(ev_txid, $2::pg_snapshot) \
-            AND NOT pg_visible_in_snapshot(ev_txid, $1::pg_snapshot) \
+            AND pg_visible_in_snapshot(ev_txid, (SELECT $2::pg_snapshot)) \
+            AND NOT pg_visible_in_snapshot(ev_txid, (SELECT $1::pg_snapshot)) \
             AND (ev_owner IS NULL OR ev_owner = $3) \
             AND ev_id > $4 AND ev_id <= $5 \
             AND ($7::int8 IS NULL OR ev_id = $7) \
@@ -204,9 +234,14 @@ pub fn read_events(
     .collect()
 }
 
-/// All events of a batch.
-pub fn batch_events(client: &mut SpiClient<'_>, q: &Queue, b: &Batch) -> Vec<Event> {
-    read_events(
+/// All events of a batch; `with_txid` as in [`read_events_ext`].
+pub fn batch_events(
+    client: &mut SpiClient<'_>,
+    q: &Queue,
+    b: &Batch,
+    with_txid: bool,
+) -> Vec<Event> {
+    read_events_ext(
         client,
         q,
         b.sub_id,
@@ -216,6 +251,7 @@ pub fn batch_events(client: &mut SpiClient<'_>, q: &Queue, b: &Batch) -> Vec<Eve
         b.ceiling,
         i64::MAX,
         None,
+        with_txid,
     )
 }
 
