@@ -92,7 +92,9 @@ fn ev(range: std::ops::RangeInclusive<i32>) -> Vec<String> {
 
 /// Fills the database `c` is connected to (pgque installed, its worker
 /// stopped by the caller) with every kind of state. Queue `uq`, consumers
-/// c1 (consumed e1..e10, acked), c2 (holds e1..e10 in an open batch), the
+/// c1 (consumed e1..e10, acked), c2 (holds e1..e10 in an open batch), c3
+/// (consumed e1..e10, but e2 went to the dead letters and e1 waits an hour
+/// in the retry queue), the
 /// cooperative consumer coop/m1 (consumed e1..e10); pending for all: e11..e15
 /// (ticked), e16 and idem-1 (not ticked), delayed-1 (due in ~2 s, so it is
 /// still held when fill returns). Job queue
@@ -104,6 +106,7 @@ pub fn fill(c: &mut Client) -> Filled {
             "SELECT pgque.create_queue('uq')",
             "SELECT pgque.subscribe('uq', 'c1')",
             "SELECT pgque.subscribe('uq', 'c2')",
+            "SELECT pgque.subscribe('uq', 'c3')",
             "SELECT pgque.subscribe_subconsumer('uq', 'coop', 'm1')",
             "SELECT pgque.send('uq', 't', 'e' || i) FROM generate_series(1, 10) i",
             "SELECT pgque.force_tick('uq')",
@@ -117,6 +120,42 @@ pub fn fill(c: &mut Client) -> Filled {
     let r = receive_coop(c);
     assert_eq!(texts(&r), ev(1..=10));
     ack(c, one_batch(&r));
+    // c3 sends e2 to the dead letters (max_retries 0 for the moment) and
+    // e1 to the retry queue (due in an hour), then acks the rest.
+    let r = receive(c, "c3");
+    let b3 = one_batch(&r);
+    let nack = "SELECT pgque.nack($1, m, interval '1 hour', 'test') \
+                  FROM pgque.get_batch_events($1) g, \
+                       LATERAL (SELECT ROW(g.ev_id, $1, g.ev_type, g.ev_data, g.ev_retry, g.ev_time, \
+                                       g.ev_extra1, g.ev_extra2, g.ev_extra3, g.ev_extra4)::pgque.message AS m) x \
+                 WHERE g.ev_data = $2";
+    c.execute(
+        "SELECT pgque.set_queue_config('uq', 'max_retries', '0')",
+        &[],
+    )
+    .unwrap();
+    c.execute(nack, &[&b3, &"e2"]).unwrap();
+    c.execute(
+        "SELECT pgque.set_queue_config('uq', 'max_retries', '5')",
+        &[],
+    )
+    .unwrap();
+    c.execute(nack, &[&b3, &"e1"]).unwrap();
+    ack(c, b3);
+    let (dl, rq): (i64, i64) = {
+        let r = c
+            .query_one(
+                "SELECT (SELECT count(*) FROM pgque.dead_letter), (SELECT count(*) FROM pgque.retry_queue)",
+                &[],
+            )
+            .unwrap();
+        (r.get(0), r.get(1))
+    };
+    assert_eq!(
+        (dl, rq),
+        (1, 1),
+        "one dead letter, one event waiting for retry"
+    );
     run_each(
         c,
         &[
@@ -270,11 +309,28 @@ pub fn consume_all(c: &mut Client, f: &Filled) {
     assert_eq!(texts(&r), ev(1..=10), "c2's open batch is delivered again");
     ack(c, one_batch(&r));
     // Then each consumer gets exactly what it had not consumed, once.
-    for consumer in ["c1", "c2", "coop"] {
+    for consumer in ["c1", "c2", "c3", "coop"] {
         let mut got = drain(c, consumer);
         got.sort();
         assert_eq!(got, pending, "pending events of {consumer}");
     }
+
+    // c3's dead letter and its retry (still an hour away) are there.
+    let dl: Vec<String> = c
+        .query("SELECT payload FROM pgque.dlq_inspect('uq')", &[])
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(dl, ["e2"], "dead letters");
+    let rq: i64 = c
+        .query_one(
+            "SELECT count(*) FROM pgque.retry_queue WHERE ev_data = 'e1' AND ev_retry_after > now() + interval '50 minutes'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(rq, 1, "e1 waits for its retry");
 
     // Jobs: the running one completes with its lease; the others dispatch.
     let ok: bool = c
