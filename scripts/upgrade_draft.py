@@ -21,8 +21,9 @@ sql/pgque--OLD--NEW.sql:
 With --upgrade EXISTING.sql, statements the existing upgrade script already
 has (same text, CREATE OR REPLACE counted as CREATE) are left out, so after a
 merge only what is still missing is printed. A hand-written change is marked
-in the upgrade script by a comment line `-- handled: table queue` (kind and
-name as printed here) and is then left out too.
+in the upgrade script by the comment line the draft prints with it,
+`-- handled: table queue <fingerprint of the new definition>`, and is then
+left out too, until the definition changes again.
 
 With --check-symbols LIB.so, also checks that every C symbol the scripts name
 ('MODULE_PATHNAME', 'xxx_wrapper') is exported by the library: the frozen
@@ -39,6 +40,7 @@ Exit status: 0 when nothing is missing, 1 when the draft is not empty (or a
 symbol is missing), 2 on usage errors. A summary goes to stderr.
 """
 import argparse
+import hashlib
 import re
 import subprocess
 import sys
@@ -243,6 +245,12 @@ def parse(path):
     return items, order
 
 
+def digest(norm):
+    """Short fingerprint of a statement: a `-- handled:` mark names the
+    definition it was written for, so a later change is flagged again."""
+    return hashlib.sha1(norm.encode()).hexdigest()[:10]
+
+
 def or_replace(raw, what):
     return re.sub(r"^CREATE\s+(?:OR\s+REPLACE\s+)?" + what, "CREATE OR REPLACE " + what, raw, count=1, flags=re.I)
 
@@ -292,7 +300,7 @@ def main():
         # A hand-written ALTER is marked in the upgrade script with a comment
         # line `-- handled: table queue` (kind and name as this tool prints them).
         text = open(a.upgrade, encoding="utf-8").read()
-        handled = {(k.lower(), n) for k, n in re.findall(r"--\s*handled:\s*(\w+)\s+(\S+)", text)}
+        handled = {(k.lower(), n, h) for k, n, h in re.findall(r"--\s*handled:\s*(\w+)\s+(\S+)\s+(\w+)", text)}
 
     out, flags, counts = [], [], {}
 
@@ -305,7 +313,7 @@ def main():
         o = old.get(key)
         if o and o["norm"] == n["norm"]:
             continue
-        if n["norm"] in have or key in handled:
+        if n["norm"] in have or (key[0], key[1], digest(n["norm"])) in handled:
             continue
         kind = key[0]
         if kind == "function":
@@ -318,7 +326,8 @@ def main():
         elif kind in ("table", "type", "sequence") and o:
             flags.append(f"{kind} {key[1]} changed")
             body = "\n".join("--   " + l for l in o["raw"].splitlines())
-            emit("CHANGED", key, f"-- HAND-WRITE an ALTER {kind.upper()} for pgque.{key[1]}. Was:\n{body}\n-- Now:\n"
+            emit("CHANGED", key, f"-- HAND-WRITE an ALTER {kind.upper()} for pgque.{key[1]}, then mark it done with\n"
+                 f"-- handled: {kind} {key[1]} {digest(n['norm'])}\n-- Was:\n{body}\n-- Now:\n"
                  + "\n".join("--   " + l for l in n["raw"].splitlines()))
         elif kind == "index" and o:
             emit("CHANGED", key, f"DROP INDEX pgque.{key[1]};\n{n['raw']}")
@@ -333,9 +342,10 @@ def main():
             emit("NEW" if not o else "CHANGED", key, n["raw"])
 
     for key in old:
-        if key not in new and key[0] != "statement" and key not in handled:
+        if key not in new and key[0] != "statement" and (key[0], key[1], "gone") not in handled:
             flags.append(f"{key[0]} {key[1]} is gone from the new script: the upgrade must DROP it")
-            out.append(f"-- GONE: {key[0]} {key[1]}\n-- HAND-WRITE the DROP (and check nothing depends on it).\n")
+            out.append(f"-- GONE: {key[0]} {key[1]}\n-- HAND-WRITE the DROP (and check nothing depends on it), then mark it done with\n"
+                       f"-- handled: {key[0]} {key[1]} gone\n")
             counts["GONE"] = counts.get("GONE", 0) + 1
 
     print(f"-- draft: {a.old} -> {a.new}" + (f" (without what {a.upgrade} has)" if a.upgrade else ""))

@@ -24,7 +24,7 @@
 -- The event sequence of a queue as regclass (was oid): pg_dump writes a
 -- regclass as a name, so a restored database points at its own sequence.
 -- oid -> regclass is binary compatible: no rewrite.
--- handled: table queue
+-- handled: table queue 5ca8bbbece
 ALTER TABLE pgque.queue ALTER COLUMN queue_event_seq TYPE regclass;
 
 -- ---- 2. new and changed functions ------------------------------------------------
