@@ -71,6 +71,13 @@ CREATE OPERATOR evil.= (LEFTARG = text, RIGHTARG = text, FUNCTION = evil.eqt);
 CREATE FUNCTION evil.lt8(bigint, bigint) RETURNS boolean LANGUAGE plpgsql
     AS $$ BEGIN PERFORM evil.log('< bigint'); RETURN false; END $$;
 CREATE OPERATOR evil.< (LEFTARG = bigint, RIGHTARG = bigint, FUNCTION = evil.lt8);
+-- The same in public (writable by everyone before PostgreSQL 15; granted here).
+CREATE FUNCTION public.now() RETURNS timestamptz LANGUAGE plpgsql
+    AS $$ BEGIN PERFORM evil.log('public.now'); RETURN '2000-01-01'; END $$;
+CREATE FUNCTION public.hashtextextended(text, bigint) RETURNS bigint LANGUAGE plpgsql
+    AS $$ BEGIN PERFORM evil.log('public.hashtextextended'); RETURN 0; END $$;
+CREATE TABLE public.queue (queue_id int, queue_name text);
+CREATE TRIGGER t BEFORE INSERT OR UPDATE OR DELETE ON public.queue FOR EACH ROW EXECUTE FUNCTION evil.trg();
 -- Tables with pgque's names, in the caller's schema ...
 CREATE TABLE evil.queue (queue_id int, queue_name text);
 CREATE TABLE evil.subscription (sub_id int);
@@ -217,7 +224,8 @@ fn hostile_search_path_objects_change_nothing() {
     ensure_role(&mut su, "pgque_test_mallory");
     su.batch_execute(
         "GRANT pgque_admin TO pgque_test_mallory;
-         CREATE SCHEMA evil AUTHORIZATION pgque_test_mallory;",
+         CREATE SCHEMA evil AUTHORIZATION pgque_test_mallory;
+         GRANT CREATE ON SCHEMA public TO pgque_test_mallory;",
     )
     .unwrap();
     let mut m = db.connect_as("pgque_test_mallory");
