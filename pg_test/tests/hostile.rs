@@ -221,14 +221,14 @@ fn hostile_search_path_objects_change_nothing() {
     let db = new_db("hostile_path", true);
     let mut su = db.connect();
     stop_worker(&mut su);
-    ensure_role(&mut su, "pgque_test_mallory");
+    ensure_role(&mut su, "hostile_mallory");
     su.batch_execute(
-        "GRANT pgque_admin TO pgque_test_mallory;
-         CREATE SCHEMA evil AUTHORIZATION pgque_test_mallory;
-         GRANT CREATE ON SCHEMA public TO pgque_test_mallory;",
+        "GRANT pgque_admin TO hostile_mallory;
+         CREATE SCHEMA evil AUTHORIZATION hostile_mallory;
+         GRANT CREATE ON SCHEMA public TO hostile_mallory;",
     )
     .unwrap();
-    let mut m = db.connect_as("pgque_test_mallory");
+    let mut m = db.connect_as("hostile_mallory");
     m.batch_execute(HOSTILE).unwrap();
     // The caller's own unqualified names now resolve to the hostile objects
     // (proof that they are live) ...
@@ -310,16 +310,16 @@ fn every_function_pins_search_path_with_pg_temp_last() {
 #[test]
 fn a_database_owner_cannot_install_and_works_through_the_roles() {
     let mut su = connect_to("postgres");
-    ensure_role(&mut su, "pgque_test_owner");
+    ensure_role(&mut su, "hostile_dbowner");
     su.batch_execute(
-        "DO $r$ BEGIN REVOKE pgque_admin FROM pgque_test_owner; \
+        "DO $r$ BEGIN REVOKE pgque_admin FROM hostile_dbowner; \
          EXCEPTION WHEN undefined_object THEN NULL; END $r$",
     )
     .unwrap();
     let db = new_db("hostile_owner", false);
-    su.batch_execute("ALTER DATABASE hostile_owner OWNER TO pgque_test_owner")
+    su.batch_execute("ALTER DATABASE hostile_owner OWNER TO hostile_dbowner")
         .unwrap();
-    let mut o = db.connect_as("pgque_test_owner");
+    let mut o = db.connect_as("hostile_dbowner");
     let e = o.batch_execute("CREATE EXTENSION pgque").unwrap_err();
     let dbe = e.as_db_error().expect("a server error");
     assert_eq!(dbe.code().code(), "42501", "{dbe:?}");
@@ -355,9 +355,9 @@ fn a_database_owner_cannot_install_and_works_through_the_roles() {
         "42501"
     );
     db.connect()
-        .batch_execute("GRANT pgque_admin TO pgque_test_owner")
+        .batch_execute("GRANT pgque_admin TO hostile_dbowner")
         .unwrap();
-    let mut o = db.connect_as("pgque_test_owner");
+    let mut o = db.connect_as("hostile_dbowner");
     for s in [
         "SELECT pgque.create_queue('oq')",
         "SELECT pgque.subscribe('oq', 'c')",
