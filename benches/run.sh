@@ -62,6 +62,9 @@ if [ "${BENCH_NO_BUILD:-0}" != 1 ]; then
 fi
 PKG=$ROOT/target/release/pgque-pg15
 [ -f "$PKG/usr/lib/postgresql/15/lib/pgque.so" ] || { log "no build in $PKG: run without BENCH_NO_BUILD"; exit 1; }
+# cargo pgrx package ships the current script and the upgrade scripts; add the
+# frozen install scripts of released versions.
+bash "$ROOT/scripts/ship_archive.sh" --dir "$PKG/usr/share/postgresql/15/extension"
 # Stop the bench server first, and replace the library by rename, never in place:
 # overwriting a mapped .so crashes the processes that have it loaded.
 if [ -f "$DATA/postmaster.pid" ]; then

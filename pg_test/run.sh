@@ -24,6 +24,8 @@ flag=(); [ "$PROFILE" = release ] && flag=(--release)
 echo "[pgtest] installing pgque ($PROFILE) into PostgreSQL $VER"
 cargo pgrx install "${flag[@]}" --pg-config "$PG_CONFIG" --no-default-features --features "pg$VER" >/tmp/pgque_pgtest_install_$VER.log 2>&1 \
   || { tail -40 /tmp/pgque_pgtest_install_$VER.log; exit 1; }
+# The frozen install scripts of released versions (upgrade tests install them).
+bash "$ROOT/scripts/ship_archive.sh" "$PG_CONFIG"
 
 DATA=/tmp/pgque_pgtest_$VER
 PORT=$((54000 + VER))

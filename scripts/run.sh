@@ -35,6 +35,7 @@ esac
 echo "== building pgque (release) and installing it into PostgreSQL $VER"
 cargo pgrx install --release --pg-config "$PG_CONFIG" --no-default-features --features "pg$VER" >/tmp/pgque_run_install.log 2>&1 \
   || { tail -40 /tmp/pgque_run_install.log; exit 1; }
+bash "$ROOT/scripts/ship_archive.sh" "$PG_CONFIG"
 
 mkdir -p "$ROOT/.run" "$SOCK"
 [ "$(id -u)" = 0 ] && chown postgres "$SOCK" && chmod 755 "$ROOT/.run"

@@ -30,7 +30,9 @@ CREATE TABLE pgque.queue (
     queue_ticker_idle_period interval NOT NULL DEFAULT '1 minute',
     queue_ticker_paused      boolean NOT NULL DEFAULT false,
     queue_max_retries        int4 NOT NULL DEFAULT 5,
-    queue_event_seq          oid NOT NULL,
+    -- The queue's event id sequence (pgque.event_<id>_id_seq). regclass, not
+    -- oid: pg_dump writes it as a name, so a restore finds the new sequence.
+    queue_event_seq          regclass NOT NULL,
     queue_created_at         timestamptz NOT NULL DEFAULT now()
 ) WITH (fillfactor = 50);
 
@@ -165,3 +167,25 @@ SELECT s.sub_id, s.sub_queue, s.sub_consumer,
        ) AS pos_tick
   FROM pgque.subscription s
  WHERE s.sub_parent IS NULL;
+
+-- pg_dump: the user data of the event log is dumped with the database (the
+-- per-queue event tables and their id sequences, made by create_queue, are
+-- not extension members and are dumped anyway). Metadata pieces are leaf
+-- partitions: pg_dump dumps data per partition, not through the parent.
+-- Not dumped: meta_state (singleton written by the install script; a
+-- restore starts at piece 0, which rotation handles: rows keep their piece).
+SELECT pg_catalog.pg_extension_config_dump('pgque.queue', '');
+SELECT pg_catalog.pg_extension_config_dump('pgque.subscription', '');
+SELECT pg_catalog.pg_extension_config_dump('pgque.tick_p0', '');
+SELECT pg_catalog.pg_extension_config_dump('pgque.tick_p1', '');
+SELECT pg_catalog.pg_extension_config_dump('pgque.batch_p0', '');
+SELECT pg_catalog.pg_extension_config_dump('pgque.batch_p1', '');
+SELECT pg_catalog.pg_extension_config_dump('pgque.batch_done_p0', '');
+SELECT pg_catalog.pg_extension_config_dump('pgque.batch_done_p1', '');
+SELECT pg_catalog.pg_extension_config_dump('pgque.retry_queue', '');
+SELECT pg_catalog.pg_extension_config_dump('pgque.dead_letter', '');
+SELECT pg_catalog.pg_extension_config_dump('pgque.dead_letter_dl_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('pgque.queue_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('pgque.tick_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('pgque.batch_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('pgque.sub_id_seq', '');

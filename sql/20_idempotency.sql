@@ -34,3 +34,10 @@ CREATE UNIQUE INDEX idem_key_p0_key ON pgque.idem_key_p0 (queue_id, idem_key);
 CREATE UNIQUE INDEX idem_key_p1_key ON pgque.idem_key_p1 (queue_id, idem_key);
 -- max(expires_at) of a piece in one index probe: can it be truncated yet?
 CREATE INDEX idem_key_expires_idx ON pgque.idem_key (expires_at);
+
+-- pg_dump: the key ledger is dumped (a restored database keeps deduplicating
+-- the keys claimed before the dump). idem_state is not: a restore starts at
+-- piece 0, and since send_idem looks in both pieces that only changes which
+-- piece GC empties first.
+SELECT pg_catalog.pg_extension_config_dump('pgque.idem_key_p0', '');
+SELECT pg_catalog.pg_extension_config_dump('pgque.idem_key_p1', '');

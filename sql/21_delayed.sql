@@ -38,3 +38,16 @@ CREATE TABLE pgque.delayed_event_p1 PARTITION OF pgque.delayed_event FOR VALUES 
 CREATE INDEX delayed_event_due_idx ON pgque.delayed_event (deliver_at, ev_id);
 -- ... and rows that were due but not yet committed at the last run.
 CREATE INDEX delayed_event_txid_idx ON pgque.delayed_event (ev_txid);
+
+-- pg_dump: only the delayed events not yet promoted (the rest are in their
+-- queue's event table already). A row is promoted once it is due by the
+-- last run's horizon and committed in its snapshot (delayed.rs PROMOTABLE);
+-- delayed_state itself is not dumped: a restored database starts from the
+-- install script's row (horizon -infinity), so every dumped row is promoted
+-- once when due.
+SELECT pg_catalog.pg_extension_config_dump('pgque.delayed_event_p0',
+    'WHERE NOT (deliver_at <= (SELECT s.last_horizon FROM pgque.delayed_state s) '
+    'AND pg_catalog.pg_visible_in_snapshot(ev_txid, (SELECT s.last_snapshot FROM pgque.delayed_state s)))');
+SELECT pg_catalog.pg_extension_config_dump('pgque.delayed_event_p1',
+    'WHERE NOT (deliver_at <= (SELECT s.last_horizon FROM pgque.delayed_state s) '
+    'AND pg_catalog.pg_visible_in_snapshot(ev_txid, (SELECT s.last_snapshot FROM pgque.delayed_state s)))');

@@ -194,3 +194,16 @@ SELECT q.queue_name,
 FROM pgque.job_queues q
 LEFT JOIN pgque.jobs j ON j.queue = q.queue_name
 GROUP BY q.queue_name, q.mode, q.paused;
+
+-- pg_dump: queues, actors, jobs and their history are user data and are
+-- dumped, with the sequences their ids come from. job_maint_state is not
+-- (a restore just runs ANALYZE again).
+SELECT pg_catalog.pg_extension_config_dump('pgque.job_queues', '');
+SELECT pg_catalog.pg_extension_config_dump('pgque.job_rr_cursors', '');
+SELECT pg_catalog.pg_extension_config_dump('pgque.job_actors', '');
+SELECT pg_catalog.pg_extension_config_dump('pgque.jobs', '');
+SELECT pg_catalog.pg_extension_config_dump('pgque.job_running_identities', '');
+SELECT pg_catalog.pg_extension_config_dump('pgque.job_events', '');
+SELECT pg_catalog.pg_extension_config_dump('pgque.jobs_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('pgque.job_lease_token_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('pgque.job_events_id_seq', '');

@@ -10,8 +10,9 @@ use crate::worker::duties::DUTIES;
 use crate::{shmem, worker};
 use pgrx::prelude::*;
 
-/// The extension's version as built (`'0.1.0'`). Touches nothing.
+/// The extension's version as built (`'0.2.0'`). Touches nothing.
 #[pg_extern]
+#[search_path(pg_catalog, pgque, pg_temp)]
 fn version() -> &'static str {
     env!("CARGO_PKG_VERSION")
 }
@@ -20,7 +21,7 @@ fn version() -> &'static str {
 /// Returns true when a worker was requested (pgque is preloaded), false in
 /// manual mode, where pgque.ticker() and pgque.maint() must be scheduled by hand.
 #[pg_extern(volatile, security_definer)]
-#[search_path(pg_catalog, pgque)]
+#[search_path(pg_catalog, pgque, pg_temp)]
 fn start() -> bool {
     Spi::run("UPDATE pgque.worker_config SET worker_enabled = true, changed_at = now() WHERE NOT worker_enabled")
         .unwrap_or_else(|e| crate::error::raise(crate::error::WRONG_STATE, e.to_string()));
@@ -35,7 +36,7 @@ fn start() -> bool {
 /// across restarts until start()). The worker leaves within a second of commit.
 /// Returns true if it was on.
 #[pg_extern(volatile, security_definer)]
-#[search_path(pg_catalog, pgque)]
+#[search_path(pg_catalog, pgque, pg_temp)]
 fn stop() -> bool {
     let was_on = Spi::get_one::<bool>(
         "UPDATE pgque.worker_config SET worker_enabled = false, changed_at = now() \
@@ -62,7 +63,7 @@ fn ts_text(ts: i64) -> String {
 /// `duty:<name>` for each duty (runs, failures, last run, last error).
 /// Reads shared memory and pgque.worker_config; changes nothing.
 #[pg_extern(security_definer)]
-#[search_path(pg_catalog, pgque)]
+#[search_path(pg_catalog, pgque, pg_temp)]
 fn status() -> TableIterator<
     'static,
     (
@@ -165,7 +166,7 @@ mod tests {
     fn version_is_the_crate_version() {
         assert_eq!(
             Spi::get_one::<String>("SELECT pgque.version()").unwrap(),
-            Some("0.1.0".into())
+            Some("0.2.0".into())
         );
     }
 

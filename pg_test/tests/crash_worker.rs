@@ -48,5 +48,5 @@ fn sigkilled_worker_comes_back_after_crash_recovery() {
     // And the database works after recovery.
     let mut c = db.connect();
     let v: String = c.query_one("SELECT pgque.version()", &[]).unwrap().get(0);
-    assert_eq!(v, "0.1.0");
+    assert_eq!(v, "0.2.0");
 }

@@ -12,7 +12,7 @@ use pgrx::spi::SpiClient;
 
 /// create_queue(queue_name) → 1 created, 0 existed.
 #[pg_extern(security_definer)]
-#[search_path(pg_catalog, pgque)]
+#[search_path(pg_catalog, pgque, pg_temp)]
 fn create_queue(queue_name: Option<&str>) -> i32 {
     let name = error::valid_name(queue_name, "queue_name", error::MAX_QUEUE_NAME);
     Spi::connect_mut(|c| log::create_queue(c, name) as i32)
@@ -28,14 +28,14 @@ fn do_drop(queue_name: Option<&str>, force: bool) -> i32 {
 
 /// drop_queue(queue_name): refuses a queue that still has consumers (55000).
 #[pg_extern(name = "drop_queue", security_definer)]
-#[search_path(pg_catalog, pgque)]
+#[search_path(pg_catalog, pgque, pg_temp)]
 fn drop_queue1(queue_name: Option<&str>) -> i32 {
     do_drop(queue_name, false)
 }
 
 /// drop_queue(queue_name, force): force drops consumers too.
 #[pg_extern(name = "drop_queue", security_definer)]
-#[search_path(pg_catalog, pgque)]
+#[search_path(pg_catalog, pgque, pg_temp)]
 fn drop_queue2(queue_name: Option<&str>, force: Option<bool>) -> i32 {
     do_drop(queue_name, force.unwrap_or(false))
 }
@@ -159,7 +159,7 @@ pub fn parse_setting(param: &str, value: Option<&str>) -> Result<Setting, String
 
 /// set_queue_config(queue_name, param, value); NULL value resets the default.
 #[pg_extern(security_definer)]
-#[search_path(pg_catalog, pgque)]
+#[search_path(pg_catalog, pgque, pg_temp)]
 fn set_queue_config(queue_name: Option<&str>, param: Option<&str>, value: Option<&str>) -> i32 {
     let param = required(param, "param");
     let setting =
@@ -205,14 +205,14 @@ fn set_queue_config(queue_name: Option<&str>, param: Option<&str>, value: Option
 
 /// ticker(): ticks every queue that needs it; returns the number of ticks.
 #[pg_extern(name = "ticker", security_definer)]
-#[search_path(pg_catalog, pgque)]
+#[search_path(pg_catalog, pgque, pg_temp)]
 fn ticker_all() -> i64 {
     Spi::connect_mut(|c| tick::run_ticker(c, None, false).len() as i64)
 }
 
 /// ticker(queue_name): ticks that queue if it needs it; the new tick id or NULL.
 #[pg_extern(name = "ticker", security_definer)]
-#[search_path(pg_catalog, pgque)]
+#[search_path(pg_catalog, pgque, pg_temp)]
 fn ticker_one(queue_name: Option<&str>) -> Option<i64> {
     Spi::connect_mut(|c| {
         let q = log::queue_by_name(c, queue_name);
@@ -232,21 +232,21 @@ fn force(queue_name: Option<&str>) -> i64 {
 
 /// force_next_tick(queue_name): ticks now (also when paused); the tick id.
 #[pg_extern(security_definer)]
-#[search_path(pg_catalog, pgque)]
+#[search_path(pg_catalog, pgque, pg_temp)]
 fn force_next_tick(queue_name: Option<&str>) -> i64 {
     force(queue_name)
 }
 
 /// force_tick(queue_name): alias of force_next_tick.
 #[pg_extern(security_definer)]
-#[search_path(pg_catalog, pgque)]
+#[search_path(pg_catalog, pgque, pg_temp)]
 fn force_tick(queue_name: Option<&str>) -> i64 {
     force(queue_name)
 }
 
 /// maint(): every periodic event-queue duty that is due; the number of steps done.
 #[pg_extern(security_definer)]
-#[search_path(pg_catalog, pgque)]
+#[search_path(pg_catalog, pgque, pg_temp)]
 fn maint() -> i32 {
     Spi::connect_mut(|c| {
         let mut n = maint::retry_events(c);
@@ -261,14 +261,14 @@ fn maint() -> i32 {
 
 /// maint_retry_events(): moves due retries back into their queues.
 #[pg_extern(security_definer)]
-#[search_path(pg_catalog, pgque)]
+#[search_path(pg_catalog, pgque, pg_temp)]
 fn maint_retry_events() -> i32 {
     Spi::connect_mut(|c| maint::retry_events(c) as i32)
 }
 
 /// maint_operations(): the maintenance operations maint() runs.
 #[pg_extern(security_definer)]
-#[search_path(pg_catalog, pgque)]
+#[search_path(pg_catalog, pgque, pg_temp)]
 fn maint_operations(
 ) -> TableIterator<'static, (name!(func_name, String), name!(func_arg, Option<String>))> {
     let queues: Vec<String> = Spi::connect_mut(|c| {
@@ -345,7 +345,7 @@ fn do_register_member(
 
 /// register_subconsumer(queue_name, consumer, subconsumer) → 1 new / 0 existed.
 #[pg_extern(security_definer)]
-#[search_path(pg_catalog, pgque)]
+#[search_path(pg_catalog, pgque, pg_temp)]
 fn register_subconsumer(
     queue_name: Option<&str>,
     consumer: Option<&str>,
@@ -356,7 +356,7 @@ fn register_subconsumer(
 
 /// subscribe_subconsumer(queue_name, consumer, subconsumer): PgQue's name.
 #[pg_extern(security_definer)]
-#[search_path(pg_catalog, pgque)]
+#[search_path(pg_catalog, pgque, pg_temp)]
 fn subscribe_subconsumer(
     queue_name: Option<&str>,
     consumer: Option<&str>,
@@ -369,7 +369,7 @@ fn subscribe_subconsumer(
 /// default 0): with an open batch, 0 refuses (55000) and 1 leaves the batch
 /// for another member to take over.
 #[pg_extern(security_definer)]
-#[search_path(pg_catalog, pgque)]
+#[search_path(pg_catalog, pgque, pg_temp)]
 fn unregister_subconsumer(
     queue_name: Option<&str>,
     consumer: Option<&str>,
@@ -405,7 +405,7 @@ fn unregister_subconsumer(
 
 /// touch_subconsumer(queue_name, consumer, subconsumer): marks it alive.
 #[pg_extern(security_definer)]
-#[search_path(pg_catalog, pgque)]
+#[search_path(pg_catalog, pgque, pg_temp)]
 fn touch_subconsumer(
     queue_name: Option<&str>,
     consumer: Option<&str>,
@@ -442,7 +442,7 @@ fn coop_open(
 
 /// PgQ coop: next_batch(queue_name, consumer, subconsumer) → batch id or NULL.
 #[pg_extern(name = "next_batch", security_definer)]
-#[search_path(pg_catalog, pgque)]
+#[search_path(pg_catalog, pgque, pg_temp)]
 fn next_batch_coop3(
     i_queue_name: Option<&str>,
     i_consumer_name: Option<&str>,
@@ -454,7 +454,7 @@ fn next_batch_coop3(
 /// PgQ coop: next_batch(queue_name, consumer, subconsumer, dead_interval):
 /// also takes over the open batch of a member idle longer than dead_interval.
 #[pg_extern(name = "next_batch", security_definer)]
-#[search_path(pg_catalog, pgque)]
+#[search_path(pg_catalog, pgque, pg_temp)]
 fn next_batch_coop4(
     i_queue_name: Option<&str>,
     i_consumer_name: Option<&str>,
@@ -479,7 +479,7 @@ fn next_batch_coop4(
 /// dead_interval default NULL) → setof pgque.message: like receive, but the
 /// consumer's stream is shared by its members; no event goes to two members.
 #[pg_extern(security_definer)]
-#[search_path(pg_catalog, pgque)]
+#[search_path(pg_catalog, pgque, pg_temp)]
 fn receive_coop(
     queue_name: Option<&str>,
     consumer: Option<&str>,
@@ -521,7 +521,7 @@ type DeadRow = (
 
 /// dlq_inspect(queue_name, limit default 100): the newest dead letters.
 #[pg_extern(security_definer)]
-#[search_path(pg_catalog, pgque)]
+#[search_path(pg_catalog, pgque, pg_temp)]
 fn dlq_inspect(
     queue_name: Option<&str>,
     limit: default!(Option<i32>, 100),
@@ -600,7 +600,7 @@ fn replay(c: &mut SpiClient<'_>, filter_id: Option<i64>, filter_queue: Option<i3
 
 /// dlq_replay(dead_letter_id) → the event id, redelivered to its consumer.
 #[pg_extern(security_definer)]
-#[search_path(pg_catalog, pgque)]
+#[search_path(pg_catalog, pgque, pg_temp)]
 fn dlq_replay(dead_letter_id: Option<i64>) -> i64 {
     let id = required(dead_letter_id, "dead_letter_id");
     Spi::connect_mut(|c| {
@@ -631,7 +631,7 @@ fn dlq_replay(dead_letter_id: Option<i64>) -> i64 {
 
 /// dlq_replay_all(queue_name) → the number of dead letters put back.
 #[pg_extern(security_definer)]
-#[search_path(pg_catalog, pgque)]
+#[search_path(pg_catalog, pgque, pg_temp)]
 fn dlq_replay_all(queue_name: Option<&str>) -> i64 {
     Spi::connect_mut(|c| {
         let q = log::queue_by_name(c, queue_name);
@@ -641,7 +641,7 @@ fn dlq_replay_all(queue_name: Option<&str>) -> i64 {
 
 /// dlq_purge(queue_name, older_than default '30 days') → rows removed.
 #[pg_extern(security_definer)]
-#[search_path(pg_catalog, pgque)]
+#[search_path(pg_catalog, pgque, pg_temp)]
 fn dlq_purge(queue_name: Option<&str>, older_than: default!(Option<Interval>, "'30 days'")) -> i64 {
     let older = required(older_than, "older_than");
     if interval_ms(&older) < 0.0 {

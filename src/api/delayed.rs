@@ -83,7 +83,7 @@ fn send_at_impl(
 /// deliver_at (within pgque.delayed_period_ms plus a tick); a past deliver_at
 /// sends at once. Writes one row of pgque.delayed_event (or the event table).
 #[pg_extern(name = "send_at", security_definer)]
-#[search_path(pg_catalog, pgque)]
+#[search_path(pg_catalog, pgque, pg_temp)]
 fn send_at_jsonb(
     queue_name: Option<&str>,
     type_name: Option<&str>,
@@ -103,7 +103,7 @@ fn send_at_jsonb(
 
 /// send_at with a text payload; otherwise as the jsonb form.
 #[pg_extern(name = "send_at", security_definer)]
-#[search_path(pg_catalog, pgque)]
+#[search_path(pg_catalog, pgque, pg_temp)]
 fn send_at_text(
     queue_name: Option<&str>,
     type_name: Option<&str>,
@@ -298,7 +298,7 @@ fn gc_old_piece(c: &mut SpiClient<'_>, s: &State, old: i16) {
 /// rotates the delayed-event storage. Returns the number promoted. The
 /// worker runs it every pgque.delayed_period_ms; maint() runs it too.
 #[pg_extern(security_definer)]
-#[search_path(pg_catalog, pgque)]
+#[search_path(pg_catalog, pgque, pg_temp)]
 fn maint_delayed() -> i64 {
     Spi::connect_mut(|c| promote(c, crate::gucs::ledger_rotation_period_s()))
 }

@@ -166,7 +166,7 @@ fn send_idem_impl(
 /// live key; a duplicate gets the original event id and deduped = true.
 /// Writes the event and its claim in the key ledger, atomically.
 #[pg_extern(name = "send_idem", security_definer)]
-#[search_path(pg_catalog, pgque)]
+#[search_path(pg_catalog, pgque, pg_temp)]
 fn send_idem_jsonb(
     queue_name: Option<&str>,
     type_name: Option<&str>,
@@ -189,7 +189,7 @@ fn send_idem_jsonb(
 
 /// send_idem with a text payload; otherwise as the jsonb form.
 #[pg_extern(name = "send_idem", security_definer)]
-#[search_path(pg_catalog, pgque)]
+#[search_path(pg_catalog, pgque, pg_temp)]
 fn send_idem_text(
     queue_name: Option<&str>,
     type_name: Option<&str>,
@@ -286,7 +286,7 @@ pub fn gc(c: &mut SpiClient<'_>, period_s: i32) -> i64 {
 /// maint_idem(): one round of key-ledger GC (see `gc`); maint() runs it too.
 /// Returns the number of expired claims removed.
 #[pg_extern(security_definer)]
-#[search_path(pg_catalog, pgque)]
+#[search_path(pg_catalog, pgque, pg_temp)]
 fn maint_idem() -> i64 {
     Spi::connect_mut(|c| gc(c, crate::gucs::ledger_rotation_period_s()))
 }

@@ -70,7 +70,7 @@ fn queue_info(name: Option<&str>) -> Vec<QueueInfo> {
 
 /// get_queue_info(): one row per queue.
 #[pg_extern(name = "get_queue_info", security_definer)]
-#[search_path(pg_catalog, pgque)]
+#[search_path(pg_catalog, pgque, pg_temp)]
 fn get_queue_info_all() -> TableIterator<
     'static,
     (
@@ -95,7 +95,7 @@ fn get_queue_info_all() -> TableIterator<
 
 /// get_queue_info(queue_name).
 #[pg_extern(name = "get_queue_info", security_definer)]
-#[search_path(pg_catalog, pgque)]
+#[search_path(pg_catalog, pgque, pg_temp)]
 fn get_queue_info_one(
     queue_name: Option<&str>,
 ) -> TableIterator<
@@ -178,7 +178,7 @@ fn consumer_info(queue: Option<&str>, consumer: Option<&str>) -> Vec<ConsumerInf
 
 /// get_consumer_info(): every consumer of every queue.
 #[pg_extern(name = "get_consumer_info", security_definer)]
-#[search_path(pg_catalog, pgque)]
+#[search_path(pg_catalog, pgque, pg_temp)]
 fn get_consumer_info_all() -> TableIterator<
     'static,
     (
@@ -197,7 +197,7 @@ fn get_consumer_info_all() -> TableIterator<
 
 /// get_consumer_info(queue_name).
 #[pg_extern(name = "get_consumer_info", security_definer)]
-#[search_path(pg_catalog, pgque)]
+#[search_path(pg_catalog, pgque, pg_temp)]
 fn get_consumer_info_queue(
     queue_name: Option<&str>,
 ) -> TableIterator<
@@ -219,7 +219,7 @@ fn get_consumer_info_queue(
 
 /// get_consumer_info(queue_name, consumer).
 #[pg_extern(name = "get_consumer_info", security_definer)]
-#[search_path(pg_catalog, pgque)]
+#[search_path(pg_catalog, pgque, pg_temp)]
 fn get_consumer_info_one(
     queue_name: Option<&str>,
     consumer: Option<&str>,
@@ -243,7 +243,7 @@ fn get_consumer_info_one(
 
 /// get_batch_info(batch_id).
 #[pg_extern(security_definer)]
-#[search_path(pg_catalog, pgque)]
+#[search_path(pg_catalog, pgque, pg_temp)]
 fn get_batch_info(
     batch_id: Option<i64>,
 ) -> TableIterator<

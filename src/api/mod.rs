@@ -51,7 +51,7 @@ pub(crate) fn type_arg(type_name: Option<&str>) -> &str {
 
 /// send(queue_name, payload jsonb): publishes one event of type 'default'.
 #[pg_extern(name = "send", security_definer)]
-#[search_path(pg_catalog, pgque)]
+#[search_path(pg_catalog, pgque, pg_temp)]
 fn send_jsonb(queue_name: Option<&str>, payload: Option<JsonbText>) -> i64 {
     let p = payload.map(|p| p.0);
     send_one(queue_name, Some("default"), p.as_deref(), [None; 4])
@@ -59,14 +59,14 @@ fn send_jsonb(queue_name: Option<&str>, payload: Option<JsonbText>) -> i64 {
 
 /// send(queue_name, payload text): publishes one event of type 'default'.
 #[pg_extern(name = "send", security_definer)]
-#[search_path(pg_catalog, pgque)]
+#[search_path(pg_catalog, pgque, pg_temp)]
 fn send_text(queue_name: Option<&str>, payload: Option<&str>) -> i64 {
     send_one(queue_name, Some("default"), payload, [None; 4])
 }
 
 /// send(queue_name, type_name, payload jsonb).
 #[pg_extern(name = "send", security_definer)]
-#[search_path(pg_catalog, pgque)]
+#[search_path(pg_catalog, pgque, pg_temp)]
 fn send_typed_jsonb(
     queue_name: Option<&str>,
     type_name: Option<&str>,
@@ -79,7 +79,7 @@ fn send_typed_jsonb(
 
 /// send(queue_name, type_name, payload text).
 #[pg_extern(name = "send", security_definer)]
-#[search_path(pg_catalog, pgque)]
+#[search_path(pg_catalog, pgque, pg_temp)]
 fn send_typed_text(
     queue_name: Option<&str>,
     type_name: Option<&str>,
@@ -98,7 +98,7 @@ fn send_many(queue_name: Option<&str>, type_name: &str, payloads: Vec<Option<Str
 
 /// send_batch(queue_name, payloads jsonb[]) → ids aligned with the input.
 #[pg_extern(name = "send_batch", security_definer)]
-#[search_path(pg_catalog, pgque)]
+#[search_path(pg_catalog, pgque, pg_temp)]
 fn send_batch_jsonb(queue_name: Option<&str>, payloads: Option<JsonbTextArray>) -> Vec<i64> {
     let p = required(payloads, "payloads").0;
     send_many(queue_name, "default", p)
@@ -106,7 +106,7 @@ fn send_batch_jsonb(queue_name: Option<&str>, payloads: Option<JsonbTextArray>) 
 
 /// send_batch(queue_name, payloads text[]).
 #[pg_extern(name = "send_batch", security_definer)]
-#[search_path(pg_catalog, pgque)]
+#[search_path(pg_catalog, pgque, pg_temp)]
 fn send_batch_text(queue_name: Option<&str>, payloads: Option<Vec<Option<String>>>) -> Vec<i64> {
     let p = required(payloads, "payloads");
     send_many(queue_name, "default", p)
@@ -114,7 +114,7 @@ fn send_batch_text(queue_name: Option<&str>, payloads: Option<Vec<Option<String>
 
 /// send_batch(queue_name, type_name, payloads jsonb[]).
 #[pg_extern(name = "send_batch", security_definer)]
-#[search_path(pg_catalog, pgque)]
+#[search_path(pg_catalog, pgque, pg_temp)]
 fn send_batch_typed_jsonb(
     queue_name: Option<&str>,
     type_name: Option<&str>,
@@ -127,7 +127,7 @@ fn send_batch_typed_jsonb(
 
 /// send_batch(queue_name, type_name, payloads text[]).
 #[pg_extern(name = "send_batch", security_definer)]
-#[search_path(pg_catalog, pgque)]
+#[search_path(pg_catalog, pgque, pg_temp)]
 fn send_batch_typed_text(
     queue_name: Option<&str>,
     type_name: Option<&str>,
@@ -140,14 +140,14 @@ fn send_batch_typed_text(
 
 /// insert_event(queue_name, ev_type, ev_data): PgQ's raw entry point.
 #[pg_extern(name = "insert_event", security_definer)]
-#[search_path(pg_catalog, pgque)]
+#[search_path(pg_catalog, pgque, pg_temp)]
 fn insert_event3(queue_name: Option<&str>, ev_type: Option<&str>, ev_data: Option<&str>) -> i64 {
     send_one(queue_name, ev_type, ev_data, [None; 4])
 }
 
 /// insert_event(queue_name, ev_type, ev_data, ev_extra1, ev_extra2, ev_extra3, ev_extra4).
 #[pg_extern(name = "insert_event", security_definer)]
-#[search_path(pg_catalog, pgque)]
+#[search_path(pg_catalog, pgque, pg_temp)]
 fn insert_event7(
     queue_name: Option<&str>,
     ev_type: Option<&str>,
@@ -186,28 +186,28 @@ fn do_unregister(queue_name: Option<&str>, consumer: Option<&str>) -> i32 {
 
 /// subscribe(queue_name, consumer) → 1 new, 0 already subscribed.
 #[pg_extern(security_definer)]
-#[search_path(pg_catalog, pgque)]
+#[search_path(pg_catalog, pgque, pg_temp)]
 fn subscribe(queue_name: Option<&str>, consumer: Option<&str>) -> i32 {
     do_register(queue_name, consumer, None)
 }
 
 /// unsubscribe(queue_name, consumer) → 1; 42704 when not subscribed.
 #[pg_extern(security_definer)]
-#[search_path(pg_catalog, pgque)]
+#[search_path(pg_catalog, pgque, pg_temp)]
 fn unsubscribe(queue_name: Option<&str>, consumer: Option<&str>) -> i32 {
     do_unregister(queue_name, consumer)
 }
 
 /// PgQ: register_consumer(x_queue_name, x_consumer_id).
 #[pg_extern(security_definer)]
-#[search_path(pg_catalog, pgque)]
+#[search_path(pg_catalog, pgque, pg_temp)]
 fn register_consumer(x_queue_name: Option<&str>, x_consumer_id: Option<&str>) -> i32 {
     do_register(x_queue_name, x_consumer_id, None)
 }
 
 /// PgQ: register_consumer_at(x_queue_name, x_consumer_name, x_tick_pos).
 #[pg_extern(security_definer)]
-#[search_path(pg_catalog, pgque)]
+#[search_path(pg_catalog, pgque, pg_temp)]
 fn register_consumer_at(
     x_queue_name: Option<&str>,
     x_consumer_name: Option<&str>,
@@ -219,7 +219,7 @@ fn register_consumer_at(
 
 /// PgQ: unregister_consumer(x_queue_name, x_consumer_name).
 #[pg_extern(security_definer)]
-#[search_path(pg_catalog, pgque)]
+#[search_path(pg_catalog, pgque, pg_temp)]
 fn unregister_consumer(x_queue_name: Option<&str>, x_consumer_name: Option<&str>) -> i32 {
     do_unregister(x_queue_name, x_consumer_name)
 }
@@ -263,7 +263,7 @@ fn deliver(
 /// range is cut into several batches) or returns its open batch, whole: an
 /// open batch is always delivered entirely, so ack never drops unseen rows.
 #[pg_extern(security_definer)]
-#[search_path(pg_catalog, pgque)]
+#[search_path(pg_catalog, pgque, pg_temp)]
 fn receive(
     queue_name: Option<&str>,
     consumer: Option<&str>,
@@ -280,14 +280,14 @@ fn receive(
 
 /// ack(batch_id) → 1: finishes the batch. 42704 unknown, 55000 finished.
 #[pg_extern(security_definer)]
-#[search_path(pg_catalog, pgque)]
+#[search_path(pg_catalog, pgque, pg_temp)]
 fn ack(batch_id: Option<i64>) -> i32 {
     Spi::connect_mut(|c| batch::finish(c, batch_id))
 }
 
 /// PgQ: finish_batch(x_batch_id).
 #[pg_extern(security_definer)]
-#[search_path(pg_catalog, pgque)]
+#[search_path(pg_catalog, pgque, pg_temp)]
 fn finish_batch(x_batch_id: Option<i64>) -> i32 {
     Spi::connect_mut(|c| batch::finish(c, x_batch_id))
 }
@@ -388,7 +388,7 @@ fn check_retry_after(iv: &Interval) {
 /// nack(batch_id, msg, retry_after default '60 seconds', reason default NULL)
 /// → 1 scheduled (or dead-lettered), 0 when already scheduled in this batch.
 #[pg_extern(security_definer)]
-#[search_path(pg_catalog, pgque)]
+#[search_path(pg_catalog, pgque, pg_temp)]
 fn nack(
     batch_id: Option<i64>,
     msg: Option<pgrx::composite_type!("pgque.message")>,
@@ -422,7 +422,7 @@ fn nack(
 
 /// PgQ: event_retry(x_batch_id, x_event_id, x_retry_time timestamptz).
 #[pg_extern(name = "event_retry", security_definer)]
-#[search_path(pg_catalog, pgque)]
+#[search_path(pg_catalog, pgque, pg_temp)]
 fn event_retry_at(
     x_batch_id: Option<i64>,
     x_event_id: Option<i64>,
@@ -456,7 +456,7 @@ fn seconds_interval(c: &mut SpiClient<'_>, secs: i32) -> Interval {
 
 /// PgQ: event_retry(x_batch_id, x_event_id, x_retry_seconds int4).
 #[pg_extern(name = "event_retry", security_definer)]
-#[search_path(pg_catalog, pgque)]
+#[search_path(pg_catalog, pgque, pg_temp)]
 fn event_retry_secs(
     x_batch_id: Option<i64>,
     x_event_id: Option<i64>,
@@ -474,7 +474,7 @@ fn event_retry_secs(
 
 /// PgQ: batch_retry(i_batch_id, i_retry_seconds) → events scheduled.
 #[pg_extern(security_definer)]
-#[search_path(pg_catalog, pgque)]
+#[search_path(pg_catalog, pgque, pg_temp)]
 fn batch_retry(i_batch_id: Option<i64>, i_retry_seconds: Option<i32>) -> i32 {
     let secs = required(i_retry_seconds, "i_retry_seconds");
     Spi::connect_mut(|c| {
@@ -498,7 +498,7 @@ fn next_batch_opened(queue: Option<&str>, consumer: Option<&str>) -> Option<(bat
 
 /// PgQ: next_batch(x_queue_name, x_consumer_name) → batch id or NULL.
 #[pg_extern(name = "next_batch", security_definer)]
-#[search_path(pg_catalog, pgque)]
+#[search_path(pg_catalog, pgque, pg_temp)]
 fn next_batch(x_queue_name: Option<&str>, x_consumer_name: Option<&str>) -> Option<i64> {
     next_batch_opened(x_queue_name, x_consumer_name).map(|(b, _)| b.batch_id)
 }
@@ -540,7 +540,7 @@ fn batch_info_row(c: &mut SpiClient<'_>, q: &Queue, b: &batch::Batch) -> BatchIn
 
 /// PgQ: next_batch_info(x_queue_name, x_consumer_name).
 #[pg_extern(security_definer)]
-#[search_path(pg_catalog, pgque)]
+#[search_path(pg_catalog, pgque, pg_temp)]
 fn next_batch_info(
     x_queue_name: Option<&str>,
     x_consumer_name: Option<&str>,
@@ -562,7 +562,7 @@ fn next_batch_info(
 /// PgQ: next_batch_custom(x_queue_name, x_consumer_name, x_min_lag,
 /// x_min_count, x_min_interval): a batch only once the conditions hold.
 #[pg_extern(security_definer)]
-#[search_path(pg_catalog, pgque)]
+#[search_path(pg_catalog, pgque, pg_temp)]
 fn next_batch_custom(
     x_queue_name: Option<&str>,
     x_consumer_name: Option<&str>,
@@ -652,7 +652,7 @@ fn event_rows(evs: Vec<batch::Event>) -> Vec<EventRow> {
 
 /// PgQ: get_batch_events(x_batch_id): every event of an open batch.
 #[pg_extern(security_definer)]
-#[search_path(pg_catalog, pgque)]
+#[search_path(pg_catalog, pgque, pg_temp)]
 fn get_batch_events(
     x_batch_id: Option<i64>,
 ) -> TableIterator<
@@ -681,7 +681,7 @@ fn get_batch_events(
 /// first i_quick_limit events, and when there are more, a cursor named
 /// i_cursor_name (open in the caller's transaction) over the rest.
 #[pg_extern(security_definer)]
-#[search_path(pg_catalog, pgque)]
+#[search_path(pg_catalog, pgque, pg_temp)]
 fn get_batch_cursor(
     i_batch_id: Option<i64>,
     i_cursor_name: Option<&str>,

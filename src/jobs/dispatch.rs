@@ -276,7 +276,7 @@ pub fn arg_types() -> [pgrx::pg_sys::PgOid; 5] {
 /// later call about the attempt.
 #[allow(clippy::type_complexity)]
 #[pg_extern(security_definer, parallel_unsafe)]
-#[search_path(pg_catalog, pgque)]
+#[search_path(pg_catalog, pgque, pg_temp)]
 fn dispatch(
     queues: Option<Vec<Option<String>>>,
     limit: Option<i32>,

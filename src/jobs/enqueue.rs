@@ -275,7 +275,7 @@ type Arr<'a, T> = Option<Array<'a, T>>;
 /// max_attempts, no actor/keys).
 #[allow(clippy::too_many_arguments)]
 #[pg_extern(security_definer, parallel_unsafe)]
-#[search_path(pg_catalog, pgque)]
+#[search_path(pg_catalog, pgque, pg_temp)]
 fn enqueue_ready_rows<'a>(
     queue_name: Option<&'a str>,
     kinds: Arr<'a, &'a str>,
@@ -365,7 +365,7 @@ fn enqueue_ready_rows<'a>(
 /// id of that job (on_duplicate 'skip') or error 23505 ('error').
 #[allow(clippy::too_many_arguments)]
 #[pg_extern(security_definer, parallel_unsafe)]
-#[search_path(pg_catalog, pgque)]
+#[search_path(pg_catalog, pgque, pg_temp)]
 fn enqueue(
     queue_name: Option<&str>,
     kind: Option<&str>,

@@ -163,7 +163,7 @@ SELECT c.was, (SELECT count(*)::int FROM upd) FROM cur c
 /// Marks the job completed if `lease_token` is its current attempt's token.
 /// False (and nothing changed) for a stale token or a job not running.
 #[pg_extern(security_definer, parallel_unsafe)]
-#[search_path(pg_catalog, pgque)]
+#[search_path(pg_catalog, pgque, pg_temp)]
 fn complete(job_id: Option<i64>, lease_token: Option<i64>) -> bool {
     let id = required(job_id, "job_id");
     let token = required(lease_token, "lease_token");
@@ -177,7 +177,7 @@ fn complete(job_id: Option<i64>, lease_token: Option<i64>) -> bool {
 /// Completes many jobs in one statement; pairs with a stale token are
 /// skipped. Returns how many were completed.
 #[pg_extern(security_definer, parallel_unsafe)]
-#[search_path(pg_catalog, pgque)]
+#[search_path(pg_catalog, pgque, pg_temp)]
 fn complete_many(job_ids: Option<Vec<Option<i64>>>, lease_tokens: Option<Vec<Option<i64>>>) -> i32 {
     let ids = required(job_ids, "job_ids");
     let tokens = required(lease_tokens, "lease_tokens");
@@ -212,7 +212,7 @@ fn complete_many(job_ids: Option<Vec<Option<i64>>>, lease_tokens: Option<Vec<Opt
 /// jitter when it is NULL), or 'failed' once the attempt was the last one.
 /// NULL for a stale token (nothing changed).
 #[pg_extern(security_definer, parallel_unsafe)]
-#[search_path(pg_catalog, pgque)]
+#[search_path(pg_catalog, pgque, pg_temp)]
 fn fail(
     job_id: Option<i64>,
     lease_token: Option<i64>,
@@ -267,7 +267,7 @@ RETURNING j.id, j.lease_until
 /// whose lease was extended (a job missing from the result has lost its
 /// lease and must stop).
 #[pg_extern(security_definer, parallel_unsafe)]
-#[search_path(pg_catalog, pgque)]
+#[search_path(pg_catalog, pgque, pg_temp)]
 fn heartbeat(
     job_ids: Option<Vec<Option<i64>>>,
     lease_tokens: Option<Vec<Option<i64>>>,
@@ -316,7 +316,7 @@ fn heartbeat(
 /// Puts a running job back until `until` without consuming an attempt
 /// ("not now"). False for a stale token.
 #[pg_extern(security_definer, parallel_unsafe)]
-#[search_path(pg_catalog, pgque)]
+#[search_path(pg_catalog, pgque, pg_temp)]
 fn snooze(
     job_id: Option<i64>,
     lease_token: Option<i64>,
@@ -344,7 +344,7 @@ fn snooze(
 /// Cancels an unfinished job (scheduled, ready or running: a running job's
 /// later complete/fail is refused). False when the job had finished already.
 #[pg_extern(security_definer, parallel_unsafe)]
-#[search_path(pg_catalog, pgque)]
+#[search_path(pg_catalog, pgque, pg_temp)]
 fn cancel(job_id: Option<i64>) -> bool {
     let id = required(job_id, "job_id");
     let (was, n) = Spi::connect_mut(|client| {
@@ -400,7 +400,7 @@ SELECT c.state, (SELECT count(*)::int FROM upd), (SELECT count(*)::int FROM note
 /// Puts a failed or cancelled job back to ready with a fresh attempt count.
 /// 42704 for an unknown job, 55000 for a job in another state.
 #[pg_extern(security_definer, parallel_unsafe)]
-#[search_path(pg_catalog, pgque)]
+#[search_path(pg_catalog, pgque, pg_temp)]
 fn retry_job(job_id: Option<i64>) -> bool {
     let id = required(job_id, "job_id");
     let was = Spi::connect_mut(|client| {

@@ -43,7 +43,7 @@ pub fn require_queue(queue: &str) {
 /// Creates a job queue. Returns 1 when created, 0 when it existed already
 /// (its settings are then left as they are).
 #[pg_extern(security_definer)]
-#[search_path(pg_catalog, pgque)]
+#[search_path(pg_catalog, pgque, pg_temp)]
 fn create_job_queue(
     queue_name: Option<&str>,
     mode: default!(Option<&str>, "'strict_fifo'"),
@@ -72,7 +72,7 @@ fn create_job_queue(
 /// ready or running jobs, unless `force`. Job events stay until their
 /// retention sweep.
 #[pg_extern(security_definer)]
-#[search_path(pg_catalog, pgque)]
+#[search_path(pg_catalog, pgque, pg_temp)]
 fn drop_job_queue(queue_name: Option<&str>, force: default!(Option<bool>, false)) -> bool {
     let queue = valid_name(queue_name, "queue_name", error::MAX_QUEUE_NAME);
     let force = required(force, "force");
@@ -130,7 +130,7 @@ fn drop_job_queue(queue_name: Option<&str>, force: default!(Option<bool>, false)
 /// Parameters: max_attempts (25), lease (5 minutes), mode (strict_fifo),
 /// shards (1), paused (false).
 #[pg_extern(security_definer)]
-#[search_path(pg_catalog, pgque)]
+#[search_path(pg_catalog, pgque, pg_temp)]
 fn set_job_queue_config(queue_name: Option<&str>, param: Option<&str>, value: Option<&str>) {
     let queue = valid_name(queue_name, "queue_name", error::MAX_QUEUE_NAME);
     let param = required(param, "param");
@@ -240,7 +240,7 @@ fn set_paused(queue: &str, paused: bool) {
 
 /// Stops dispatch from the queue (enqueue goes on; running jobs finish).
 #[pg_extern(security_definer)]
-#[search_path(pg_catalog, pgque)]
+#[search_path(pg_catalog, pgque, pg_temp)]
 fn pause_job_queue(queue_name: Option<&str>) {
     set_paused(
         valid_name(queue_name, "queue_name", error::MAX_QUEUE_NAME),
@@ -250,7 +250,7 @@ fn pause_job_queue(queue_name: Option<&str>) {
 
 /// Lets dispatch take jobs from the queue again.
 #[pg_extern(security_definer)]
-#[search_path(pg_catalog, pgque)]
+#[search_path(pg_catalog, pgque, pg_temp)]
 fn resume_job_queue(queue_name: Option<&str>) {
     set_paused(
         valid_name(queue_name, "queue_name", error::MAX_QUEUE_NAME),
@@ -262,7 +262,7 @@ fn resume_job_queue(queue_name: Option<&str>) {
 /// Caps how many of `actor`'s jobs may run at once (across all queues and
 /// dispatchers); NULL removes the cap. Jobs already running are not touched.
 #[pg_extern(security_definer)]
-#[search_path(pg_catalog, pgque)]
+#[search_path(pg_catalog, pgque, pg_temp)]
 fn set_actor_capacity(actor: Option<&str>, max_concurrent: Option<i32>) {
     let actor = required(actor, "actor");
     if actor.is_empty() {

@@ -146,7 +146,7 @@ fn interval_arg(d: std::time::Duration) -> String {
 
 /// Rescues up to `max_jobs` jobs whose lease expired. Returns how many.
 #[pg_extern(security_definer, parallel_unsafe)]
-#[search_path(pg_catalog, pgque)]
+#[search_path(pg_catalog, pgque, pg_temp)]
 fn rescue_expired_leases(max_jobs: default!(Option<i32>, 1000)) -> i32 {
     let n = check_batch(max_jobs);
     run_int(RESCUE_SQL, &[ty(pg_sys::INT4OID)], vec![n.into()])
@@ -154,7 +154,7 @@ fn rescue_expired_leases(max_jobs: default!(Option<i32>, 1000)) -> i32 {
 
 /// Makes up to `max_jobs` due scheduled jobs ready. Returns how many.
 #[pg_extern(security_definer, parallel_unsafe)]
-#[search_path(pg_catalog, pgque)]
+#[search_path(pg_catalog, pgque, pg_temp)]
 fn promote_scheduled_jobs(max_jobs: default!(Option<i32>, 1000)) -> i32 {
     let n = check_batch(max_jobs);
     run_int(PROMOTE_SQL, &[ty(pg_sys::INT4OID)], vec![n.into()])
@@ -163,7 +163,7 @@ fn promote_scheduled_jobs(max_jobs: default!(Option<i32>, 1000)) -> i32 {
 /// Deletes up to `max_events` job events older than pgque.job_event_retention
 /// (0 keeps them forever). Returns how many.
 #[pg_extern(security_definer, parallel_unsafe)]
-#[search_path(pg_catalog, pgque)]
+#[search_path(pg_catalog, pgque, pg_temp)]
 fn sweep_job_events(max_events: default!(Option<i32>, 10000)) -> i32 {
     let n = check_batch(max_events);
     let retention = gucs::job_event_retention();
@@ -181,7 +181,7 @@ fn sweep_job_events(max_events: default!(Option<i32>, 10000)) -> i32 {
 /// older than pgque.completed_job_retention and failed jobs older than
 /// pgque.failed_job_retention. Returns how many.
 #[pg_extern(security_definer, parallel_unsafe)]
-#[search_path(pg_catalog, pgque)]
+#[search_path(pg_catalog, pgque, pg_temp)]
 fn prune_jobs(max_jobs: default!(Option<i32>, 10000)) -> i32 {
     let n = check_batch(max_jobs);
     run_int(
@@ -203,7 +203,7 @@ fn prune_jobs(max_jobs: default!(Option<i32>, 10000)) -> i32 {
 /// rescue, promotion, event sweep, prune, each bounded. Returns one row: what
 /// each did.
 #[pg_extern(security_definer, parallel_unsafe)]
-#[search_path(pg_catalog, pgque)]
+#[search_path(pg_catalog, pgque, pg_temp)]
 fn job_maint() -> TableIterator<
     'static,
     (
@@ -234,7 +234,7 @@ pub const ANALYZED_TABLES: [&str; 4] = [
 /// (the worker runs it every pgque.analyze_interval). SKIP_LOCKED: a table
 /// being vacuumed is left for the next run. Returns the tables analyzed.
 #[pg_extern(security_definer, parallel_unsafe)]
-#[search_path(pg_catalog, pgque)]
+#[search_path(pg_catalog, pgque, pg_temp)]
 fn job_analyze() -> i32 {
     Spi::run(&format!(
         "ANALYZE (SKIP_LOCKED) {}",

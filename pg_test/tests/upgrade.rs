@@ -1,0 +1,143 @@
+//! Upgrades: a database installed at 0.1.0 (the frozen
+//! sql/archive/pgque--0.1.0.sql, loaded against the current library), holding
+//! every kind of state, is brought to the current version with
+//! `ALTER EXTENSION pgque UPDATE`; then every extension object must equal a
+//! fresh install's in another database (the difference is printed), and the
+//! old data must still be consumable.
+mod rel_util;
+use pgque_pg_test::*;
+use rel_util::*;
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// CREATE EXTENSION in two databases at once races on the cluster-wide roles.
+static CREATE: Mutex<()> = Mutex::new(());
+
+const OLD: &str = "0.1.0";
+
+fn default_version(c: &mut pgque_pg_test::postgres::Client) -> String {
+    c.query_one(
+        "SELECT default_version FROM pg_available_extensions WHERE name = 'pgque'",
+        &[],
+    )
+    .unwrap()
+    .get(0)
+}
+
+fn create_at(db: &TestDb, version: Option<&str>) {
+    let _g = CREATE.lock().unwrap_or_else(|e| e.into_inner());
+    let sql = match version {
+        Some(v) => format!("CREATE EXTENSION pgque VERSION '{v}'"),
+        None => "CREATE EXTENSION pgque".into(),
+    };
+    db.connect().batch_execute(&sql).unwrap();
+}
+
+#[test]
+fn update_from_0_1_0_equals_a_fresh_install_and_keeps_the_data() {
+    let old = TestDb::without_extension("upg_from_old");
+    let fresh = TestDb::without_extension("upg_fresh");
+    create_at(&old, Some(OLD));
+    create_at(&fresh, None);
+    let mut c = old.connect();
+    let v: String = c
+        .query_one(
+            "SELECT extversion FROM pg_extension WHERE extname = 'pgque'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(v, OLD);
+    let current = default_version(&mut c);
+    assert_ne!(
+        current, OLD,
+        "the control file's default version is the new one"
+    );
+    // Manual mode: the test decides when ticks and maintenance happen.
+    stop_worker(&mut c);
+    let filled = fill(&mut c);
+
+    // Before the update the old database really is different (the test has
+    // something to find): 0.1.0 pinned search_path without pg_temp.
+    let mut f = fresh.connect();
+    let want = snapshot(&mut f);
+    let before = snapshot(&mut c);
+    assert!(
+        !diff("updated", &before, "fresh", &want).is_empty(),
+        "a 0.1.0 install must differ from a fresh {current} one"
+    );
+
+    c.batch_execute("ALTER EXTENSION pgque UPDATE").unwrap();
+    let v: String = c
+        .query_one(
+            "SELECT extversion FROM pg_extension WHERE extname = 'pgque'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(v, current);
+    let got = snapshot(&mut c);
+    let d = diff("updated", &got, "fresh", &want);
+    assert!(
+        d.is_empty(),
+        "after ALTER EXTENSION pgque UPDATE ({OLD} -> {current}) the extension differs from a fresh \
+         install; extend sql/pgque--{OLD}--{current}.sql (scripts/upgrade_draft.py drafts it):\n{d}"
+    );
+    assert!(
+        got.keys().filter(|k| k.starts_with("function ")).count() > 80
+            && got.keys().any(|k| k.starts_with("pg_dump registration ")),
+        "the snapshot sees the functions and the pg_dump registrations"
+    );
+
+    // The data made under 0.1.0 is consumed under the new version.
+    consume_all(&mut c, &filled);
+
+    // And the worker runs the updated database again.
+    c.batch_execute("SELECT pgque.start()").unwrap();
+    let back = wait_until(Duration::from_secs(10), || {
+        c.query_one(
+            "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pgque worker' \
+               AND datname = current_database()",
+            &[],
+        )
+        .unwrap()
+        .get::<_, i64>(0)
+            == 1
+    });
+    assert!(back, "the worker of the updated database did not start");
+}
+
+/// The update path exists for every released version the control file can
+/// reach, and the frozen script is shipped (a broken install path would make
+/// the test above fail late and unclearly).
+#[test]
+fn the_update_path_from_0_1_0_is_installed() {
+    let db = TestDb::without_extension("upg_paths");
+    let mut c = db.connect();
+    let current = default_version(&mut c);
+    let versions: Vec<String> = c
+        .query(
+            "SELECT version FROM pg_available_extension_versions WHERE name = 'pgque' ORDER BY version",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert!(
+        versions.contains(&OLD.to_string()),
+        "installable versions: {versions:?}"
+    );
+    assert!(
+        versions.contains(&current),
+        "installable versions: {versions:?}"
+    );
+    let path: Option<String> = c
+        .query_one(
+            "SELECT path FROM pg_extension_update_paths('pgque') WHERE source = $1 AND target = $2",
+            &[&OLD, &current],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(path.as_deref(), Some(format!("{OLD}--{current}").as_str()));
+}
