@@ -1139,6 +1139,20 @@ BEGIN
 END
 $seqscan$;
 
+DO $generic$
+DECLARE f regprocedure;
+BEGIN
+    FOR f IN SELECT p.oid::regprocedure FROM pg_catalog.pg_proc p
+              WHERE p.pronamespace = 'pgque'::regnamespace
+                AND p.proname = ANY (ARRAY[
+                    'receive', 'receive_coop', 'next_batch', 'next_batch_info',
+                    'next_batch_custom', 'get_batch_events', 'get_batch_cursor'])
+    LOOP
+        EXECUTE format('ALTER FUNCTION %s SET plan_cache_mode = force_generic_plan', f);
+    END LOOP;
+END
+$generic$;
+
 DO $nojit$
 DECLARE f regprocedure;
 BEGIN
