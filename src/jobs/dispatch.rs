@@ -33,11 +33,12 @@
 //!   concurrent claimer's outcome: two dispatchers never both win.
 //! - paused queues are skipped; lanes stay FIFO because each queue is walked
 //!   in (priority, ready_seq) order and ready_seq follows commit order per lane.
+use super::rawjsonb::RawJsonb;
 use super::stmt::{prepared, ty, with_generic_plans};
 use crate::error::{self, raise, required};
 use pgrx::datum::{Interval, TimestampWithTimeZone};
+use pgrx::pg_sys;
 use pgrx::prelude::*;
-use pgrx::{pg_sys, JsonB};
 
 pub const MAX_LIMIT: i32 = 10_000;
 pub const MAX_OVERSAMPLE: i32 = 100;
@@ -317,7 +318,7 @@ fn dispatch(
         name!(job_id, i64),
         name!(queue, String),
         name!(kind, String),
-        name!(args, JsonB),
+        name!(args, RawJsonb),
         name!(priority, i16),
         name!(attempt, i32),
         name!(max_attempts, i32),
@@ -360,10 +361,13 @@ fn dispatch(
     }
     let names: Vec<String> = queues.into_iter().flatten().collect();
     let mut out = Vec::new();
+    // the args are copied here, out of the SPI connection's memory, which
+    // ends before the rows are returned (the SRF's multi-call context)
+    let outer = unsafe { pg_sys::CurrentMemoryContext };
     with_generic_plans(|| {
         Spi::connect_mut(|client| {
             let stmt = prepared(client, DISPATCH_SQL, &arg_types());
-            let table = client
+            let mut table = client
                 .update(
                     stmt,
                     None,
@@ -376,13 +380,15 @@ fn dispatch(
                     ],
                 )
                 .unwrap_or_else(|e| pgrx::error!("{e}"));
-            for row in table {
+            while let Some(row) = table.next() {
+                // the current row's args, as the datum (see rawjsonb.rs)
+                let args = table.get_datum_by_ordinal(4).ok().flatten().unwrap();
                 let g = |i| row.get::<TimestampWithTimeZone>(i).ok().flatten().unwrap();
                 out.push((
                     row.get::<i64>(1).ok().flatten().unwrap(),
                     row.get::<String>(2).ok().flatten().unwrap(),
                     row.get::<String>(3).ok().flatten().unwrap(),
-                    row.get::<JsonB>(4).ok().flatten().unwrap(),
+                    unsafe { RawJsonb::copy_of(args, outer) },
                     row.get::<i16>(5).ok().flatten().unwrap(),
                     row.get::<i32>(6).ok().flatten().unwrap(),
                     row.get::<i32>(7).ok().flatten().unwrap(),
