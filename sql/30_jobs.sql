@@ -90,8 +90,17 @@ CREATE TABLE pgque.jobs (
     finished_at   timestamptz,
     -- [{attempt, at, error}, ...] one entry per failed attempt.
     errors        jsonb,
+    -- The job's key as round-robin dispatch groups it, COALESCE(fairness_key,
+    -- ''), set only while its queue is round_robin (enqueue; a mode change
+    -- rewrites it for the queue's unfinished jobs). NULL in a strict_fifo
+    -- queue, so those jobs cost no entry in jobs_ready_rr_idx.
+    -- (Last column: where ALTER TABLE ... ADD COLUMN puts it on upgrade.)
+    rr_key        text,
     CHECK (state <> 'ready' OR ready_seq IS NOT NULL),
-    CHECK (state <> 'running' OR (lease_token IS NOT NULL AND lease_until IS NOT NULL))
+    CHECK (state <> 'running' OR (lease_token IS NOT NULL AND lease_until IS NOT NULL)),
+    -- A lease token exists exactly while the job runs: the lifecycle
+    -- statements fence on (id, lease_token) alone (src/jobs/lifecycle.rs).
+    CONSTRAINT jobs_lease_token_only_running CHECK ((state = 'running') = (lease_token IS NOT NULL))
 ) WITH (
     -- Every job row is updated 2-3 times (dispatch, completion, maybe retries)
     -- and the indexes that change are partial ones; 80% fill leaves room for
@@ -112,10 +121,12 @@ CREATE TABLE pgque.jobs (
 CREATE INDEX jobs_ready_fifo_idx ON pgque.jobs (queue, priority, ready_seq)
     WHERE state = 'ready';
 -- round_robin dispatch: a loose index scan over the distinct fairness keys of a
--- queue, then each key's head in (priority, ready_seq) order.
+-- queue, then each key's head in (priority, ready_seq) order. Only jobs of
+-- round-robin queues have an rr_key: a strict_fifo job is one index entry
+-- fewer to write (measured: a third of the enqueue statement's time).
 CREATE INDEX jobs_ready_rr_idx
-    ON pgque.jobs (queue, (COALESCE(fairness_key, '')), priority, ready_seq)
-    WHERE state = 'ready';
+    ON pgque.jobs (queue, rr_key, priority, ready_seq)
+    WHERE state = 'ready' AND rr_key IS NOT NULL;
 -- promotion of due scheduled jobs, oldest run_at first.
 CREATE INDEX jobs_scheduled_idx ON pgque.jobs (run_at, id) WHERE state = 'scheduled';
 -- lease rescue: running jobs by lease expiry.

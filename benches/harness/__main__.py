@@ -40,6 +40,8 @@ class Config:
         self.enq_batches = [1, 10, 100, 1000]
         self.enq_clients = [1, 2]
         self.w7_depths = [1_000, 10_000, 50_000] if quick else [1_000, 10_000, 50_000, 200_000]
+        if os.environ.get("W7_DEPTHS"):  # e.g. W7_DEPTHS=1000,200000: the deep end in a QUICK run
+            self.w7_depths = [int(d) for d in os.environ["W7_DEPTHS"].split(",")]
         self.w7_samples = 30 if quick else 200
         self.w7_limit = 50
         self.w8_secs = 4 if quick else 30
@@ -105,7 +107,7 @@ def main():
                                    started.strftime("%Y-%m-%d") + ("-quick" if cfg.quick else "") + ".md")
     out = os.path.abspath(out)
     os.makedirs(os.path.dirname(out), exist_ok=True)
-    env = " ".join(f"{k}={os.environ[k]}" for k in ("QUICK", "ROUNDS", "ONLY") if os.environ.get(k))
+    env = " ".join(f"{k}={os.environ[k]}" for k in ("QUICK", "ROUNDS", "ONLY", "W7_DEPTHS") if os.environ.get(k))
     cmdline = (env + " " if env else "") + "make bench" + (" -- " + " ".join(sys.argv[1:]) if sys.argv[1:] else "")
     only = [x.strip() for x in args.only.split(",") if x.strip()] or list(WORKLOADS)
 

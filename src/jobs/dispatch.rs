@@ -10,11 +10,15 @@
 //!   most `limit * oversample` distinct fairness keys, starting after the
 //!   queue's cursor and wrapping around, one index seek per key;
 //! - the candidates are materialised and ranked (a few hundred rows), then
-//!   locked one by one through a correlated primary-key probe
-//!   `FOR UPDATE SKIP LOCKED` that re-checks `state = 'ready'`, stopping at
-//!   `limit` locked rows;
-//! - the terminal UPDATE finds its rows by `id = ANY(ARRAY(...))`, an array
-//!   built once, so no join can reopen a scan of the backlog.
+//!   locked one by one through a correlated probe by ctid (a TID scan)
+//!   `FOR UPDATE SKIP LOCKED` whose locked version must be `ready`, stopping
+//!   at `limit` locked rows;
+//! - planned without sequential and bitmap scans (stmt::with_generic_plans):
+//!   a generic plan made while the table was tiny must not stay a table scan.
+//! - the terminal UPDATE finds its rows by `ctid = ANY(ARRAY(...))` (the
+//!   locked versions, a TID scan), an array built once, so no join can reopen
+//!   a scan of the backlog and no index is descended (a job updated and rolled
+//!   back many times has many primary-key entries to step over);
 //!
 //! Admission:
 //! - per-actor capacity: the candidates' actor rows are locked FOR UPDATE in
@@ -29,11 +33,12 @@
 //!   concurrent claimer's outcome: two dispatchers never both win.
 //! - paused queues are skipped; lanes stay FIFO because each queue is walked
 //!   in (priority, ready_seq) order and ready_seq follows commit order per lane.
+use super::rawjsonb::RawJsonb;
 use super::stmt::{prepared, ty, with_generic_plans};
 use crate::error::{self, raise, required};
 use pgrx::datum::{Interval, TimestampWithTimeZone};
+use pgrx::pg_sys;
 use pgrx::prelude::*;
-use pgrx::{pg_sys, JsonB};
 
 pub const MAX_LIMIT: i32 = 10_000;
 pub const MAX_OVERSAMPLE: i32 = 100;
@@ -51,12 +56,12 @@ qs AS MATERIALIZED (
 -- round-robin candidate: it keeps a dispatch full when the visited keys
 -- run short of jobs.
 fifo AS MATERIALIZED (
-    SELECT c.id, c.actor, c.identity_key, qs.queue_name, qs.pos,
+    SELECT c.id, c.tid, c.actor, c.identity_key, qs.queue_name, qs.pos,
            CASE WHEN qs.mode = 'strict_fifo' THEN c.rn ELSE 1000000000 + c.rn END AS qrank,
            NULL::text AS k
     FROM qs
     CROSS JOIN LATERAL (
-        SELECT j.id, j.actor, j.identity_key,
+        SELECT j.id, j.ctid AS tid, j.actor, j.identity_key,
                row_number() OVER (ORDER BY j.priority, j.ready_seq) AS rn
         FROM pgque.jobs j
         WHERE j.queue = qs.queue_name AND j.state = 'ready'
@@ -72,22 +77,27 @@ rrq AS MATERIALIZED (
 ),
 -- round robin: the distinct fairness keys after the cursor, then from the
 -- start up to the cursor; at most limit*oversample keys, one seek each.
+-- rr_key is the job's key as a round-robin queue groups it
+-- (COALESCE(fairness_key, '')), NULL in a strict_fifo queue, whose jobs
+-- therefore cost no entry in the round-robin index. A job whose rr_key is
+-- NULL in a round-robin queue (enqueued by a statement that started before
+-- a mode change committed) is still dispatched, by the FIFO filler walk.
 keys (queue_name, pos, cursor, k, n, phase) AS (
     SELECT rrq.queue_name, rrq.pos, rrq.cursor, f.k, 1, f.phase
     FROM rrq
     CROSS JOIN LATERAL (
         SELECT s.k, s.phase FROM (
-            (SELECT COALESCE(j.fairness_key, '') AS k, 0 AS phase
+            (SELECT j.rr_key AS k, 0 AS phase
              FROM pgque.jobs j
              WHERE j.queue = rrq.queue_name AND j.state = 'ready'
-               AND COALESCE(j.fairness_key, '') > rrq.cursor
-             ORDER BY COALESCE(j.fairness_key, '')
+               AND j.rr_key > rrq.cursor
+             ORDER BY j.rr_key
              LIMIT 1)
             UNION ALL
-            (SELECT COALESCE(j.fairness_key, '') AS k, 1 AS phase
+            (SELECT j.rr_key AS k, 1 AS phase
              FROM pgque.jobs j
-             WHERE j.queue = rrq.queue_name AND j.state = 'ready'
-             ORDER BY COALESCE(j.fairness_key, '')
+             WHERE j.queue = rrq.queue_name AND j.state = 'ready' AND j.rr_key IS NOT NULL
+             ORDER BY j.rr_key
              LIMIT 1)
         ) s
         LIMIT 1
@@ -97,19 +107,19 @@ keys (queue_name, pos, cursor, k, n, phase) AS (
     FROM keys
     CROSS JOIN LATERAL (
         SELECT s.k, s.phase FROM (
-            (SELECT COALESCE(j.fairness_key, '') AS k, keys.phase AS phase
+            (SELECT j.rr_key AS k, keys.phase AS phase
              FROM pgque.jobs j
              WHERE j.queue = keys.queue_name AND j.state = 'ready'
-               AND COALESCE(j.fairness_key, '') > keys.k
-               AND (keys.phase = 0 OR COALESCE(j.fairness_key, '') <= keys.cursor)
-             ORDER BY COALESCE(j.fairness_key, '')
+               AND j.rr_key > keys.k
+               AND (keys.phase = 0 OR j.rr_key <= keys.cursor)
+             ORDER BY j.rr_key
              LIMIT 1)
             UNION ALL
-            (SELECT COALESCE(j.fairness_key, '') AS k, 1 AS phase
+            (SELECT j.rr_key AS k, 1 AS phase
              FROM pgque.jobs j
              WHERE keys.phase = 0 AND j.queue = keys.queue_name AND j.state = 'ready'
-               AND COALESCE(j.fairness_key, '') <= keys.cursor
-             ORDER BY COALESCE(j.fairness_key, '')
+               AND j.rr_key <= keys.cursor
+             ORDER BY j.rr_key
              LIMIT 1)
         ) s
         LIMIT 1
@@ -121,21 +131,29 @@ keyed AS MATERIALIZED (
            count(*) OVER (PARTITION BY keys.queue_name) AS nkeys
     FROM keys
 ),
--- each visited key's head, (limit*oversample)/keys jobs per key; rank =
--- (round - 1) * keys + key position: round-robin order.
-rr AS MATERIALIZED (
-    SELECT c.id, c.actor, c.identity_key, kq.queue_name, kq.pos,
-           (c.rn - 1) * kq.nkeys + kq.n AS qrank, kq.k
+-- each visited key's head, (limit*oversample)/keys jobs per key ...
+rr_heads AS MATERIALIZED (
+    SELECT c.id, c.tid, c.actor, c.identity_key, kq.queue_name, kq.pos, kq.k, kq.n,
+           kq.nkeys, c.priority, c.ready_seq
     FROM keyed kq
     CROSS JOIN LATERAL (
-        SELECT j.id, j.actor, j.identity_key,
-               row_number() OVER (ORDER BY j.priority, j.ready_seq) AS rn
+        SELECT j.id, j.ctid AS tid, j.actor, j.identity_key, j.priority, j.ready_seq
         FROM pgque.jobs j
         WHERE j.queue = kq.queue_name AND j.state = 'ready'
-          AND COALESCE(j.fairness_key, '') = kq.k
+          AND j.rr_key = kq.k
         ORDER BY j.priority, j.ready_seq
         LIMIT ($2 * $5 + kq.nkeys - 1) / kq.nkeys
     ) c
+),
+-- ... ranked (round - 1) * keys + key position: round-robin order. One window
+-- over the few hundred heads, not one window per key inside the lateral
+-- (that was a WindowAgg rescan per visited key, most of the statement's time).
+rr AS MATERIALIZED (
+    SELECT h.id, h.tid, h.actor, h.identity_key, h.queue_name, h.pos,
+           (row_number() OVER (PARTITION BY h.queue_name, h.k
+                               ORDER BY h.priority, h.ready_seq) - 1) * h.nkeys + h.n AS qrank,
+           h.k
+    FROM rr_heads h
 ),
 -- a job found by both walks keeps its better (round-robin) rank.
 cand AS MATERIALIZED (
@@ -172,7 +190,7 @@ actor_map AS MATERIALIZED (
     FROM actor_locks al
 ),
 admitted AS MATERIALIZED (
-    SELECT r.id, r.actor, r.identity_key, r.queue_name, r.pos, r.qrank, r.k
+    SELECT r.id, r.tid, r.actor, r.identity_key, r.queue_name, r.pos, r.qrank, r.k
     FROM (SELECT i.*,
                  (am.m -> i.actor ->> 0)::int AS max_concurrent,
                  (am.m -> i.actor ->> 1)::int AS running,
@@ -184,14 +202,25 @@ admitted AS MATERIALIZED (
     ORDER BY r.qrank, r.pos
 ),
 -- lock in rank order, skipping rows another dispatcher holds, stop at limit.
+-- The probe goes to the candidate's tuple by its ctid (a TID scan: no index
+-- descent, and nothing a plan could turn into a walk over a partial index on
+-- state, as `id = a.id AND state = 'ready'` could). The ctid is safe: our
+-- snapshot saw that version, so it cannot have been vacuumed away and its
+-- slot reused; if it was updated since, the lock follows the update chain to
+-- the latest version, which is then not 'ready' (every update of a ready job
+-- takes it out of ready) or, on versions whose TID scan rechecks the ctid,
+-- not returned at all. The LIMIT 1 keeps the outer checks out of the probe.
+-- `tid` is the locked version's ctid, which the UPDATE below goes to.
 locked AS MATERIALIZED (
-    SELECT a.id, a.actor, a.identity_key, a.queue_name, a.pos, a.qrank, a.k
+    SELECT a.id, l.tid, a.actor, a.identity_key, a.queue_name, a.pos, a.qrank, a.k
     FROM admitted a
     CROSS JOIN LATERAL (
-        SELECT j.id FROM pgque.jobs j
-        WHERE j.id = a.id AND j.state = 'ready'
+        SELECT j.id, j.state, j.ctid AS tid FROM pgque.jobs j
+        WHERE j.ctid = a.tid
+        LIMIT 1
         FOR UPDATE SKIP LOCKED
     ) l
+    WHERE l.state = 'ready' AND l.id = a.id
     LIMIT $2
 ),
 idc AS (
@@ -215,7 +244,7 @@ upd AS (
         lease_until = pg_catalog.clock_timestamp()
                       + (SELECT qs.lease FROM qs WHERE qs.queue_name = j.queue),
         dispatched_at = now()
-    WHERE j.id = ANY (ARRAY(SELECT f.id FROM final f))
+    WHERE j.ctid = ANY (ARRAY(SELECT f.tid FROM final f))
     RETURNING j.id, j.queue, j.kind, j.args, j.priority, j.attempt, j.max_attempts, j.actor,
               j.fairness_key, j.identity_key, j.run_at, j.enqueued_at, j.lease_token,
               j.lease_until
@@ -289,7 +318,7 @@ fn dispatch(
         name!(job_id, i64),
         name!(queue, String),
         name!(kind, String),
-        name!(args, JsonB),
+        name!(args, RawJsonb),
         name!(priority, i16),
         name!(attempt, i32),
         name!(max_attempts, i32),
@@ -332,10 +361,13 @@ fn dispatch(
     }
     let names: Vec<String> = queues.into_iter().flatten().collect();
     let mut out = Vec::new();
+    // the args are copied here, out of the SPI connection's memory, which
+    // ends before the rows are returned (the SRF's multi-call context)
+    let outer = unsafe { pg_sys::CurrentMemoryContext };
     with_generic_plans(|| {
         Spi::connect_mut(|client| {
             let stmt = prepared(client, DISPATCH_SQL, &arg_types());
-            let table = client
+            let mut table = client
                 .update(
                     stmt,
                     None,
@@ -348,13 +380,15 @@ fn dispatch(
                     ],
                 )
                 .unwrap_or_else(|e| pgrx::error!("{e}"));
-            for row in table {
+            while let Some(row) = table.next() {
+                // the current row's args, as the datum (see rawjsonb.rs)
+                let args = table.get_datum_by_ordinal(4).ok().flatten().unwrap();
                 let g = |i| row.get::<TimestampWithTimeZone>(i).ok().flatten().unwrap();
                 out.push((
                     row.get::<i64>(1).ok().flatten().unwrap(),
                     row.get::<String>(2).ok().flatten().unwrap(),
                     row.get::<String>(3).ok().flatten().unwrap(),
-                    row.get::<JsonB>(4).ok().flatten().unwrap(),
+                    unsafe { RawJsonb::copy_of(args, outer) },
                     row.get::<i16>(5).ok().flatten().unwrap(),
                     row.get::<i32>(6).ok().flatten().unwrap(),
                     row.get::<i32>(7).ok().flatten().unwrap(),

@@ -5,9 +5,13 @@
 //! Every worker-side call is fenced by the attempt's lease token: a call with
 //! a stale token (the lease expired and was rescued, the job was cancelled,
 //! another attempt runs now) changes nothing and says so (false / NULL / no
-//! row). Every transition out of 'running' gives back the actor's slot and
+//! row). A job has a lease token exactly while it is running (a CHECK on
+//! pgque.jobs), so `id = $1 AND lease_token = $2` is the whole fence: the
+//! statements leave `state = 'running'` out of their quals on purpose, as it
+//! would make the partial index of running jobs (a walk over every running
+//! job) a valid path for what must be a primary-key lookup. Every transition out of 'running' gives back the actor's slot and
 //! the identity claim, in the same statement, and writes one job event.
-use super::stmt::{prepared, run_int, ty};
+use super::stmt::{prepared, run_int, ty, with_generic_plans};
 use crate::error::{self, raise, required};
 use pgrx::datum::{Interval, TimestampWithTimeZone};
 use pgrx::pg_sys;
@@ -51,7 +55,7 @@ pub const COMPLETE_SQL: &str = leave_running!(
     r#"gone AS (
     UPDATE pgque.jobs j
     SET state = 'completed', finished_at = now(), lease_token = NULL, lease_until = NULL
-    WHERE j.id = $1 AND j.lease_token = $2 AND j.state = 'running'
+    WHERE j.id = $1 AND j.lease_token = $2
     RETURNING j.id, j.queue, j.actor, j.identity_key, j.attempt,
               'completed'::text AS event, NULL::text AS detail
 )"#,
@@ -67,7 +71,6 @@ gone AS (
     SET state = 'completed', finished_at = now(), lease_token = NULL, lease_until = NULL
     FROM input i
     WHERE j.id = ANY ($1::bigint[]) AND j.id = i.id AND j.lease_token = i.token
-      AND j.state = 'running'
     RETURNING j.id, j.queue, j.actor, j.identity_key, j.attempt,
               'completed'::text AS event, NULL::text AS detail
 )"#,
@@ -84,7 +87,7 @@ pub const FAIL_SQL: &str = leave_running!(
                     now() + least(power(2, greatest(j.attempt - 1, 0)), 3600)
                             * (0.75 + random() * 0.5) * interval '1 second') AS next_at
     FROM pgque.jobs j
-    WHERE j.id = $1 AND j.lease_token = $2 AND j.state = 'running'
+    WHERE j.id = $1 AND j.lease_token = $2
     FOR UPDATE
 ),
 gone AS (
@@ -116,7 +119,7 @@ pub const SNOOZE_SQL: &str = leave_running!(
     SET state = CASE WHEN $3::timestamptz <= now() THEN 'ready' ELSE 'scheduled' END,
         run_at = $3::timestamptz, attempt = j.attempt - 1,
         lease_token = NULL, lease_until = NULL
-    WHERE j.id = $1 AND j.lease_token = $2 AND j.state = 'running'
+    WHERE j.id = $1 AND j.lease_token = $2
     RETURNING j.id, j.queue, j.actor, j.identity_key, j.attempt,
               'snoozed'::text AS event, $3::text AS detail, j.state
 )"#,
@@ -225,28 +228,30 @@ fn fail(
     if let Some(r) = retry_at {
         super::enqueue::check_run_at(r);
     }
-    let state = Spi::connect_mut(|client| {
-        let stmt = prepared(
-            client,
-            FAIL_SQL,
-            &[
-                ty(pg_sys::INT8OID),
-                ty(pg_sys::INT8OID),
-                ty(pg_sys::TEXTOID),
-                ty(pg_sys::TIMESTAMPTZOID),
-            ],
-        );
-        client
-            .update(
-                stmt,
-                None,
-                &[id.into(), token.into(), err.into(), retry_at.into()],
-            )
-            .unwrap_or_else(|e| pgrx::error!("{e}"))
-            .first()
-            .get::<String>(1)
-            .ok()
-            .flatten()
+    let state = with_generic_plans(|| {
+        Spi::connect_mut(|client| {
+            let stmt = prepared(
+                client,
+                FAIL_SQL,
+                &[
+                    ty(pg_sys::INT8OID),
+                    ty(pg_sys::INT8OID),
+                    ty(pg_sys::TEXTOID),
+                    ty(pg_sys::TIMESTAMPTZOID),
+                ],
+            );
+            client
+                .update(
+                    stmt,
+                    None,
+                    &[id.into(), token.into(), err.into(), retry_at.into()],
+                )
+                .unwrap_or_else(|e| pgrx::error!("{e}"))
+                .first()
+                .get::<String>(1)
+                .ok()
+                .flatten()
+        })
     });
     if state.as_deref() == Some("scheduled") {
         crate::worker::wake::at_commit();
@@ -259,7 +264,6 @@ UPDATE pgque.jobs j
 SET lease_until = clock_timestamp() + $3::interval
 FROM unnest($1::bigint[], $2::bigint[]) AS t(id, token)
 WHERE j.id = ANY ($1::bigint[]) AND j.id = t.id AND j.lease_token = t.token
-  AND j.state = 'running'
 RETURNING j.id, j.lease_until
 "#;
 
@@ -290,25 +294,27 @@ fn heartbeat(
         );
     }
     let mut out = Vec::new();
-    Spi::connect_mut(|client| {
-        let stmt = prepared(
-            client,
-            HEARTBEAT_SQL,
-            &[
-                ty(pg_sys::INT8ARRAYOID),
-                ty(pg_sys::INT8ARRAYOID),
-                ty(pg_sys::INTERVALOID),
-            ],
-        );
-        let t = client
-            .update(stmt, None, &[ids.into(), tokens.into(), extend.into()])
-            .unwrap_or_else(|e| pgrx::error!("{e}"));
-        for row in t {
-            out.push((
-                row.get::<i64>(1).ok().flatten().unwrap(),
-                row.get::<TimestampWithTimeZone>(2).ok().flatten().unwrap(),
-            ));
-        }
+    with_generic_plans(|| {
+        Spi::connect_mut(|client| {
+            let stmt = prepared(
+                client,
+                HEARTBEAT_SQL,
+                &[
+                    ty(pg_sys::INT8ARRAYOID),
+                    ty(pg_sys::INT8ARRAYOID),
+                    ty(pg_sys::INTERVALOID),
+                ],
+            );
+            let t = client
+                .update(stmt, None, &[ids.into(), tokens.into(), extend.into()])
+                .unwrap_or_else(|e| pgrx::error!("{e}"));
+            for row in t {
+                out.push((
+                    row.get::<i64>(1).ok().flatten().unwrap(),
+                    row.get::<TimestampWithTimeZone>(2).ok().flatten().unwrap(),
+                ));
+            }
+        })
     });
     TableIterator::new(out)
 }
@@ -347,19 +353,21 @@ fn snooze(
 #[search_path(pg_catalog, pgque, pg_temp)]
 fn cancel(job_id: Option<i64>) -> bool {
     let id = required(job_id, "job_id");
-    let (was, n) = Spi::connect_mut(|client| {
-        let stmt = prepared(client, CANCEL_SQL, &[ty(pg_sys::INT8OID)]);
-        let t = client
-            .update(stmt, None, &[id.into()])
-            .unwrap_or_else(|e| pgrx::error!("{e}"));
-        if t.is_empty() {
-            return (None, 0);
-        }
-        let row = t.first();
-        (
-            row.get::<String>(1).ok().flatten(),
-            row.get::<i32>(2).ok().flatten().unwrap_or(0),
-        )
+    let (was, n) = with_generic_plans(|| {
+        Spi::connect_mut(|client| {
+            let stmt = prepared(client, CANCEL_SQL, &[ty(pg_sys::INT8OID)]);
+            let t = client
+                .update(stmt, None, &[id.into()])
+                .unwrap_or_else(|e| pgrx::error!("{e}"));
+            if t.is_empty() {
+                return (None, 0);
+            }
+            let row = t.first();
+            (
+                row.get::<String>(1).ok().flatten(),
+                row.get::<i32>(2).ok().flatten().unwrap_or(0),
+            )
+        })
     });
     if was.is_none() {
         raise(error::UNDEFINED_OBJECT, format!("job {id} does not exist"));
@@ -403,16 +411,18 @@ SELECT c.state, (SELECT count(*)::int FROM upd), (SELECT count(*)::int FROM note
 #[search_path(pg_catalog, pgque, pg_temp)]
 fn retry_job(job_id: Option<i64>) -> bool {
     let id = required(job_id, "job_id");
-    let was = Spi::connect_mut(|client| {
-        let stmt = prepared(client, RETRY_SQL, &[ty(pg_sys::INT8OID)]);
-        let t = client
-            .update(stmt, None, &[id.into()])
-            .unwrap_or_else(|e| pgrx::error!("{e}"));
-        if t.is_empty() {
-            None
-        } else {
-            t.first().get::<String>(1).ok().flatten()
-        }
+    let was = with_generic_plans(|| {
+        Spi::connect_mut(|client| {
+            let stmt = prepared(client, RETRY_SQL, &[ty(pg_sys::INT8OID)]);
+            let t = client
+                .update(stmt, None, &[id.into()])
+                .unwrap_or_else(|e| pgrx::error!("{e}"));
+            if t.is_empty() {
+                None
+            } else {
+                t.first().get::<String>(1).ok().flatten()
+            }
+        })
     });
     match was.as_deref() {
         None => raise(error::UNDEFINED_OBJECT, format!("job {id} does not exist")),

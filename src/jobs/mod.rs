@@ -4,6 +4,7 @@
 //! - `queues`    job queue and actor administration
 //! - `enqueue`   `enqueue_ready_rows` / `enqueue`: a whole batch in one statement
 //! - `dispatch`  `dispatch`: claim up to `limit` ready jobs in one statement
+//! - `rawjsonb`  a jsonb result column passed through as its datum
 //! - `lifecycle` complete / fail / heartbeat / snooze / cancel / retry_job
 //! - `sweeps`    lease rescue, promotion, event retention, pruning, ANALYZE
 //!
@@ -14,6 +15,7 @@ pub mod dispatch;
 pub mod enqueue;
 pub mod lifecycle;
 pub mod queues;
+pub mod rawjsonb;
 pub mod stmt;
 pub mod sweeps;
 

@@ -126,7 +126,24 @@ fn drop_job_queue(queue_name: Option<&str>, force: default!(Option<bool>, false)
     true
 }
 
+/// A mode change, and the rr_key of the queue's unfinished jobs with it
+/// (round-robin dispatch groups a job by rr_key, set only in round_robin
+/// queues: sql/30_jobs.sql).
+const MODE_SQL: &str = "
+WITH q AS (
+    UPDATE pgque.job_queues SET mode = coalesce($2, 'strict_fifo') WHERE queue_name = $1
+    RETURNING mode
+)
+UPDATE pgque.jobs j
+SET rr_key = CASE WHEN q.mode = 'round_robin' THEN COALESCE(j.fairness_key, '') END
+FROM q
+WHERE j.queue = $1 AND j.state IN ('scheduled', 'ready', 'running')
+  AND j.rr_key IS DISTINCT FROM
+      CASE WHEN q.mode = 'round_robin' THEN COALESCE(j.fairness_key, '') END";
+
 /// Changes one setting of a job queue; a NULL value restores the default.
+/// Changing the mode also regroups the queue's unfinished jobs for it (one
+/// UPDATE of them, after waiting for the enqueues in flight).
 /// Parameters: max_attempts (25), lease (5 minutes), mode (strict_fifo),
 /// shards (1), paused (false).
 #[pg_extern(security_definer)]
@@ -166,10 +183,15 @@ fn set_job_queue_config(queue_name: Option<&str>, param: Option<&str>, value: Op
             if let Some(v) = value {
                 check_mode(v);
             }
-            (
-                "UPDATE pgque.job_queues SET mode = coalesce($2, 'strict_fifo') WHERE queue_name = $1",
-                value.map(str::to_string),
+            // Wait for the enqueues in flight (they hold the queue's lock
+            // shared until they commit) so that the rr_key rewrite below,
+            // run with a snapshot taken after the wait, sees their jobs.
+            Spi::run_with_args(
+                "SELECT pg_catalog.pg_advisory_xact_lock($1, pg_catalog.hashtext($2))",
+                &[super::QUEUE_LOCK_CLASS.into(), queue.into()],
             )
+            .unwrap_or_else(|e| pgrx::error!("{e}"));
+            (MODE_SQL, value.map(str::to_string))
         }
         "shards" => {
             let v = value.map(|v| match v.trim().parse::<i32>() {

@@ -68,46 +68,69 @@ pub const fn ty(o: pg_sys::Oid) -> PgOid {
     PgOid::from_untagged(o)
 }
 
-/// Runs `f` with `plan_cache_mode = force_generic_plan` (restored after, also
-/// on error through the transaction's GUC unwinding). The job statements are
-/// built to be bounded under any plan (tests pin it for dispatch), and their
-/// plans do not get better with the actual values, so re-planning a custom
-/// plan on every call (several ms for these CTEs) buys nothing.
+/// The planner settings of `with_generic_plans` (tests plan with them too).
+pub const PLAN_SETTINGS: [(&std::ffi::CStr, &std::ffi::CStr); 3] = [
+    (c"plan_cache_mode", c"force_generic_plan"),
+    (c"enable_seqscan", c"off"),
+    (c"enable_bitmapscan", c"off"),
+];
+
+/// The planner settings every job statement is planned and run under, and
+/// why (restored after `f`, also on error through the transaction's GUC
+/// unwinding):
+/// - `plan_cache_mode = force_generic_plan`: the statements are built to be
+///   bounded under any plan (tests pin it for dispatch), and their plans do
+///   not get better with the actual values, so re-planning a custom plan on
+///   every call (several ms for these CTEs) buys nothing;
+/// - `enable_seqscan = off`, `enable_bitmapscan = off`: a kept generic plan
+///   lives as long as the backend (until the next ANALYZE or VACUUM of the
+///   table). Planned while pgque.jobs is nearly empty (a fresh or just
+///   vacuumed queue: a few pages), it sequentially scans jobs inside the
+///   per-candidate lock probe, or bitmap-scans a whole partial index there,
+///   and keeps doing so once the table holds thousands of finished jobs:
+///   measured 40k buffers and 65 ms per dispatch of 100 in the end-to-end
+///   loop. Every access to a job table in these statements has an index
+///   path that is bounded by the rows it returns, so taking the two
+///   unbounded scan types out of the planner's choice loses nothing.
 pub fn with_generic_plans<R>(f: impl FnOnce() -> R) -> R {
     unsafe {
         let nest = pg_sys::NewGUCNestLevel();
-        pg_sys::set_config_option(
-            c"plan_cache_mode".as_ptr(),
-            c"force_generic_plan".as_ptr(),
-            pg_sys::GucContext::PGC_USERSET,
-            pg_sys::GucSource::PGC_S_SESSION,
-            pg_sys::GucAction::GUC_ACTION_SAVE,
-            true,
-            0,
-            false,
-        );
+        for (name, value) in PLAN_SETTINGS {
+            pg_sys::set_config_option(
+                name.as_ptr(),
+                value.as_ptr(),
+                pg_sys::GucContext::PGC_USERSET,
+                pg_sys::GucSource::PGC_S_SESSION,
+                pg_sys::GucAction::GUC_ACTION_SAVE,
+                true,
+                0,
+                false,
+            );
+        }
         let r = f();
         pg_sys::AtEOXact_GUC(true, nest);
         r
     }
 }
 
-/// Runs a kept statement and returns its first row's first column as an int
-/// (0 when there is no row or it is NULL).
+/// Runs a kept statement (under `with_generic_plans`) and returns its first
+/// row's first column as an int (0 when there is no row or it is NULL).
 pub fn run_int(
     sql: &'static str,
     types: &[pg_sys::PgOid],
     args: Vec<pgrx::datum::DatumWithOid<'_>>,
 ) -> i32 {
-    pgrx::prelude::Spi::connect_mut(|client| {
-        let stmt = prepared(client, sql, types);
-        client
-            .update(stmt, None, &args)
-            .unwrap_or_else(|e| pgrx::error!("{e}"))
-            .first()
-            .get::<i32>(1)
-            .ok()
-            .flatten()
-            .unwrap_or(0)
+    with_generic_plans(|| {
+        pgrx::prelude::Spi::connect_mut(|client| {
+            let stmt = prepared(client, sql, types);
+            client
+                .update(stmt, None, &args)
+                .unwrap_or_else(|e| pgrx::error!("{e}"))
+                .first()
+                .get::<i32>(1)
+                .ok()
+                .flatten()
+                .unwrap_or(0)
+        })
     })
 }
