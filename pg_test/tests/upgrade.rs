@@ -55,7 +55,7 @@ fn update_from_0_1_0_equals_a_fresh_install_and_keeps_the_data() {
     );
     // Manual mode: the test decides when ticks and maintenance happen.
     stop_worker(&mut c);
-    let filled = fill(&mut c);
+    let filled = fill(&mut c, true);
 
     // Before the update the old database really is different (the test has
     // something to find): 0.1.0 pinned search_path without pg_temp.

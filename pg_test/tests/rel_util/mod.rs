@@ -99,7 +99,12 @@ fn ev(range: std::ops::RangeInclusive<i32>) -> Vec<String> {
 /// (ticked), e16 and idem-1 (not ticked), delayed-1 (due in ~2 s, so it is
 /// still held when fill returns). Job queue
 /// `jq`: r1 running, r2 and r3 ready, s1 scheduled in ~2 s.
-pub fn fill(c: &mut Client) -> Filled {
+/// Fills a database (see the module comment). `jobs_as_0_1_0`: the job rows
+/// are written as 0.1.0's enqueue and dispatch wrote them (the schema the
+/// 0.1.0 install script made), because the current library's job functions
+/// need the 0.2.0 job store (jobs.rr_key): they cannot run against an
+/// un-updated 0.1.0 schema, and 0.1.0's library is not at hand here.
+pub fn fill(c: &mut Client, jobs_as_0_1_0: bool) -> Filled {
     run_each(
         c,
         &[
@@ -179,24 +184,28 @@ pub fn fill(c: &mut Client) -> Filled {
         .unwrap()
         .get(0);
     // Jobs: r1 dispatched (running), r2 r3 ready, s1 scheduled.
-    run_each(
-        c,
-        &[
-            "SELECT pgque.create_job_queue('jq')",
-            "SELECT pgque.enqueue('jq', 'r1', '{\"n\": 1}')",
-            "SELECT pgque.enqueue('jq', 'r2', '{\"n\": 2}', actor => 'acme')",
-            "SELECT pgque.enqueue('jq', 'r3', '{\"n\": 3}')",
-            "SELECT pgque.enqueue('jq', 's1', '{\"n\": 4}', run_at => clock_timestamp() + interval '2 seconds')",
-        ],
-    );
-    let row = c
-        .query_one(
-            "SELECT job_id, lease_token, kind FROM pgque.dispatch(ARRAY['jq'], 1, 'w1', interval '1 hour')",
-            &[],
-        )
-        .unwrap();
-    assert_eq!(row.get::<_, String>(2), "r1");
-    let running_job = (row.get(0), row.get(1));
+    let running_job = if jobs_as_0_1_0 {
+        jobs_rows_as_0_1_0(c)
+    } else {
+        run_each(
+            c,
+            &[
+                "SELECT pgque.create_job_queue('jq')",
+                "SELECT pgque.enqueue('jq', 'r1', '{\"n\": 1}')",
+                "SELECT pgque.enqueue('jq', 'r2', '{\"n\": 2}', actor => 'acme')",
+                "SELECT pgque.enqueue('jq', 'r3', '{\"n\": 3}')",
+                "SELECT pgque.enqueue('jq', 's1', '{\"n\": 4}', run_at => clock_timestamp() + interval '2 seconds')",
+            ],
+        );
+        let row = c
+            .query_one(
+                "SELECT job_id, lease_token, kind FROM pgque.dispatch(ARRAY['jq'], 1, 'w1', interval '1 hour')",
+                &[],
+            )
+            .unwrap();
+        assert_eq!(row.get::<_, String>(2), "r1");
+        (row.get(0), row.get(1))
+    };
     let st: (i64, i64, i64) = {
         let r = c
             .query_one(
@@ -529,4 +538,48 @@ pub fn diff(
         }
     }
     out
+}
+
+/// The job rows 0.1.0 left behind for: create_job_queue('jq'); enqueue r1,
+/// r2 (actor 'acme'), r3 and s1 (run_at in 2 s); dispatch(['jq'], 1, 'w1',
+/// '1 hour') taking r1. Mirrors 0.1.0's statements (git show
+/// 8f5549c:src/jobs/enqueue.rs, dispatch.rs): ids from jobs_id_seq, ready_seq
+/// = id, job_events 'enqueued'/'scheduled'/'dispatched', an actor row with its
+/// running count. Returns r1's (id, lease token).
+fn jobs_rows_as_0_1_0(c: &mut Client) -> (i64, i64) {
+    run_each(
+        c,
+        &[
+            "SELECT pgque.create_job_queue('jq')",
+            "INSERT INTO pgque.job_actors (actor) VALUES ('acme')",
+            "WITH n AS (SELECT nextval('pgque.jobs_id_seq') AS id, k.kind, k.args, k.actor, k.sched, k.ord \
+                          FROM (VALUES ('r1', '{\"n\": 1}'::jsonb, NULL::text, false, 1), \
+                                       ('r2', '{\"n\": 2}', 'acme', false, 2), \
+                                       ('r3', '{\"n\": 3}', NULL, false, 3), \
+                                       ('s1', '{\"n\": 4}', NULL, true, 4)) k(kind, args, actor, sched, ord) \
+                         ORDER BY k.ord), \
+                  ins AS (INSERT INTO pgque.jobs (id, queue, kind, args, priority, shard, state, ready_seq, \
+                                                  run_at, max_attempts, actor, enqueued_at) \
+                          SELECT id, 'jq', kind, args, 0, 0, \
+                                 CASE WHEN sched THEN 'scheduled' ELSE 'ready' END, \
+                                 CASE WHEN sched THEN NULL ELSE id END, \
+                                 CASE WHEN sched THEN clock_timestamp() + interval '2 seconds' ELSE now() END, \
+                                 25, actor, now() FROM n RETURNING id, state) \
+             INSERT INTO pgque.job_events (job_id, queue, event, attempt) \
+             SELECT id, 'jq', CASE WHEN state = 'ready' THEN 'enqueued' ELSE 'scheduled' END, 0 FROM ins",
+            "UPDATE pgque.jobs SET state = 'running', attempt = attempt + 1, worker = 'w1', \
+                    lease_token = nextval('pgque.job_lease_token_seq'), \
+                    lease_until = clock_timestamp() + interval '1 hour', dispatched_at = now() \
+              WHERE kind = 'r1'",
+            "INSERT INTO pgque.job_events (job_id, queue, event, attempt, detail) \
+             SELECT id, 'jq', 'dispatched', attempt, worker FROM pgque.jobs WHERE kind = 'r1'",
+        ],
+    );
+    let row = c
+        .query_one(
+            "SELECT id, lease_token FROM pgque.jobs WHERE kind = 'r1'",
+            &[],
+        )
+        .unwrap();
+    (row.get(0), row.get(1))
 }
