@@ -85,7 +85,11 @@ fn name_cases(slot: Slot) -> Vec<(String, String, Expect)> {
     let mut v = vec![
         ("NULL".into(), "NULL".into(), St("22004")),
         ("empty".into(), "''".into(), St("42602")),
-        (format!("{} bytes", long.len()), format!("'{long}'"), St("42622")),
+        (
+            format!("{} bytes", long.len()),
+            format!("'{long}'"),
+            St("42622"),
+        ),
         (
             format!("{} bytes of unicode", long_uni.len()),
             format!("'{long_uni}'"),
@@ -115,11 +119,19 @@ fn name_cases(slot: Slot) -> Vec<(String, String, Expect)> {
         ("NUL-free control".into(), "E'a\\x01b'".into(), St("42602")),
         ("emoji".into(), "'🚀'".into(), St("42602")),
         ("unknown".into(), "'nope'".into(), St("42704")),
-        ("unknown unicode".into(), "'очередь_нет'".into(), St("42704")),
+        (
+            "unknown unicode".into(),
+            "'очередь_нет'".into(),
+            St("42704"),
+        ),
     ];
     if matches!(slot, Slot::Queue | Slot::JobQueue) {
         // Past NAMEDATALEN: would not even fit a NOTIFY channel or identifier.
-        v.push(("64 bytes".into(), format!("'{}'", "b".repeat(64)), St("42622")));
+        v.push((
+            "64 bytes".into(),
+            format!("'{}'", "b".repeat(64)),
+            St("42622"),
+        ));
     }
     if matches!(slot, Slot::Consumer | Slot::Group) {
         // '#' separates slot and member names: refused in plain consumer names.
@@ -185,16 +197,28 @@ fn matrix() -> Vec<Row> {
     let bad_json = St("22P02");
     let batch_cases = |r: Row, call: &'static str| -> Row {
         // call has {X} where the batch id goes.
-        r.with("NULL batch", call.replace("{X}", "NULL::bigint"), St("22004"))
-            .with("unknown batch", call.replace("{X}", "987654321"), St("42704"))
-            .with("negative batch", call.replace("{X}", "-1"), St("42704"))
-            .with("finished batch", call.replace("{X}", "{BD}"), St("55000"))
-            .with("batch id as text", call.replace("{X}", "'one'"), St("22P02"))
-            .with(
-                "batch id beyond bigint",
-                call.replace("{X}", "'99999999999999999999'"),
-                St("22003"),
-            )
+        r.with(
+            "NULL batch",
+            call.replace("{X}", "NULL::bigint"),
+            St("22004"),
+        )
+        .with(
+            "unknown batch",
+            call.replace("{X}", "987654321"),
+            St("42704"),
+        )
+        .with("negative batch", call.replace("{X}", "-1"), St("42704"))
+        .with("finished batch", call.replace("{X}", "{BD}"), St("55000"))
+        .with(
+            "batch id as text",
+            call.replace("{X}", "'one'"),
+            St("22P02"),
+        )
+        .with(
+            "batch id beyond bigint",
+            call.replace("{X}", "'99999999999999999999'"),
+            St("22003"),
+        )
     };
     vec![
         // ---- publishing ------------------------------------------------------
@@ -709,7 +733,12 @@ fn cases(ids: &Ids) -> Vec<(String, String, String, Expect)> {
                 for &other in r.slots {
                     sql = sql.replace(other.tag(), other.valid());
                 }
-                out.push((r.sig.to_string(), format!("{slot:?}: {label}"), fill(&sql), e));
+                out.push((
+                    r.sig.to_string(),
+                    format!("{slot:?}: {label}"),
+                    fill(&sql),
+                    e,
+                ));
             }
         }
         for (label, sql, e) in r.extra {
@@ -767,7 +796,10 @@ fn fixture(c: &mut Client) -> Ids {
     let open = first(c, "SELECT batch_id FROM pgque.receive('q', 'c', 10)");
     let done = first(c, "SELECT batch_id FROM pgque.receive('q', 'c2', 10)");
     c.query_one("SELECT pgque.ack($1)", &[&done]).unwrap();
-    let member_open = first(c, "SELECT batch_id FROM pgque.receive_coop('q', 'grp', 'm1', 10)");
+    let member_open = first(
+        c,
+        "SELECT batch_id FROM pgque.receive_coop('q', 'grp', 'm1', 10)",
+    );
     Ids {
         open,
         done,
@@ -796,13 +828,19 @@ fn every_function_refuses_bad_input_with_its_sqlstate_and_changes_nothing() {
         .map(|r| r.get(0))
         .collect();
     c.batch_execute("RESET search_path").unwrap();
-    let missing: Vec<&String> = actual.iter().filter(|s| !known.contains(s.as_str())).collect();
+    let missing: Vec<&String> = actual
+        .iter()
+        .filter(|s| !known.contains(s.as_str()))
+        .collect();
     assert!(
         missing.is_empty(),
         "functions without a row in the bad-input matrix (add them to pg_test/tests/bad_input.rs): {missing:?}"
     );
     let stale: Vec<&&str> = known.iter().filter(|s| !actual.contains(**s)).collect();
-    assert!(stale.is_empty(), "matrix rows for functions that do not exist: {stale:?}");
+    assert!(
+        stale.is_empty(),
+        "matrix rows for functions that do not exist: {stale:?}"
+    );
 
     for r in matrix() {
         assert!(
@@ -819,7 +857,11 @@ fn every_function_refuses_bad_input_with_its_sqlstate_and_changes_nothing() {
         let got = match c.simple_query(sql) {
             Ok(_) => "accepted".to_string(),
             Err(e) => match e.code() {
-                Some(code) => format!("{} ({})", code.code(), e.as_db_error().map(|d| d.message()).unwrap_or("")),
+                Some(code) => format!(
+                    "{} ({})",
+                    code.code(),
+                    e.as_db_error().map(|d| d.message()).unwrap_or("")
+                ),
                 None => format!("client error {e}"),
             },
         };
@@ -842,7 +884,11 @@ fn every_function_refuses_bad_input_with_its_sqlstate_and_changes_nothing() {
             before = after;
         }
     }
-    eprintln!("{} bad-input cases over {} functions", all.len(), actual.len());
+    eprintln!(
+        "{} bad-input cases over {} functions",
+        all.len(),
+        actual.len()
+    );
     assert!(
         failures.is_empty(),
         "{} of {} cases wrong:\n{}",
@@ -861,20 +907,31 @@ fn unusual_valid_names_work_end_to_end() {
     let mut c = db.connect();
     let q52 = "q".repeat(52);
     let uq = "ж".repeat(26); // 52 bytes
-    for q in ["очередь", "tenant-42.events:v2/eu@x", q52.as_str(), uq.as_str()] {
+    for q in [
+        "очередь",
+        "tenant-42.events:v2/eu@x",
+        q52.as_str(),
+        uq.as_str(),
+    ] {
         let consumer = "потребитель_名前-1.a:b/c@d";
         c.query_one("SELECT pgque.create_queue($1)", &[&q]).unwrap();
         c.query_one("SELECT pgque.subscribe($1, $2)", &[&q, &consumer])
             .unwrap();
-        c.query_one("SELECT pgque.register_subconsumer($1, 'g', 'член#1')", &[&q])
-            .unwrap();
+        c.query_one(
+            "SELECT pgque.register_subconsumer($1, 'g', 'член#1')",
+            &[&q],
+        )
+        .unwrap();
         let id: i64 = c
             .query_one("SELECT pgque.send($1, 'данные'::text)", &[&q])
             .unwrap()
             .get(0);
         c.query_one("SELECT pgque.force_tick($1)", &[&q]).unwrap();
         let rows = c
-            .query("SELECT msg_id, batch_id, payload FROM pgque.receive($1, $2, 10)", &[&q, &consumer])
+            .query(
+                "SELECT msg_id, batch_id, payload FROM pgque.receive($1, $2, 10)",
+                &[&q, &consumer],
+            )
             .unwrap();
         assert_eq!(rows.len(), 1, "queue {q}");
         assert_eq!(rows[0].get::<_, i64>(0), id);
@@ -882,14 +939,20 @@ fn unusual_valid_names_work_end_to_end() {
         let b: i64 = rows[0].get(1);
         c.query_one("SELECT pgque.ack($1)", &[&b]).unwrap();
         let coop = c
-            .query("SELECT msg_id FROM pgque.receive_coop($1, 'g', 'член#1', 10)", &[&q])
+            .query(
+                "SELECT msg_id FROM pgque.receive_coop($1, 'g', 'член#1', 10)",
+                &[&q],
+            )
             .unwrap();
         assert_eq!(coop.len(), 1);
         // Job queue of the same name, with a listener on its channel.
-        c.query_one("SELECT pgque.create_job_queue($1)", &[&q]).unwrap();
+        c.query_one("SELECT pgque.create_job_queue($1)", &[&q])
+            .unwrap();
         let mut l = db.connect();
-        l.batch_execute(&format!("LISTEN \"pgque_jobs_{q}\"")).unwrap();
-        c.query_one("SELECT pgque.enqueue($1, 'вид')", &[&q]).unwrap();
+        l.batch_execute(&format!("LISTEN \"pgque_jobs_{q}\""))
+            .unwrap();
+        c.query_one("SELECT pgque.enqueue($1, 'вид')", &[&q])
+            .unwrap();
         let got = wait_until(std::time::Duration::from_secs(5), || {
             l.batch_execute("SELECT 1").unwrap();
             l.notifications().iter().next().ok().flatten().is_some()
@@ -903,7 +966,10 @@ fn unusual_valid_names_work_end_to_end() {
             .unwrap();
         assert_eq!(j.len(), 1);
         let ok: bool = c
-            .query_one("SELECT pgque.complete($1, $2)", &[&j[0].get::<_, i64>(0), &j[0].get::<_, i64>(1)])
+            .query_one(
+                "SELECT pgque.complete($1, $2)",
+                &[&j[0].get::<_, i64>(0), &j[0].get::<_, i64>(1)],
+            )
             .unwrap()
             .get(0);
         assert!(ok);
