@@ -42,7 +42,8 @@ fn soak_held_xmin() {
          (enqueue_ready_rows, 10 transactions/s); one event consumer (receive 1000 + ack), \
          two job workers (dispatch 50 + complete_many). Phases: clean {clean} s, \
          REPEATABLE READ snapshot held {hold} s, recovery {rec} s. PostgreSQL {}, \
-         private cluster, default autovacuum, queue rotation_period 20 s.\n\n",
+         private cluster (fsync off), default autovacuum (naptime 1 min), \
+         queue rotation_period 20 s, other pgque settings default.\n\n",
         rates.events,
         rates.jobs,
         major()
