@@ -792,7 +792,25 @@ fn fixture(c: &mut Client) -> Ids {
     .unwrap();
     // A tick in a transaction of its own: it must see the events committed.
     c.batch_execute("SELECT pgque.force_tick('q')").unwrap();
-    let first = |c: &mut Client, sql: &str| -> i64 { c.query(sql, &[]).unwrap()[0].get(0) };
+    let first = |c: &mut Client, sql: &str| -> i64 {
+        let rows = c.query(sql, &[]).unwrap();
+        if rows.is_empty() {
+            let diag: Vec<String> = c
+                .query(
+                    "SELECT format('tick %s seq %s pending %s snap %s', tick_id, tick_event_seq, tick_pending, tick_snapshot) FROM pgque.tick \
+                     UNION ALL SELECT format('event %s txid %s', ev_id, ev_txid) FROM pgque.event_1 \
+                     UNION ALL SELECT format('batch %s sub %s %s..%s floor %s ceil %s', batch_id, sub_id, prev_tick_id, tick_id, ev_floor, ev_ceiling) FROM pgque.batch \
+                     UNION ALL SELECT format('sub %s %s start %s', sub_id, sub_consumer, sub_start_tick) FROM pgque.subscription",
+                    &[],
+                )
+                .unwrap()
+                .iter()
+                .map(|r| r.get(0))
+                .collect();
+            panic!("{sql}: nothing received; state:\n{}", diag.join("\n"));
+        }
+        rows[0].get(0)
+    };
     let open = first(c, "SELECT batch_id FROM pgque.receive('q', 'c', 10)");
     let done = first(c, "SELECT batch_id FROM pgque.receive('q', 'c2', 10)");
     c.query_one("SELECT pgque.ack($1)", &[&done]).unwrap();
