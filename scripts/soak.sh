@@ -14,11 +14,13 @@ TMP=$(mktemp)
 trap 'rm -f "$TMP"' EXIT
 export SOAK_REPORT=$TMP
 PGTEST_CARGO_ARGS="--test soak" bash pg_test/run.sh "$VER" --ignored --nocapture
+# Before $OUT is (re)written, or it would count as an uncommitted change.
+REV="$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src sql pg_test || echo ' (with uncommitted changes to src, sql or pg_test)')"
 {
   echo "# Held-xmin soak, PostgreSQL $VER, $(date -u '+%Y-%m-%d %H:%M UTC')"
   echo
   echo "Command: \`make soak PG=$VER\`$(env | grep -E '^SOAK_(CLEAN|HOLD|RECOVERY|EVENT|JOB)' | sed 's/^/ /' | tr -d '\n')"
-  echo "Commit: $(git rev-parse --short HEAD)$(git diff --quiet || echo ' (with uncommitted changes)'); $(nproc) CPUs."
+  echo "Commit: $REV; $(nproc) CPUs."
   echo "Test: pg_test/tests/soak.rs; assertions in pg_test/tests/soak_util/mod.rs (check)."
   echo
   cat "$TMP"
