@@ -7,7 +7,7 @@ VERSIONS ?= 15 16 17 18
 # The multi-session / SQL regression tier runs on these versions.
 PGTEST_VERSIONS ?= 15
 
-.PHONY: setup test lint pgrx-test pgtest run stop bench psql help
+.PHONY: setup test lint pgrx-test pgtest soak run stop bench psql help
 
 help:
 	@echo "make run      build, start a local PostgreSQL $(PG) with pgque preloaded, show a demo"
@@ -15,6 +15,7 @@ help:
 	@echo "make test     every check and test on PostgreSQL $(VERSIONS)"
 	@echo "make pgtest PG=16   only the server-level tier (pg_test/) on one version"
 	@echo "make bench    side-by-side benchmarks (benches/)"
+	@echo "make soak     held-xmin soak, ~8 min (not part of make test; results in benches/results/)"
 
 setup:
 	@bash scripts/setup.sh
@@ -41,6 +42,10 @@ pgrx-test:
 pgtest: setup
 	@echo "==== pg_test tier on PostgreSQL $(PG)"
 	@bash pg_test/run.sh $(PG)
+
+# The held-xmin soak: too long for make test (~8 minutes); see scripts/soak.sh.
+soak: setup
+	@bash scripts/soak.sh $(PG)
 
 # ---- a local server -----------------------------------------------------------
 run: setup

@@ -210,3 +210,161 @@ pub fn flush_stats(c: &mut Client) {
     c.batch_execute("SELECT pg_stat_force_next_flush()")
         .unwrap();
 }
+
+/// A private PostgreSQL cluster for destructive tests (kill -9 of a backend,
+/// `pg_ctl stop -m immediate`): same binaries and settings as the shared test
+/// server (pgque preloaded), its own data directory and socket, so a crash
+/// restart there does not disturb the tests running on the shared server.
+/// Stopped and removed on drop.
+pub struct Cluster {
+    pub dir: String,
+    pub port: u16,
+}
+
+fn as_postgres(cmd: &str, args: &[&str]) -> std::process::Output {
+    let root = is_root();
+    let mut c = if root {
+        let mut c = Command::new("runuser");
+        c.args(["-u", "postgres", "--", cmd]);
+        c
+    } else {
+        Command::new(cmd)
+    };
+    c.args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("run {cmd}: {e}"))
+}
+
+fn is_root() -> bool {
+    // `id -u` avoids a libc dependency for one call.
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+        .unwrap_or(false)
+}
+
+impl Cluster {
+    /// Inits and starts a cluster named `name` (data in
+    /// /tmp/pgque_priv_<major>_<name>, socket there too, port only names the
+    /// socket). `extra_conf` lines are appended to postgresql.conf.
+    pub fn start_new(name: &str, extra_conf: &str) -> Cluster {
+        let dir = format!("/tmp/pgque_priv_{}_{name}", major());
+        // Port: one per name, out of the shared servers' 54000+ range.
+        let port = 56000
+            + (name
+                .bytes()
+                .fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(b as u32))
+                % 900) as u16;
+        let cl = Cluster { dir, port };
+        cl.pg_ctl(&["stop", "-m", "immediate"]);
+        let _ = std::fs::remove_dir_all(&cl.dir);
+        std::fs::create_dir_all(&cl.dir).unwrap();
+        if is_root() {
+            let st = Command::new("chown")
+                .args(["postgres", &cl.dir])
+                .status()
+                .unwrap();
+            assert!(st.success());
+        }
+        let out = as_postgres(
+            &format!("{}/initdb", bindir()),
+            &["-D", &cl.dir, "-A", "trust", "-U", "postgres", "--no-sync"],
+        );
+        assert!(out.status.success(), "initdb: {out:?}");
+        let conf = format!(
+            "port = {}\nlisten_addresses = ''\nunix_socket_directories = '{}'\n\
+             shared_preload_libraries = 'pgque'\nmax_worker_processes = 32\n\
+             max_connections = 100\nfsync = off\nfull_page_writes = off\n\
+             log_min_messages = log\nlog_line_prefix = '%m [%p] %b %d '\n{extra_conf}\n",
+            cl.port, cl.dir
+        );
+        // The conf file belongs to postgres; append as postgres.
+        let sh = format!("cat >> '{}/postgresql.conf' <<'CONF'\n{conf}CONF\n", cl.dir);
+        let out = as_postgres("sh", &["-c", &sh]);
+        assert!(out.status.success(), "write conf: {out:?}");
+        cl.start();
+        cl
+    }
+
+    fn pg_ctl(&self, args: &[&str]) -> std::process::Output {
+        let mut all = vec!["-D", &self.dir, "-w"];
+        all.extend_from_slice(args);
+        as_postgres(&format!("{}/pg_ctl", bindir()), &all)
+    }
+
+    /// Starts the server (after a crash: crash recovery) and waits until it accepts connections.
+    pub fn start(&self) {
+        let log = format!("{}/server.log", self.dir);
+        let out = self.pg_ctl(&["-l", &log, "start"]);
+        assert!(out.status.success(), "pg_ctl start: {out:?}");
+    }
+
+    /// `pg_ctl stop -m immediate`: no checkpoint, the next start runs crash recovery.
+    pub fn stop_immediate(&self) {
+        let out = self.pg_ctl(&["stop", "-m", "immediate"]);
+        assert!(out.status.success(), "pg_ctl stop -m immediate: {out:?}");
+    }
+
+    pub fn conninfo(&self, db: &str) -> String {
+        format!(
+            "host={} port={} user=postgres dbname={db} application_name=pgque_test",
+            self.dir, self.port
+        )
+    }
+
+    /// Connects, retrying for up to 60 s (the server may be in crash recovery).
+    pub fn connect(&self, db: &str) -> Client {
+        let mut last = None;
+        for _ in 0..600 {
+            match Client::connect(&self.conninfo(db), NoTls) {
+                Ok(c) => return c,
+                Err(e) => {
+                    last = Some(e);
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            }
+        }
+        panic!("cannot connect to {db} on the private cluster: {last:?}")
+    }
+
+    /// Creates database `db` with pgque installed (its worker starts).
+    pub fn create_db(&self, db: &str) -> Client {
+        let mut admin = self.connect("postgres");
+        admin
+            .batch_execute(&format!("CREATE DATABASE {db}"))
+            .unwrap();
+        let mut c = self.connect(db);
+        c.batch_execute("CREATE EXTENSION pgque").unwrap();
+        c
+    }
+
+    /// The last `n` lines of the server log (for failure messages).
+    pub fn log_tail(&self, n: usize) -> String {
+        let s = std::fs::read_to_string(format!("{}/server.log", self.dir)).unwrap_or_default();
+        let lines: Vec<&str> = s.lines().collect();
+        lines[lines.len().saturating_sub(n)..].join("\n")
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let out = self.pg_ctl(&["stop", "-m", "fast"]);
+        if !out.status.success() {
+            self.pg_ctl(&["stop", "-m", "immediate"]);
+        }
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// SIGKILLs process `pid` (a backend: the postmaster then restarts every
+/// process and the server runs crash recovery).
+pub fn kill9(pid: i32) {
+    let st = Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success(), "kill -9 {pid}");
+}

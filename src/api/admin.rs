@@ -115,14 +115,21 @@ pub fn parse_duration_ms(v: &str) -> Option<f64> {
     any.then_some(total)
 }
 
+/// Longest queue duration setting: 100 years (365-day years).
+pub const MAX_DURATION_MS: f64 = 100.0 * 365.0 * 86_400_000.0;
+
 /// Validates (param, value); value None means "reset to the default".
 pub fn parse_setting(param: &str, value: Option<&str>) -> Result<Setting, String> {
     let p = param.trim().to_ascii_lowercase();
     let p = p.strip_prefix("queue_").unwrap_or(&p);
     let dur = |d: &str| {
         let v = value.unwrap_or(d);
+        // Past MAX_DURATION_MS the value no longer fits an interval column.
         parse_duration_ms(v)
-            .ok_or_else(|| format!("{p} must be a duration like '3 seconds', not {v:?}"))
+            .filter(|ms| *ms <= MAX_DURATION_MS)
+            .ok_or_else(|| {
+                format!("{p} must be a duration like '3 seconds' (at most 100 years), not {v:?}")
+            })
     };
     match p {
         "ticker_max_count" => {
@@ -432,6 +439,9 @@ fn coop_open(
     dead: Option<&Interval>,
     limit: i64,
 ) -> (log::Queue, Option<batch::Opened>) {
+    if let Some(iv) = dead {
+        super::types::check_nonnegative_interval(iv, "dead_interval");
+    }
     let q = log::queue_by_name(c, queue_name);
     let parent = log::sub_by_name(c, &q, consumer);
     let m = member_by_name(c, &parent, member_name(subconsumer));
@@ -719,5 +729,7 @@ mod tests {
             Ok(Setting::IdleMs(60_000.0))
         );
         assert!(parse_setting("bogus", Some("1")).is_err());
+        assert!(parse_setting("rotation_period", Some("36500 days")).is_ok());
+        assert!(parse_setting("rotation_period", Some("99999999999999999999 days")).is_err());
     }
 }

@@ -377,12 +377,7 @@ fn find_in_batch(c: &mut SpiClient<'_>, q: &Queue, b: &batch::Batch, ev_id: i64)
 }
 
 fn check_retry_after(iv: &Interval) {
-    if interval_ms(iv) < 0.0 {
-        raise(
-            error::INVALID_PARAMETER_VALUE,
-            "retry_after must not be negative",
-        );
-    }
+    types::check_nonnegative_interval(iv, "retry_after");
 }
 
 /// nack(batch_id, msg, retry_after default '60 seconds', reason default NULL)
@@ -430,6 +425,12 @@ fn event_retry_at(
 ) -> i32 {
     let ev_id = required(x_event_id, "x_event_id");
     let at = required(x_retry_time, "x_retry_time");
+    if at.is_infinity() || at.is_neg_infinity() {
+        raise(
+            error::INVALID_PARAMETER_VALUE,
+            "x_retry_time must be finite",
+        );
+    }
     Spi::connect_mut(|c| {
         let t = log::exec(c, "SELECT greatest($1 - now(), interval '0')", &[at.into()]);
         let iv: Interval = log::col(&log::first_row(t).unwrap(), 1).unwrap();
@@ -581,6 +582,18 @@ fn next_batch_custom(
         name!(prev_tick_event_seq, Option<i64>),
     ),
 > {
+    if let Some(iv) = &x_min_lag {
+        types::check_nonnegative_interval(iv, "x_min_lag");
+    }
+    if let Some(iv) = &x_min_interval {
+        types::check_nonnegative_interval(iv, "x_min_interval");
+    }
+    if x_min_count.is_some_and(|n| n < 0) {
+        raise(
+            error::INVALID_PARAMETER_VALUE,
+            "x_min_count must not be negative",
+        );
+    }
     let row = Spi::connect_mut(|c| {
         let q = log::queue_by_name(c, x_queue_name);
         let sub = log::sub_by_name(c, &q, x_consumer_name);
@@ -701,7 +714,9 @@ fn get_batch_cursor(
         name!(ev_extra4, Option<String>),
     ),
 > {
-    let cursor = required(i_cursor_name, "i_cursor_name");
+    // A cursor name is an identifier (quoted below, never pasted raw):
+    // NAMEDATALEN - 1 bytes, and the characters of any other pgque name.
+    let cursor = error::valid_name(i_cursor_name, "i_cursor_name", 63);
     let quick = required(i_quick_limit, "i_quick_limit");
     if quick < 0 {
         raise(

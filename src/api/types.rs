@@ -99,3 +99,28 @@ pub fn interval_ms(iv: &pgrx::datum::Interval) -> f64 {
     let days = iv.months() as f64 * 30.0 + iv.days() as f64;
     days * 86_400_000.0 + iv.micros() as f64 / 1000.0
 }
+
+/// True for `'infinity'` / `'-infinity'` intervals (PostgreSQL 17+ marks them
+/// with every field at its extreme; earlier versions have none).
+pub fn interval_is_infinite(iv: &pgrx::datum::Interval) -> bool {
+    matches!(iv.months(), i32::MAX | i32::MIN)
+        && matches!(iv.days(), i32::MAX | i32::MIN)
+        && matches!(iv.micros(), i64::MAX | i64::MIN)
+}
+
+/// A duration argument that must be finite and not negative (22023 names
+/// `what`); NULL is the caller's business.
+pub fn check_nonnegative_interval(iv: &pgrx::datum::Interval, what: &str) {
+    if interval_is_infinite(iv) {
+        crate::error::raise(
+            crate::error::INVALID_PARAMETER_VALUE,
+            format!("{what} must be finite"),
+        );
+    }
+    if interval_ms(iv) < 0.0 {
+        crate::error::raise(
+            crate::error::INVALID_PARAMETER_VALUE,
+            format!("{what} must not be negative"),
+        );
+    }
+}

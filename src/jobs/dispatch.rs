@@ -332,11 +332,12 @@ fn dispatch(
     ),
 > {
     let queues = required(queues, "queues");
-    if queues.iter().any(Option::is_none) {
-        raise(
-            error::NULL_VALUE_NOT_ALLOWED,
-            "queues must not contain NULL",
-        );
+    if queues.is_empty() {
+        raise(error::INVALID_PARAMETER_VALUE, "queues must not be empty");
+    }
+    // Same rules as create_job_queue: 22004 NULL, 42602 bad, 42622 too long.
+    for q in &queues {
+        error::valid_name(q.as_deref(), "queue name", error::MAX_QUEUE_NAME);
     }
     let limit = required(limit, "limit");
     if !(1..=MAX_LIMIT).contains(&limit) {
@@ -348,6 +349,16 @@ fn dispatch(
     let worker = required(worker, "worker");
     if worker.is_empty() {
         raise(error::INVALID_NAME, "worker must not be empty");
+    }
+    if worker.len() > error::MAX_CONSUMER_NAME {
+        raise(
+            error::NAME_TOO_LONG,
+            format!(
+                "worker is {} bytes long; the limit is {}",
+                worker.len(),
+                error::MAX_CONSUMER_NAME
+            ),
+        );
     }
     let oversample = required(oversample, "oversample");
     if !(1..=MAX_OVERSAMPLE).contains(&oversample) {

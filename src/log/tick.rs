@@ -152,14 +152,31 @@ pub fn try_insert_tick(
         Pending::New => (1, None),
         Pending::Keep(x) => (2, Some(x)),
     };
+    // The tick's snapshot must count this transaction as still running:
+    // pg_current_snapshot() leaves the current xid out of its xip list, so
+    // once any later xid has committed (xmax beyond ours) our own events
+    // would look committed "before" this tick, and the next batch (which
+    // takes what the previous tick could not see) would skip them for good.
+    // That hit create_queue + send in one transaction, a manual tick after a
+    // send, and maint_retry_events' tick after moving retries back.
     let t = exec(
         client,
-        "WITH t AS ( \
+        "WITH s AS ( \
+           SELECT CASE WHEN x IS NULL OR x >= pg_snapshot_xmax(c) \
+                            OR x IN (SELECT pg_snapshot_xip(c)) THEN c \
+                       ELSE (CASE WHEN x < pg_snapshot_xmin(c) THEN x ELSE pg_snapshot_xmin(c) END::text \
+                             || ':' || pg_snapshot_xmax(c)::text || ':' || \
+                             array_to_string(ARRAY(SELECT u FROM (SELECT pg_snapshot_xip(c) AS u UNION SELECT x) z \
+                                                   ORDER BY u), ','))::pg_snapshot \
+                  END AS snap \
+             FROM (SELECT pg_current_snapshot() AS c, pg_current_xact_id_if_assigned() AS x) v), \
+         t AS ( \
            INSERT INTO pgque.tick (tick_queue, tick_id, tick_time, tick_snapshot, tick_event_seq, tick_pending, piece) \
-           VALUES ($1, nextval('pgque.tick_id_seq'), now(), pg_current_snapshot(), $2, \
-                   CASE $3 WHEN 1 THEN pg_snapshot_xmax(pg_current_snapshot()) \
-                           WHEN 2 THEN $4::xid8 END, \
-                   (SELECT cur_piece FROM pgque.meta_state)) \
+           SELECT $1, nextval('pgque.tick_id_seq'), now(), s.snap, $2, \
+                  CASE $3 WHEN 1 THEN pg_snapshot_xmax(s.snap) \
+                          WHEN 2 THEN $4::xid8 END, \
+                  (SELECT cur_piece FROM pgque.meta_state) \
+             FROM s \
            RETURNING tick_id) \
          SELECT tick_id, pg_notify('pgque_' || $5, tick_id::text) FROM t",
         &[

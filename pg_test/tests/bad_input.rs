@@ -1,0 +1,995 @@
+//! The bad-input matrix: every public pgque function called with NULLs,
+//! empty strings, over-long names, names with quotes, semicolons, spaces,
+//! unicode and SQL fragments, wrong types, out-of-range numbers and unknown
+//! queues / consumers / batches / jobs. Each call must fail with its
+//! documented SQLSTATE (docs/errors.md) and change nothing: the row count of
+//! every pgque table is the same before and after, and no object named like
+//! the SQL fragments appears. The functions are enumerated from pg_proc: a
+//! function without a row here fails the test, so new functions must be
+//! added to the matrix.
+use pgque_pg_test::postgres::fallible_iterator::FallibleIterator;
+use pgque_pg_test::postgres::Client;
+use pgque_pg_test::*;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// What a call must do.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Expect {
+    /// Fail with this SQLSTATE.
+    St(&'static str),
+    /// Accepted and changes nothing: the documented no-op of a lease-fenced
+    /// job call (a stale or unknown (job, lease token) pair).
+    Noop,
+}
+use Expect::{Noop, St};
+
+/// An infinite interval: refused by pgque (22023) where PostgreSQL has them
+/// (17+); before 17 the input itself is invalid (22007).
+fn inf_interval() -> Expect {
+    if major() >= 17 {
+        St("22023")
+    } else {
+        St("22007")
+    }
+}
+
+/// A name argument of a template, and what an unknown-but-valid name gives.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Slot {
+    /// An existing event queue ('q').
+    Queue,
+    /// A subscribed plain consumer of 'q' ('c').
+    Consumer,
+    /// A member of the cooperative consumer 'grp' ('m1').
+    Member,
+    /// A cooperative consumer ('grp').
+    Group,
+    /// An existing job queue ('jq').
+    JobQueue,
+}
+
+impl Slot {
+    fn tag(self) -> &'static str {
+        match self {
+            Slot::Queue => "{Q}",
+            Slot::Consumer => "{C}",
+            Slot::Member => "{M}",
+            Slot::Group => "{G}",
+            Slot::JobQueue => "{J}",
+        }
+    }
+    fn valid(self) -> &'static str {
+        match self {
+            Slot::Queue => "'q'",
+            Slot::Consumer => "'c'",
+            Slot::Member => "'m1'",
+            Slot::Group => "'grp'",
+            Slot::JobQueue => "'jq'",
+        }
+    }
+    /// Longest accepted name (docs/errors.md): NOTIFY channels derive from
+    /// queue names (pgque_jobs_<name> must fit 63 bytes).
+    fn max_len(self) -> usize {
+        match self {
+            Slot::Queue | Slot::JobQueue => 52,
+            _ => 200,
+        }
+    }
+}
+
+/// Hostile or malformed values for a name slot, with the SQLSTATE each
+/// must give where the name must name an existing object.
+fn name_cases(slot: Slot) -> Vec<(String, String, Expect)> {
+    let long = "a".repeat(slot.max_len() + 1);
+    let long_uni = "ж".repeat(slot.max_len() / 2 + 1);
+    let mut v = vec![
+        ("NULL".into(), "NULL".into(), St("22004")),
+        ("empty".into(), "''".into(), St("42602")),
+        (
+            format!("{} bytes", long.len()),
+            format!("'{long}'"),
+            St("42622"),
+        ),
+        (
+            format!("{} bytes of unicode", long_uni.len()),
+            format!("'{long_uni}'"),
+            St("42622"),
+        ),
+        ("space".into(), "'a b'".into(), St("42602")),
+        ("single quote".into(), "'x''y'".into(), St("42602")),
+        ("double quote".into(), "'x\"y'".into(), St("42602")),
+        ("semicolon".into(), "'q;'".into(), St("42602")),
+        (
+            "SQL fragment".into(),
+            "'q''); CREATE TABLE pwned_t (i int); --'".into(),
+            St("42602"),
+        ),
+        (
+            "SQL fragment 2".into(),
+            "'\"; CREATE ROLE pwned_r; --'".into(),
+            St("42602"),
+        ),
+        (
+            "SQL fragment 3".into(),
+            "'q;DROP/**/SCHEMA/**/pgque/**/CASCADE'".into(),
+            St("42602"),
+        ),
+        ("newline".into(), "E'a\\nb'".into(), St("42602")),
+        ("tab".into(), "E'a\\tb'".into(), St("42602")),
+        ("NUL-free control".into(), "E'a\\x01b'".into(), St("42602")),
+        ("emoji".into(), "'🚀'".into(), St("42602")),
+        ("unknown".into(), "'nope'".into(), St("42704")),
+        (
+            "unknown unicode".into(),
+            "'очередь_нет'".into(),
+            St("42704"),
+        ),
+    ];
+    if matches!(slot, Slot::Queue | Slot::JobQueue) {
+        // Past NAMEDATALEN: would not even fit a NOTIFY channel or identifier.
+        v.push((
+            "64 bytes".into(),
+            format!("'{}'", "b".repeat(64)),
+            St("42622"),
+        ));
+    }
+    if matches!(slot, Slot::Consumer | Slot::Group) {
+        // '#' separates slot and member names: refused in plain consumer names.
+        v.push(("hash".into(), "'a#b'".into(), St("42602")));
+    }
+    v
+}
+
+struct Row {
+    sig: &'static str,
+    /// A call with every name slot valid; `slots` say which tags to vary.
+    template: &'static str,
+    slots: &'static [Slot],
+    /// Hand-written cases: (label, SQL, expectation).
+    extra: Vec<(&'static str, String, Expect)>,
+    /// A function without arguments (or whose only arguments are covered
+    /// elsewhere): why there is no bad input to give it.
+    none: Option<&'static str>,
+}
+
+fn row(sig: &'static str, template: &'static str, slots: &'static [Slot]) -> Row {
+    Row {
+        sig,
+        template,
+        slots,
+        extra: vec![],
+        none: None,
+    }
+}
+
+fn no_args(sig: &'static str, why: &'static str) -> Row {
+    Row {
+        sig,
+        template: "",
+        slots: &[],
+        extra: vec![],
+        none: Some(why),
+    }
+}
+
+impl Row {
+    fn with(mut self, label: &'static str, sql: impl Into<String>, e: Expect) -> Row {
+        self.extra.push((label, sql.into(), e));
+        self
+    }
+}
+
+use Slot::*;
+
+/// Batch ids of the fixture (set in `fixture`), substituted for {B} (open
+/// batch of consumer c), {BD} (a finished batch), {BM} (m1's open batch).
+struct Ids {
+    open: i64,
+    done: i64,
+    member_open: i64,
+}
+
+fn matrix() -> Vec<Row> {
+    const QC: &[Slot] = &[Queue, Consumer];
+    const Q: &[Slot] = &[Queue];
+    const QGM: &[Slot] = &[Queue, Group, Member];
+    const J: &[Slot] = &[JobQueue];
+    let bad_json = St("22P02");
+    let batch_cases = |r: Row, call: &'static str| -> Row {
+        // call has {X} where the batch id goes.
+        r.with(
+            "NULL batch",
+            call.replace("{X}", "NULL::bigint"),
+            St("22004"),
+        )
+        .with(
+            "unknown batch",
+            call.replace("{X}", "987654321"),
+            St("42704"),
+        )
+        .with("negative batch", call.replace("{X}", "-1"), St("42704"))
+        .with("finished batch", call.replace("{X}", "{BD}"), St("55000"))
+        .with(
+            "batch id as text",
+            call.replace("{X}", "'one'"),
+            St("22P02"),
+        )
+        .with(
+            "batch id beyond bigint",
+            call.replace("{X}", "'99999999999999999999'"),
+            St("22003"),
+        )
+    };
+    vec![
+        // ---- publishing ------------------------------------------------------
+        row("pgque.send(text,jsonb)", "SELECT pgque.send({Q}::text, '{}'::jsonb)", Q)
+            .with("not JSON", "SELECT pgque.send('q', '{nope'::jsonb)", bad_json),
+        row("pgque.send(text,text)", "SELECT pgque.send({Q}::text, 'x'::text)", Q),
+        row(
+            "pgque.send(text,text,jsonb)",
+            "SELECT pgque.send({Q}::text, 't'::text, '{}'::jsonb)",
+            Q,
+        )
+        .with("NULL type", "SELECT pgque.send('q', NULL::text, '{}'::jsonb)", St("22004"))
+        .with("empty type", "SELECT pgque.send('q', '', '{}'::jsonb)", St("42602"))
+        .with("not JSON", "SELECT pgque.send('q', 't', '[1,'::jsonb)", bad_json),
+        row(
+            "pgque.send(text,text,text)",
+            "SELECT pgque.send({Q}::text, 't'::text, 'x'::text)",
+            Q,
+        )
+        .with("NULL type", "SELECT pgque.send('q', NULL::text, 'x'::text)", St("22004"))
+        .with("empty type", "SELECT pgque.send('q', ''::text, 'x'::text)", St("42602")),
+        row(
+            "pgque.send_batch(text,jsonb[])",
+            "SELECT pgque.send_batch({Q}::text, ARRAY['{}']::jsonb[])",
+            Q,
+        )
+        .with("NULL array", "SELECT pgque.send_batch('q', NULL::jsonb[])", St("22004"))
+        .with("not JSON element", "SELECT pgque.send_batch('q', ARRAY['{', '1']::jsonb[])", bad_json),
+        row(
+            "pgque.send_batch(text,text[])",
+            "SELECT pgque.send_batch({Q}::text, ARRAY['x']::text[])",
+            Q,
+        )
+        .with("NULL array", "SELECT pgque.send_batch('q', NULL::text[])", St("22004")),
+        row(
+            "pgque.send_batch(text,text,jsonb[])",
+            "SELECT pgque.send_batch({Q}::text, 't'::text, ARRAY['{}']::jsonb[])",
+            Q,
+        )
+        .with("NULL type", "SELECT pgque.send_batch('q', NULL::text, ARRAY['1']::jsonb[])", St("22004"))
+        .with("empty type", "SELECT pgque.send_batch('q', '', ARRAY['1']::jsonb[])", St("42602"))
+        .with("NULL array", "SELECT pgque.send_batch('q', 't', NULL::jsonb[])", St("22004")),
+        row(
+            "pgque.send_batch(text,text,text[])",
+            "SELECT pgque.send_batch({Q}::text, 't'::text, ARRAY['x']::text[])",
+            Q,
+        )
+        .with("NULL type", "SELECT pgque.send_batch('q', NULL::text, ARRAY['x']::text[])", St("22004"))
+        .with("empty type", "SELECT pgque.send_batch('q', ''::text, ARRAY['x']::text[])", St("42602"))
+        .with("NULL array", "SELECT pgque.send_batch('q', 't'::text, NULL::text[])", St("22004")),
+        row(
+            "pgque.insert_event(text,text,text)",
+            "SELECT pgque.insert_event({Q}::text, 't', 'x')",
+            Q,
+        ),
+        row(
+            "pgque.insert_event(text,text,text,text,text,text,text)",
+            "SELECT pgque.insert_event({Q}::text, 't', 'x', 'a', 'b', 'c', 'd')",
+            Q,
+        ),
+        row(
+            "pgque.send_idem(text,text,jsonb,text,interval,text)",
+            "SELECT * FROM pgque.send_idem({Q}::text, 't', '{}'::jsonb, 'k1')",
+            Q,
+        )
+        .with("NULL key", "SELECT * FROM pgque.send_idem('q', 't', '{}'::jsonb, NULL)", St("22004"))
+        .with("empty key", "SELECT * FROM pgque.send_idem('q', 't', '{}'::jsonb, '')", St("22023"))
+        .with("zero TTL", "SELECT * FROM pgque.send_idem('q', 't', '{}'::jsonb, 'k', '0')", St("22023"))
+        .with("negative TTL", "SELECT * FROM pgque.send_idem('q', 't', '{}'::jsonb, 'k', '-1 hour')", St("22023"))
+        .with("infinite TTL", "SELECT * FROM pgque.send_idem('q', 't', '{}'::jsonb, 'k', 'infinity')", inf_interval())
+        .with("NULL TTL", "SELECT * FROM pgque.send_idem('q', 't', '{}'::jsonb, 'k', NULL)", St("22004"))
+        .with("TTL not an interval", "SELECT * FROM pgque.send_idem('q', 't', '{}'::jsonb, 'k', 'soon')", St("22007"))
+        .with("not JSON", "SELECT * FROM pgque.send_idem('q', 't', '{'::jsonb, 'k')", bad_json),
+        row(
+            "pgque.send_idem(text,text,text,text,interval,text)",
+            "SELECT * FROM pgque.send_idem({Q}::text, 't', 'x'::text, 'k1')",
+            Q,
+        )
+        .with("NULL key", "SELECT * FROM pgque.send_idem('q', 't', 'x'::text, NULL)", St("22004"))
+        .with("zero TTL", "SELECT * FROM pgque.send_idem('q', 't', 'x'::text, 'k', '0')", St("22023"))
+        .with("infinite TTL", "SELECT * FROM pgque.send_idem('q', 't', 'x'::text, 'k', 'infinity')", inf_interval()),
+        row(
+            "pgque.send_at(text,text,jsonb,timestamp with time zone,text)",
+            "SELECT pgque.send_at({Q}::text, 't', '{}'::jsonb, now() + interval '1 hour')",
+            Q,
+        )
+        .with("NULL time", "SELECT pgque.send_at('q', 't', '{}'::jsonb, NULL)", St("22004"))
+        .with("infinite time", "SELECT pgque.send_at('q', 't', '{}'::jsonb, 'infinity')", St("22023"))
+        .with("-infinity", "SELECT pgque.send_at('q', 't', '{}'::jsonb, '-infinity')", St("22023"))
+        .with("not a time", "SELECT pgque.send_at('q', 't', '{}'::jsonb, 'tomorrow-ish')", St("22007"))
+        .with("not JSON", "SELECT pgque.send_at('q', 't', 'x'::jsonb, now())", bad_json),
+        row(
+            "pgque.send_at(text,text,text,timestamp with time zone,text)",
+            "SELECT pgque.send_at({Q}::text, 't', 'x'::text, now() + interval '1 hour')",
+            Q,
+        )
+        .with("NULL time", "SELECT pgque.send_at('q', 't', 'x'::text, NULL)", St("22004"))
+        .with("infinite time", "SELECT pgque.send_at('q', 't', 'x'::text, 'infinity')", St("22023")),
+        // ---- consumers -------------------------------------------------------
+        row("pgque.subscribe(text,text)", "SELECT pgque.subscribe({Q}::text, 'newc')", Q)
+            .with("NULL consumer", "SELECT pgque.subscribe('q', NULL)", St("22004"))
+            .with("empty consumer", "SELECT pgque.subscribe('q', '')", St("42602"))
+            .with("hash in consumer", "SELECT pgque.subscribe('q', 'a#b')", St("42602"))
+            .with("SQL in consumer", "SELECT pgque.subscribe('q', 'c''); CREATE TABLE pwned_s (i int); --')", St("42602"))
+            .with("long consumer", format!("SELECT pgque.subscribe('q', '{}')", "c".repeat(201)), St("42622")),
+        row("pgque.unsubscribe(text,text)", "SELECT pgque.unsubscribe({Q}::text, {C}::text)", QC),
+        row(
+            "pgque.register_consumer(text,text)",
+            "SELECT pgque.register_consumer({Q}::text, 'newc')",
+            Q,
+        )
+        .with("NULL consumer", "SELECT pgque.register_consumer('q', NULL)", St("22004"))
+        .with("space in consumer", "SELECT pgque.register_consumer('q', 'a b')", St("42602")),
+        row(
+            "pgque.register_consumer_at(text,text,bigint)",
+            "SELECT pgque.register_consumer_at({Q}::text, 'newc', 1)",
+            Q,
+        )
+        .with("NULL tick", "SELECT pgque.register_consumer_at('q', 'newc', NULL)", St("22004"))
+        .with("unknown tick", "SELECT pgque.register_consumer_at('q', 'newc', 987654321)", St("42704"))
+        .with("negative tick", "SELECT pgque.register_consumer_at('q', 'newc', -5)", St("42704")),
+        row(
+            "pgque.unregister_consumer(text,text)",
+            "SELECT pgque.unregister_consumer({Q}::text, {C}::text)",
+            QC,
+        ),
+        row(
+            "pgque.receive(text,text,integer)",
+            "SELECT * FROM pgque.receive({Q}::text, {C}::text, 10)",
+            QC,
+        )
+        .with("zero", "SELECT * FROM pgque.receive('q', 'c', 0)", St("22023"))
+        .with("negative", "SELECT * FROM pgque.receive('q', 'c', -1)", St("22023"))
+        .with("NULL max", "SELECT * FROM pgque.receive('q', 'c', NULL)", St("22004"))
+        .with("beyond int", "SELECT * FROM pgque.receive('q', 'c', '3000000000')", St("22003"))
+        .with("text max", "SELECT * FROM pgque.receive('q', 'c', 'ten')", St("22P02"))
+        .with("numeric max", "SELECT * FROM pgque.receive('q', 'c', 1.5)", St("42883")),
+        batch_cases(row("pgque.ack(bigint)", "", &[]), "SELECT pgque.ack({X})"),
+        batch_cases(row("pgque.finish_batch(bigint)", "", &[]), "SELECT pgque.finish_batch({X})"),
+        batch_cases(
+            row("pgque.nack(bigint,pgque.message,interval,text)", "", &[]),
+            "SELECT pgque.nack({X}, (SELECT m FROM pgque.receive('q', 'c', 10) m LIMIT 1))",
+        )
+        .with("NULL msg", "SELECT pgque.nack({B}, NULL)", St("22004"))
+        .with(
+            "msg of another batch",
+            "SELECT pgque.nack({B}, ROW(1, {BD}, 't', 'x', NULL, now(), NULL, NULL, NULL, NULL)::pgque.message)",
+            St("22023"),
+        )
+        .with(
+            "msg not in the batch",
+            "SELECT pgque.nack({B}, ROW(987654321, {B}, 't', 'x', NULL, now(), NULL, NULL, NULL, NULL)::pgque.message)",
+            St("42704"),
+        )
+        .with(
+            "msg id NULL",
+            "SELECT pgque.nack({B}, ROW(NULL, {B}, 't', 'x', NULL, now(), NULL, NULL, NULL, NULL)::pgque.message)",
+            St("22004"),
+        )
+        .with(
+            "negative retry_after",
+            "SELECT pgque.nack({B}, (SELECT m FROM pgque.receive('q', 'c', 10) m LIMIT 1), '-1 minute')",
+            St("22023"),
+        )
+        .with(
+            "infinite retry_after",
+            "SELECT pgque.nack({B}, (SELECT m FROM pgque.receive('q', 'c', 10) m LIMIT 1), 'infinity')",
+            inf_interval(),
+        )
+        .with(
+            "NULL retry_after",
+            "SELECT pgque.nack({B}, (SELECT m FROM pgque.receive('q', 'c', 10) m LIMIT 1), NULL)",
+            St("22004"),
+        )
+        .with("msg as text", "SELECT pgque.nack({B}, 'not a message')", St("22P02")),
+        row("pgque.next_batch(text,text)", "SELECT pgque.next_batch({Q}::text, {C}::text)", QC),
+        row(
+            "pgque.next_batch_info(text,text)",
+            "SELECT * FROM pgque.next_batch_info({Q}::text, {C}::text)",
+            QC,
+        ),
+        row(
+            "pgque.next_batch_custom(text,text,interval,integer,interval)",
+            "SELECT * FROM pgque.next_batch_custom({Q}::text, {C}::text, NULL, NULL, NULL)",
+            QC,
+        )
+        .with("negative lag", "SELECT * FROM pgque.next_batch_custom('q', 'c', '-1 s', NULL, NULL)", St("22023"))
+        .with("negative count", "SELECT * FROM pgque.next_batch_custom('q', 'c', NULL, -1, NULL)", St("22023"))
+        .with("negative interval", "SELECT * FROM pgque.next_batch_custom('q', 'c', NULL, NULL, '-1 s')", St("22023"))
+        .with("infinite lag", "SELECT * FROM pgque.next_batch_custom('q', 'c', 'infinity', NULL, NULL)", inf_interval()),
+        batch_cases(
+            row("pgque.get_batch_events(bigint)", "", &[]),
+            "SELECT * FROM pgque.get_batch_events({X})",
+        ),
+        batch_cases(
+            row("pgque.get_batch_cursor(bigint,text,integer)", "", &[]),
+            "SELECT * FROM pgque.get_batch_cursor({X}, 'cur', 1)",
+        )
+        .with("NULL cursor", "SELECT * FROM pgque.get_batch_cursor({B}, NULL, 1)", St("22004"))
+        .with("empty cursor", "SELECT * FROM pgque.get_batch_cursor({B}, '', 1)", St("42602"))
+        .with(
+            "SQL in cursor name",
+            "SELECT * FROM pgque.get_batch_cursor({B}, 'c FOR SELECT 1; CREATE TABLE pwned_c (i int); --', 1)",
+            St("42602"),
+        )
+        .with("long cursor name", format!("SELECT * FROM pgque.get_batch_cursor({{B}}, '{}', 1)", "c".repeat(64)), St("42622"))
+        .with("NULL limit", "SELECT * FROM pgque.get_batch_cursor({B}, 'cur', NULL)", St("22004"))
+        .with("negative limit", "SELECT * FROM pgque.get_batch_cursor({B}, 'cur', -1)", St("22023")),
+        batch_cases(
+            row("pgque.event_retry(bigint,bigint,timestamp with time zone)", "", &[]),
+            "SELECT pgque.event_retry({X}, 1, now())",
+        )
+        .with("NULL event", "SELECT pgque.event_retry({B}, NULL, now())", St("22004"))
+        .with("unknown event", "SELECT pgque.event_retry({B}, 987654321, now())", St("42704"))
+        .with("NULL time", "SELECT pgque.event_retry({B}, 1, NULL::timestamptz)", St("22004"))
+        .with("infinite time", "SELECT pgque.event_retry({B}, 1, 'infinity'::timestamptz)", St("22023")),
+        batch_cases(
+            row("pgque.event_retry(bigint,bigint,integer)", "", &[]),
+            "SELECT pgque.event_retry({X}, 1, 10)",
+        )
+        .with("NULL event", "SELECT pgque.event_retry({B}, NULL, 10)", St("22004"))
+        .with("unknown event", "SELECT pgque.event_retry({B}, 987654321, 10)", St("42704"))
+        .with("negative seconds", "SELECT pgque.event_retry({B}, 1, -10)", St("22023"))
+        .with("NULL seconds", "SELECT pgque.event_retry({B}, 1, NULL::int)", St("22004")),
+        batch_cases(
+            row("pgque.batch_retry(bigint,integer)", "", &[]),
+            "SELECT pgque.batch_retry({X}, 10)",
+        )
+        .with("negative seconds", "SELECT pgque.batch_retry({B}, -1)", St("22023"))
+        .with("NULL seconds", "SELECT pgque.batch_retry({B}, NULL)", St("22004")),
+        // ---- cooperative consumers ------------------------------------------
+        row(
+            "pgque.register_subconsumer(text,text,text)",
+            "SELECT pgque.register_subconsumer({Q}::text, 'grp', 'm9')",
+            Q,
+        )
+        .with("NULL consumer", "SELECT pgque.register_subconsumer('q', NULL, 'm9')", St("22004"))
+        .with("hash consumer", "SELECT pgque.register_subconsumer('q', 'g#x', 'm9')", St("42602"))
+        .with("NULL member", "SELECT pgque.register_subconsumer('q', 'grp', NULL)", St("22004"))
+        .with("empty member", "SELECT pgque.register_subconsumer('q', 'grp', '')", St("42602"))
+        .with("quote member", "SELECT pgque.register_subconsumer('q', 'grp', 'm''; --')", St("42602"))
+        .with("long member", format!("SELECT pgque.register_subconsumer('q', 'grp', '{}')", "m".repeat(201)), St("42622")),
+        row(
+            "pgque.subscribe_subconsumer(text,text,text)",
+            "SELECT pgque.subscribe_subconsumer({Q}::text, 'grp', 'm9')",
+            Q,
+        )
+        .with("NULL member", "SELECT pgque.subscribe_subconsumer('q', 'grp', NULL)", St("22004"))
+        .with("space member", "SELECT pgque.subscribe_subconsumer('q', 'grp', 'a b')", St("42602")),
+        row(
+            "pgque.unregister_subconsumer(text,text,text,integer)",
+            "SELECT pgque.unregister_subconsumer({Q}::text, {G}::text, {M}::text, 1)",
+            QGM,
+        )
+        .with("batch_handling 2", "SELECT pgque.unregister_subconsumer('q', 'grp', 'm1', 2)", St("22023"))
+        .with("batch_handling NULL", "SELECT pgque.unregister_subconsumer('q', 'grp', 'm1', NULL)", St("22004"))
+        .with("open batch, handling 0", "SELECT pgque.unregister_subconsumer('q', 'grp', 'm1', 0)", St("55000")),
+        row(
+            "pgque.next_batch(text,text,text)",
+            "SELECT pgque.next_batch({Q}::text, {G}::text, {M}::text)",
+            QGM,
+        ),
+        row(
+            "pgque.next_batch(text,text,text,interval)",
+            "SELECT pgque.next_batch({Q}::text, {G}::text, {M}::text, '1 minute'::interval)",
+            QGM,
+        )
+        .with("negative dead interval", "SELECT pgque.next_batch('q', 'grp', 'm1', '-1 minute'::interval)", St("22023")),
+        row(
+            "pgque.receive_coop(text,text,text,integer,interval)",
+            "SELECT * FROM pgque.receive_coop({Q}::text, {G}::text, {M}::text, 10)",
+            QGM,
+        )
+        .with("zero", "SELECT * FROM pgque.receive_coop('q', 'grp', 'm1', 0)", St("22023"))
+        .with("NULL max", "SELECT * FROM pgque.receive_coop('q', 'grp', 'm1', NULL)", St("22004"))
+        .with("negative dead interval", "SELECT * FROM pgque.receive_coop('q', 'grp', 'm1', 10, '-1 s')", St("22023")),
+        row(
+            "pgque.touch_subconsumer(text,text,text)",
+            "SELECT pgque.touch_subconsumer({Q}::text, {G}::text, {M}::text)",
+            QGM,
+        ),
+        // ---- dead letters --------------------------------------------------
+        row("pgque.dlq_inspect(text,integer)", "SELECT * FROM pgque.dlq_inspect({Q}::text, 10)", Q)
+            .with("negative limit", "SELECT * FROM pgque.dlq_inspect('q', -1)", St("22023"))
+            .with("NULL limit", "SELECT * FROM pgque.dlq_inspect('q', NULL)", St("22004")),
+        row("pgque.dlq_replay(bigint)", "", &[])
+            .with("NULL id", "SELECT pgque.dlq_replay(NULL)", St("22004"))
+            .with("unknown id", "SELECT pgque.dlq_replay(987654321)", St("42704"))
+            .with("text id", "SELECT pgque.dlq_replay('x')", St("22P02")),
+        row("pgque.dlq_replay_all(text)", "SELECT pgque.dlq_replay_all({Q}::text)", Q),
+        row("pgque.dlq_purge(text,interval)", "SELECT pgque.dlq_purge({Q}::text, '1 day')", Q)
+            .with("negative age", "SELECT pgque.dlq_purge('q', '-1 day')", St("22023"))
+            .with("NULL age", "SELECT pgque.dlq_purge('q', NULL)", St("22004")),
+        // ---- observability ---------------------------------------------------
+        no_args("pgque.get_queue_info()", "no arguments"),
+        row("pgque.get_queue_info(text)", "SELECT * FROM pgque.get_queue_info({Q}::text)", Q),
+        no_args("pgque.get_consumer_info()", "no arguments"),
+        row("pgque.get_consumer_info(text)", "SELECT * FROM pgque.get_consumer_info({Q}::text)", Q),
+        row(
+            "pgque.get_consumer_info(text,text)",
+            "SELECT * FROM pgque.get_consumer_info({Q}::text, {C}::text)",
+            QC,
+        ),
+        row("pgque.get_batch_info(bigint)", "", &[])
+            .with("NULL batch", "SELECT * FROM pgque.get_batch_info(NULL)", St("22004"))
+            .with("unknown batch", "SELECT * FROM pgque.get_batch_info(987654321)", St("42704")),
+        // ---- administration -------------------------------------------------
+        row("pgque.create_queue(text)", "", &[])
+            .with("NULL", "SELECT pgque.create_queue(NULL)", St("22004"))
+            .with("empty", "SELECT pgque.create_queue('')", St("42602"))
+            .with("53 bytes", format!("SELECT pgque.create_queue('{}')", "q".repeat(53)), St("42622"))
+            .with("58 bytes", format!("SELECT pgque.create_queue('{}')", "q".repeat(58)), St("42622"))
+            .with("27 two-byte letters", format!("SELECT pgque.create_queue('{}')", "ж".repeat(27)), St("42622"))
+            .with("space", "SELECT pgque.create_queue('a b')", St("42602"))
+            .with("quote", "SELECT pgque.create_queue('x''y')", St("42602"))
+            .with("SQL fragment", "SELECT pgque.create_queue('q''); CREATE TABLE pwned_q (i int); --')", St("42602"))
+            .with("SQL fragment 2", "SELECT pgque.create_queue('q\"; CREATE TABLE pwned_q2 (i int); --')", St("42602"))
+            .with("semicolon", "SELECT pgque.create_queue('q;')", St("42602"))
+            .with("integer", "SELECT pgque.create_queue(42)", St("42883")),
+        row("pgque.drop_queue(text)", "SELECT pgque.drop_queue({Q}::text)", Q)
+            .with("queue with consumers", "SELECT pgque.drop_queue('q')", St("55000")),
+        row("pgque.drop_queue(text,boolean)", "SELECT pgque.drop_queue({Q}::text, false)", Q)
+            .with("force not boolean", "SELECT pgque.drop_queue('q', 'maybe')", St("22P02")),
+        row(
+            "pgque.set_queue_config(text,text,text)",
+            "SELECT pgque.set_queue_config({Q}::text, 'max_retries', '3')",
+            Q,
+        )
+        .with("NULL param", "SELECT pgque.set_queue_config('q', NULL, '3')", St("22004"))
+        .with("unknown param", "SELECT pgque.set_queue_config('q', 'bogus', '3')", St("22023"))
+        .with("SQL param", "SELECT pgque.set_queue_config('q', 'max_retries = 0; --', '3')", St("22023"))
+        .with("bad number", "SELECT pgque.set_queue_config('q', 'ticker_max_count', '0')", St("22023"))
+        .with("not a number", "SELECT pgque.set_queue_config('q', 'ticker_max_count', '1; DROP TABLE x')", St("22023"))
+        .with("negative retries", "SELECT pgque.set_queue_config('q', 'max_retries', '-1')", St("22023"))
+        .with("bad duration", "SELECT pgque.set_queue_config('q', 'ticker_max_lag', 'soon')", St("22023"))
+        .with("negative duration", "SELECT pgque.set_queue_config('q', 'rotation_period', '-1 hour')", St("22023"))
+        .with("huge duration", "SELECT pgque.set_queue_config('q', 'rotation_period', '99999999999999999999 days')", St("22023"))
+        .with("bad boolean", "SELECT pgque.set_queue_config('q', 'ticker_paused', 'perhaps')", St("22023")),
+        no_args("pgque.ticker()", "no arguments"),
+        row("pgque.ticker(text)", "SELECT pgque.ticker({Q}::text)", Q),
+        row("pgque.force_next_tick(text)", "SELECT pgque.force_next_tick({Q}::text)", Q),
+        row("pgque.force_tick(text)", "SELECT pgque.force_tick({Q}::text)", Q),
+        no_args("pgque.maint()", "no arguments"),
+        no_args("pgque.maint_retry_events()", "no arguments"),
+        no_args("pgque.maint_operations()", "no arguments"),
+        no_args("pgque.maint_idem()", "no arguments"),
+        no_args("pgque.maint_delayed()", "no arguments"),
+        no_args("pgque.start()", "no arguments"),
+        no_args("pgque.stop()", "no arguments"),
+        no_args("pgque.status()", "no arguments"),
+        no_args("pgque.version()", "no arguments"),
+        // ---- job queues --------------------------------------------------------
+        row(
+            "pgque.create_job_queue(text,text,integer)",
+            "",
+            &[],
+        )
+        .with("NULL", "SELECT pgque.create_job_queue(NULL)", St("22004"))
+        .with("empty", "SELECT pgque.create_job_queue('')", St("42602"))
+        .with("53 bytes", format!("SELECT pgque.create_job_queue('{}')", "j".repeat(53)), St("42622"))
+        .with("space", "SELECT pgque.create_job_queue('a b')", St("42602"))
+        .with("SQL fragment", "SELECT pgque.create_job_queue('j''); CREATE TABLE pwned_j (i int); --')", St("42602"))
+        .with("unknown mode", "SELECT pgque.create_job_queue('j2', 'lifo')", St("22023"))
+        .with("NULL mode", "SELECT pgque.create_job_queue('j2', NULL)", St("22004"))
+        .with("zero shards", "SELECT pgque.create_job_queue('j2', 'strict_fifo', 0)", St("22003"))
+        .with("65 shards", "SELECT pgque.create_job_queue('j2', 'strict_fifo', 65)", St("22003"))
+        .with("NULL shards", "SELECT pgque.create_job_queue('j2', 'strict_fifo', NULL)", St("22004"))
+        // Documented: an existing queue is left as it is and 0 returned.
+        .with("same name, other mode", "SELECT pgque.create_job_queue('jq', 'round_robin')", Noop),
+        row("pgque.drop_job_queue(text,boolean)", "SELECT pgque.drop_job_queue({J}::text, false)", J)
+            .with("queue with jobs", "SELECT pgque.drop_job_queue('jq', false)", St("55000"))
+            .with("NULL force", "SELECT pgque.drop_job_queue('jq', NULL)", St("22004")),
+        row(
+            "pgque.set_job_queue_config(text,text,text)",
+            "SELECT pgque.set_job_queue_config({J}::text, 'max_attempts', '3')",
+            J,
+        )
+        .with("NULL param", "SELECT pgque.set_job_queue_config('jq', NULL, '3')", St("22004"))
+        .with("unknown param", "SELECT pgque.set_job_queue_config('jq', 'bogus', '3')", St("22023"))
+        .with("SQL param", "SELECT pgque.set_job_queue_config('jq', 'lease = 0; --', '3')", St("22023"))
+        .with("max_attempts 0", "SELECT pgque.set_job_queue_config('jq', 'max_attempts', '0')", St("22003"))
+        .with("max_attempts text", "SELECT pgque.set_job_queue_config('jq', 'max_attempts', 'many')", St("22023"))
+        .with("negative lease", "SELECT pgque.set_job_queue_config('jq', 'lease', '-1 minute')", St("22023"))
+        .with("zero lease", "SELECT pgque.set_job_queue_config('jq', 'lease', '0')", St("22023"))
+        .with("infinite lease", "SELECT pgque.set_job_queue_config('jq', 'lease', 'infinity')", inf_interval())
+        .with("bad lease", "SELECT pgque.set_job_queue_config('jq', 'lease', 'a while')", St("22007"))
+        .with("bad mode", "SELECT pgque.set_job_queue_config('jq', 'mode', 'random')", St("22023")),
+        row("pgque.pause_job_queue(text)", "SELECT pgque.pause_job_queue({J}::text)", J),
+        row("pgque.resume_job_queue(text)", "SELECT pgque.resume_job_queue({J}::text)", J),
+        row("pgque.set_actor_capacity(text,integer)", "", &[])
+            .with("NULL actor", "SELECT pgque.set_actor_capacity(NULL, 1)", St("22004"))
+            .with("empty actor", "SELECT pgque.set_actor_capacity('', 1)", St("42602"))
+            .with("negative", "SELECT pgque.set_actor_capacity('a', -1)", St("22003")),
+        row(
+            "pgque.enqueue(text,text,jsonb,integer,timestamp with time zone,text,text,text,text,integer,text)",
+            "SELECT pgque.enqueue({J}::text, 'k')",
+            J,
+        )
+        .with("NULL kind", "SELECT pgque.enqueue('jq', NULL)", St("22004"))
+        .with("empty kind", "SELECT pgque.enqueue('jq', '')", St("22023"))
+        .with("NULL args", "SELECT pgque.enqueue('jq', 'k', NULL)", St("22004"))
+        .with("not JSON", "SELECT pgque.enqueue('jq', 'k', '{'::jsonb)", bad_json)
+        .with("priority too high", "SELECT pgque.enqueue('jq', 'k', '{}', 1001)", St("22003"))
+        .with("priority too low", "SELECT pgque.enqueue('jq', 'k', '{}', -1001)", St("22003"))
+        .with("priority beyond int", "SELECT pgque.enqueue('jq', 'k', '{}', '99999999999')", St("22003"))
+        .with("NULL priority", "SELECT pgque.enqueue('jq', 'k', '{}', NULL)", St("22004"))
+        .with("infinite run_at", "SELECT pgque.enqueue('jq', 'k', '{}', 0, 'infinity')", St("22023"))
+        .with("max_attempts 0", "SELECT pgque.enqueue('jq', 'k', '{}', 0, NULL, NULL, NULL, NULL, NULL, 0)", St("22003"))
+        .with("max_attempts 1001", "SELECT pgque.enqueue('jq', 'k', '{}', 0, NULL, NULL, NULL, NULL, NULL, 1001)", St("22003"))
+        .with("bad on_duplicate", "SELECT pgque.enqueue('jq', 'k', '{}', 0, NULL, NULL, NULL, NULL, 'u', NULL, 'explode')", St("22023"))
+        .with("duplicate, on_duplicate error", "SELECT pgque.enqueue('jq', 'k', '{}', 0, NULL, NULL, NULL, NULL, 'held', NULL, 'error')", St("23505")),
+        row(
+            "pgque.enqueue_ready_rows(text,text[],jsonb[],smallint[],timestamp with time zone[],text[],text[],text[],text[],integer[],text)",
+            "SELECT * FROM pgque.enqueue_ready_rows({J}::text, ARRAY['k'], ARRAY['{}']::jsonb[])",
+            J,
+        )
+        .with("NULL kinds", "SELECT * FROM pgque.enqueue_ready_rows('jq', NULL, ARRAY['{}']::jsonb[])", St("22004"))
+        .with("NULL args", "SELECT * FROM pgque.enqueue_ready_rows('jq', ARRAY['k'], NULL)", St("22004"))
+        .with("NULL kind element", "SELECT * FROM pgque.enqueue_ready_rows('jq', ARRAY['k', NULL], ARRAY['{}', '{}']::jsonb[])", St("22004"))
+        .with("empty kind element", "SELECT * FROM pgque.enqueue_ready_rows('jq', ARRAY[''], ARRAY['{}']::jsonb[])", St("22023"))
+        .with("NULL args element", "SELECT * FROM pgque.enqueue_ready_rows('jq', ARRAY['k'], ARRAY[NULL]::jsonb[])", St("22004"))
+        .with("length mismatch", "SELECT * FROM pgque.enqueue_ready_rows('jq', ARRAY['k', 'k'], ARRAY['{}']::jsonb[])", St("22023"))
+        .with("priorities mismatch", "SELECT * FROM pgque.enqueue_ready_rows('jq', ARRAY['k'], ARRAY['{}']::jsonb[], ARRAY[1, 2]::smallint[])", St("22023"))
+        .with("priority out of range", "SELECT * FROM pgque.enqueue_ready_rows('jq', ARRAY['k'], ARRAY['{}']::jsonb[], ARRAY[5000]::smallint[])", St("22003"))
+        .with("infinite run_at", "SELECT * FROM pgque.enqueue_ready_rows('jq', ARRAY['k'], ARRAY['{}']::jsonb[], NULL, ARRAY['infinity']::timestamptz[])", St("22023"))
+        .with("max_attempts 0", "SELECT * FROM pgque.enqueue_ready_rows('jq', ARRAY['k'], ARRAY['{}']::jsonb[], NULL, NULL, NULL, NULL, NULL, NULL, ARRAY[0])", St("22003"))
+        .with("bad on_duplicate", "SELECT * FROM pgque.enqueue_ready_rows('jq', ARRAY['k'], ARRAY['{}']::jsonb[], on_duplicate => 'nope')", St("22023")),
+        row(
+            "pgque.dispatch(text[],integer,text,interval,integer)",
+            "SELECT * FROM pgque.dispatch(ARRAY[{J}::text], 1, 'w', '1 minute')",
+            J,
+        )
+        .with("NULL queues", "SELECT * FROM pgque.dispatch(NULL, 1, 'w')", St("22004"))
+        .with("empty queues", "SELECT * FROM pgque.dispatch(ARRAY[]::text[], 1, 'w')", St("22023"))
+        .with("NULL limit", "SELECT * FROM pgque.dispatch(ARRAY['jq'], NULL, 'w')", St("22004"))
+        .with("zero limit", "SELECT * FROM pgque.dispatch(ARRAY['jq'], 0, 'w')", St("22003"))
+        .with("negative limit", "SELECT * FROM pgque.dispatch(ARRAY['jq'], -5, 'w')", St("22003"))
+        .with("huge limit", "SELECT * FROM pgque.dispatch(ARRAY['jq'], 2000000000, 'w')", St("22003"))
+        .with("NULL worker", "SELECT * FROM pgque.dispatch(ARRAY['jq'], 1, NULL)", St("22004"))
+        .with("empty worker", "SELECT * FROM pgque.dispatch(ARRAY['jq'], 1, '')", St("42602"))
+        .with("long worker", format!("SELECT * FROM pgque.dispatch(ARRAY['jq'], 1, '{}')", "w".repeat(201)), St("42622"))
+        .with("zero lease", "SELECT * FROM pgque.dispatch(ARRAY['jq'], 1, 'w', '0')", St("22023"))
+        .with("negative lease", "SELECT * FROM pgque.dispatch(ARRAY['jq'], 1, 'w', '-1 minute')", St("22023"))
+        .with("infinite lease", "SELECT * FROM pgque.dispatch(ARRAY['jq'], 1, 'w', 'infinity')", inf_interval())
+        .with("oversample 0", "SELECT * FROM pgque.dispatch(ARRAY['jq'], 1, 'w', NULL, 0)", St("22003"))
+        .with("NULL queue element", "SELECT * FROM pgque.dispatch(ARRAY['jq', NULL], 1, 'w')", St("22004")),
+        row("pgque.complete(bigint,bigint)", "", &[])
+            .with("unknown job", "SELECT pgque.complete(987654321, 1)", Noop)
+            .with("stale token", "SELECT pgque.complete((SELECT min(id) FROM pgque.jobs), 987654321)", Noop)
+            .with("NULL job", "SELECT pgque.complete(NULL, 1)", St("22004"))
+            .with("NULL token", "SELECT pgque.complete(1, NULL)", St("22004"))
+            .with("text job", "SELECT pgque.complete('x', 1)", St("22P02")),
+        row("pgque.complete_many(bigint[],bigint[])", "", &[])
+            .with("NULL ids", "SELECT pgque.complete_many(NULL, ARRAY[1]::bigint[])", St("22004"))
+            .with("NULL tokens", "SELECT pgque.complete_many(ARRAY[1]::bigint[], NULL)", St("22004"))
+            .with("length mismatch", "SELECT pgque.complete_many(ARRAY[1, 2]::bigint[], ARRAY[1]::bigint[])", St("22023"))
+            .with("unknown jobs", "SELECT pgque.complete_many(ARRAY[987654321]::bigint[], ARRAY[1]::bigint[])", Noop),
+        row("pgque.fail(bigint,bigint,text,timestamp with time zone)", "", &[])
+            .with("NULL job", "SELECT pgque.fail(NULL, 1, 'e')", St("22004"))
+            .with("NULL token", "SELECT pgque.fail(1, NULL, 'e')", St("22004"))
+            .with("NULL error", "SELECT pgque.fail(1, 1, NULL)", St("22004"))
+            .with("infinite retry_at", "SELECT pgque.fail(1, 1, 'e', 'infinity')", St("22023"))
+            .with("unknown job", "SELECT pgque.fail(987654321, 1, 'e')", Noop),
+        row("pgque.heartbeat(bigint[],bigint[],interval)", "", &[])
+            .with("NULL ids", "SELECT * FROM pgque.heartbeat(NULL, ARRAY[1]::bigint[], '1 minute')", St("22004"))
+            .with("length mismatch", "SELECT * FROM pgque.heartbeat(ARRAY[1,2]::bigint[], ARRAY[1]::bigint[], '1 minute')", St("22023"))
+            .with("zero extend", "SELECT * FROM pgque.heartbeat(ARRAY[1]::bigint[], ARRAY[1]::bigint[], '0')", St("22023"))
+            .with("negative extend", "SELECT * FROM pgque.heartbeat(ARRAY[1]::bigint[], ARRAY[1]::bigint[], '-1 minute')", St("22023"))
+            .with("unknown job", "SELECT * FROM pgque.heartbeat(ARRAY[987654321]::bigint[], ARRAY[1]::bigint[], '1 minute')", Noop)
+            .with("infinite extend", "SELECT * FROM pgque.heartbeat(ARRAY[1]::bigint[], ARRAY[1]::bigint[], 'infinity')", inf_interval()),
+        row("pgque.snooze(bigint,bigint,timestamp with time zone)", "", &[])
+            .with("NULL job", "SELECT pgque.snooze(NULL, 1, now())", St("22004"))
+            .with("NULL until", "SELECT pgque.snooze(1, 1, NULL)", St("22004"))
+            .with("infinite until", "SELECT pgque.snooze(1, 1, 'infinity')", St("22023"))
+            .with("unknown job", "SELECT pgque.snooze(987654321, 1, now())", Noop),
+        row("pgque.cancel(bigint)", "", &[])
+            .with("NULL job", "SELECT pgque.cancel(NULL)", St("22004"))
+            .with("unknown job", "SELECT pgque.cancel(987654321)", St("42704")),
+        row("pgque.retry_job(bigint)", "", &[])
+            .with("NULL job", "SELECT pgque.retry_job(NULL)", St("22004"))
+            .with("unknown job", "SELECT pgque.retry_job(987654321)", St("42704"))
+            .with("job not failed", "SELECT pgque.retry_job((SELECT min(id) FROM pgque.jobs))", St("55000")),
+        row("pgque.rescue_expired_leases(integer)", "", &[])
+            .with("zero", "SELECT pgque.rescue_expired_leases(0)", St("22003"))
+            .with("NULL", "SELECT pgque.rescue_expired_leases(NULL)", St("22004")),
+        row("pgque.promote_scheduled_jobs(integer)", "", &[])
+            .with("negative", "SELECT pgque.promote_scheduled_jobs(-1)", St("22003"))
+            .with("too many", "SELECT pgque.promote_scheduled_jobs(100001)", St("22003")),
+        row("pgque.sweep_job_events(integer)", "", &[])
+            .with("zero", "SELECT pgque.sweep_job_events(0)", St("22003"))
+            .with("NULL", "SELECT pgque.sweep_job_events(NULL)", St("22004")),
+        row("pgque.prune_jobs(integer)", "", &[])
+            .with("zero", "SELECT pgque.prune_jobs(0)", St("22003"))
+            .with("NULL", "SELECT pgque.prune_jobs(NULL)", St("22004")),
+        no_args("pgque.job_maint()", "no arguments"),
+        no_args("pgque.job_analyze()", "no arguments"),
+    ]
+}
+
+/// Every case of the matrix as (function, label, SQL, expectation).
+fn cases(ids: &Ids) -> Vec<(String, String, String, Expect)> {
+    let fill = |s: &str| {
+        s.replace("{BD}", &ids.done.to_string())
+            .replace("{BM}", &ids.member_open.to_string())
+            .replace("{B}", &ids.open.to_string())
+    };
+    let mut out = vec![];
+    for r in matrix() {
+        for &slot in r.slots {
+            for (label, value, e) in name_cases(slot) {
+                let mut sql = r.template.replace(slot.tag(), &value);
+                for &other in r.slots {
+                    sql = sql.replace(other.tag(), other.valid());
+                }
+                out.push((
+                    r.sig.to_string(),
+                    format!("{slot:?}: {label}"),
+                    fill(&sql),
+                    e,
+                ));
+            }
+        }
+        for (label, sql, e) in r.extra {
+            out.push((r.sig.to_string(), label.to_string(), fill(&sql), e));
+        }
+    }
+    out
+}
+
+/// Row counts of every pgque table, plus hostile objects that must not exist.
+fn state(c: &mut Client) -> BTreeMap<String, i64> {
+    let tables: Vec<String> = c
+        .query(
+            "SELECT format('%I.%I', schemaname, tablename) FROM pg_tables \
+              WHERE schemaname = 'pgque' ORDER BY 1",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let mut sql: Vec<String> = tables
+        .iter()
+        .map(|t| format!("SELECT '{t}', count(*) FROM {t}"))
+        .collect();
+    sql.push(
+        "SELECT 'pwned objects', (SELECT count(*) FROM pg_class WHERE relname ILIKE '%pwned%') \
+           + (SELECT count(*) FROM pg_roles WHERE rolname ILIKE '%pwned%') \
+           + (SELECT count(*) FROM pg_proc WHERE proname ILIKE '%pwned%')"
+            .into(),
+    );
+    sql.push("SELECT 'pgque tables', count(*) FROM pg_tables WHERE schemaname = 'pgque'".into());
+    sql.push("SELECT 'open cursors', count(*) FROM pg_cursors".into());
+    c.query(&sql.join(" UNION ALL "), &[])
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect()
+}
+
+fn fixture(c: &mut Client) -> Ids {
+    stop_worker(c);
+    c.batch_execute(
+        "SELECT pgque.create_queue('q'); SELECT pgque.subscribe('q', 'c'); \
+         SELECT pgque.subscribe('q', 'c2'); \
+         SELECT pgque.register_subconsumer('q', 'grp', 'm1'); \
+         SELECT pgque.send_batch('q', ARRAY['a', 'b', 'c']); \
+         SELECT pgque.create_job_queue('jq'); SELECT pgque.enqueue('jq', 'k'); \
+         SELECT pgque.enqueue('jq', 'k', unique_key => 'held')",
+    )
+    .unwrap();
+    // A tick in a transaction of its own: it must see the events committed.
+    c.batch_execute("SELECT pgque.force_tick('q')").unwrap();
+    let first = |c: &mut Client, sql: &str| -> i64 {
+        let rows = c.query(sql, &[]).unwrap();
+        if rows.is_empty() {
+            let diag: Vec<String> = c
+                .query(
+                    "SELECT format('tick %s seq %s pending %s snap %s', tick_id, tick_event_seq, tick_pending, tick_snapshot) FROM pgque.tick \
+                     UNION ALL SELECT format('event %s txid %s', ev_id, ev_txid) FROM pgque.event_1 \
+                     UNION ALL SELECT format('batch %s sub %s %s..%s floor %s ceil %s', batch_id, sub_id, prev_tick_id, tick_id, ev_floor, ev_ceiling) FROM pgque.batch \
+                     UNION ALL SELECT format('sub %s %s start %s', sub_id, sub_consumer, sub_start_tick) FROM pgque.subscription",
+                    &[],
+                )
+                .unwrap()
+                .iter()
+                .map(|r| r.get(0))
+                .collect();
+            panic!("{sql}: nothing received; state:\n{}", diag.join("\n"));
+        }
+        rows[0].get(0)
+    };
+    let open = first(c, "SELECT batch_id FROM pgque.receive('q', 'c', 10)");
+    let done = first(c, "SELECT batch_id FROM pgque.receive('q', 'c2', 10)");
+    c.query_one("SELECT pgque.ack($1)", &[&done]).unwrap();
+    let member_open = first(
+        c,
+        "SELECT batch_id FROM pgque.receive_coop('q', 'grp', 'm1', 10)",
+    );
+    Ids {
+        open,
+        done,
+        member_open,
+    }
+}
+
+#[test]
+fn every_function_refuses_bad_input_with_its_sqlstate_and_changes_nothing() {
+    let db = TestDb::new("bad_input");
+    let mut c = db.connect();
+    let ids = fixture(&mut c);
+
+    // Coverage: every function in schema pgque has a row.
+    let known: BTreeSet<&str> = matrix().iter().map(|r| r.sig).collect();
+    // regprocedure prints names qualified when their schema is not on the path.
+    c.batch_execute("SET search_path = pg_catalog").unwrap();
+    let actual: BTreeSet<String> = c
+        .query(
+            "SELECT p.oid::regprocedure::text FROM pg_proc p \
+              WHERE p.pronamespace = 'pgque'::regnamespace",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    c.batch_execute("RESET search_path").unwrap();
+    let missing: Vec<&String> = actual
+        .iter()
+        .filter(|s| !known.contains(s.as_str()))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "functions without a row in the bad-input matrix (add them to pg_test/tests/bad_input.rs): {missing:?}"
+    );
+    let stale: Vec<&&str> = known.iter().filter(|s| !actual.contains(**s)).collect();
+    assert!(
+        stale.is_empty(),
+        "matrix rows for functions that do not exist: {stale:?}"
+    );
+
+    for r in matrix() {
+        assert!(
+            !(r.slots.is_empty() && r.extra.is_empty()) || r.none.is_some(),
+            "{}: a row without cases must say why (no_args)",
+            r.sig
+        );
+    }
+    let all = cases(&ids);
+    let mut failures = vec![];
+    let mut before = state(&mut c);
+    assert_eq!(before["pwned objects"], 0);
+    for (sig, label, sql, expect) in &all {
+        let got = match c.simple_query(sql) {
+            Ok(_) => "accepted".to_string(),
+            Err(e) => match e.code() {
+                Some(code) => format!(
+                    "{} ({})",
+                    code.code(),
+                    e.as_db_error().map(|d| d.message()).unwrap_or("")
+                ),
+                None => format!("client error {e}"),
+            },
+        };
+        let want = match expect {
+            St(code) => *code,
+            Noop => "accepted",
+        };
+        if !got.starts_with(want) {
+            failures.push(format!("{sig} [{label}] {sql}\n    want {want}, got {got}"));
+        }
+        let after = state(&mut c);
+        if after != before {
+            let diff: Vec<String> = after
+                .iter()
+                .filter(|(k, v)| before.get(*k) != Some(v))
+                .map(|(k, v)| format!("{k}: {:?} -> {v}", before.get(k)))
+                .collect();
+            failures.push(format!("{sig} [{label}] {sql}\n    changed: {diff:?}"));
+            // Go on from the changed state, so one failure is reported once.
+            before = after;
+        }
+    }
+    eprintln!(
+        "{} bad-input cases over {} functions",
+        all.len(),
+        actual.len()
+    );
+    assert!(
+        failures.is_empty(),
+        "{} of {} cases wrong:\n{}",
+        failures.len(),
+        all.len(),
+        failures.join("\n")
+    );
+}
+
+/// Valid but unusual names are accepted where they are valid: unicode
+/// letters, the allowed punctuation, the longest allowed name (NOTIFY channel
+/// derived from it fits) work end to end.
+#[test]
+fn unusual_valid_names_work_end_to_end() {
+    let db = TestDb::new("odd_names");
+    let mut c = db.connect();
+    let q52 = "q".repeat(52);
+    let uq = "ж".repeat(26); // 52 bytes
+    for q in [
+        "очередь",
+        "tenant-42.events:v2/eu@x",
+        q52.as_str(),
+        uq.as_str(),
+    ] {
+        let consumer = "потребитель_名前-1.a:b/c@d";
+        c.query_one("SELECT pgque.create_queue($1)", &[&q]).unwrap();
+        c.query_one("SELECT pgque.subscribe($1, $2)", &[&q, &consumer])
+            .unwrap();
+        c.query_one(
+            "SELECT pgque.register_subconsumer($1, 'g', 'член#1')",
+            &[&q],
+        )
+        .unwrap();
+        let id: i64 = c
+            .query_one("SELECT pgque.send($1, 'данные'::text)", &[&q])
+            .unwrap()
+            .get(0);
+        c.query_one("SELECT pgque.force_tick($1)", &[&q]).unwrap();
+        let rows = c
+            .query(
+                "SELECT msg_id, batch_id, payload FROM pgque.receive($1, $2, 10)",
+                &[&q, &consumer],
+            )
+            .unwrap();
+        assert_eq!(rows.len(), 1, "queue {q}");
+        assert_eq!(rows[0].get::<_, i64>(0), id);
+        assert_eq!(rows[0].get::<_, String>(2), "данные");
+        let b: i64 = rows[0].get(1);
+        c.query_one("SELECT pgque.ack($1)", &[&b]).unwrap();
+        let coop = c
+            .query(
+                "SELECT msg_id FROM pgque.receive_coop($1, 'g', 'член#1', 10)",
+                &[&q],
+            )
+            .unwrap();
+        assert_eq!(coop.len(), 1);
+        // Job queue of the same name, with a listener on its channel.
+        c.query_one("SELECT pgque.create_job_queue($1)", &[&q])
+            .unwrap();
+        let mut l = db.connect();
+        l.batch_execute(&format!("LISTEN \"pgque_jobs_{q}\""))
+            .unwrap();
+        c.query_one("SELECT pgque.enqueue($1, 'вид')", &[&q])
+            .unwrap();
+        let got = wait_until(std::time::Duration::from_secs(5), || {
+            l.batch_execute("SELECT 1").unwrap();
+            l.notifications().iter().next().ok().flatten().is_some()
+        });
+        assert!(got, "no NOTIFY on pgque_jobs_{q}");
+        let j = c
+            .query(
+                "SELECT job_id, lease_token FROM pgque.dispatch(ARRAY[$1], 5, 'работник')",
+                &[&q],
+            )
+            .unwrap();
+        assert_eq!(j.len(), 1);
+        let ok: bool = c
+            .query_one(
+                "SELECT pgque.complete($1, $2)",
+                &[&j[0].get::<_, i64>(0), &j[0].get::<_, i64>(1)],
+            )
+            .unwrap()
+            .get(0);
+        assert!(ok);
+    }
+}
