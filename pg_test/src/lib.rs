@@ -74,6 +74,23 @@ pub struct TestDb {
     pub name: String,
 }
 
+/// A test's database is dropped when the test ends (also when it fails):
+/// each database with pgque holds a background worker, and the test server
+/// has a bounded number of worker slots (max_worker_processes; pgque tracks
+/// at most 64 databases), so databases left behind by earlier test binaries
+/// kept later ones from getting a worker.
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        // One attempt, never a panic: this may run while a failed test unwinds.
+        if let Ok(mut admin) = Client::connect(&conninfo("postgres", "postgres"), NoTls) {
+            let _ = admin.batch_execute(&format!(
+                "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+                self.name
+            ));
+        }
+    }
+}
+
 impl TestDb {
     /// Drops any leftover database of that name, creates it, installs pgque.
     pub fn new(name: &str) -> TestDb {
