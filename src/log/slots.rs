@@ -338,7 +338,8 @@ pub fn forget_if_empty(client: &mut SpiClient<'_>, q: &Queue, consumer: &str) ->
 
 /// Takes or renews a slot's lease without waiting: a slot whose row another
 /// transaction holds (a claim or a receive in flight) counts as busy.
-/// `slot` None picks the free or expired slot that has waited longest.
+/// `slot` None picks the free or expired slot that has waited longest (never
+/// one the worker holds live: that is not free).
 /// The owner re-claiming keeps its epoch; anyone else taking a free or
 /// expired lease gets epoch + 1. Returns (slot, epoch), None when busy.
 pub fn claim(
@@ -355,7 +356,8 @@ pub fn claim(
            SELECT ps_slot FROM pgque.partition_slot \
             WHERE ps_queue = $1 AND ps_consumer = $2 AND ($3::int4 IS NULL OR ps_slot = $3) \
               AND ps_sub IS NOT NULL \
-              AND (ps_owner IS NULL OR ps_owner = $4 OR ps_until <= clock_timestamp()) \
+              AND (ps_owner IS NULL OR ps_until <= clock_timestamp() \
+                   OR ($3::int4 IS NOT NULL AND ps_owner = $4)) \
             ORDER BY ps_until, ps_slot LIMIT 1 \
               FOR NO KEY UPDATE SKIP LOCKED) \
          UPDATE pgque.partition_slot p \
