@@ -408,12 +408,26 @@ pub fn next_batch_of(
     // tick there is nothing to open, so an idle poll takes no row lock (and
     // no transaction id).
     let seen = latest_batch(client, sub_id);
-    match &seen {
-        Some(b) if !b.done => return open(b),
-        Some(_) => {
-            next_range(client, q, seen.as_ref(), 0, span)?;
+    if let Some(b) = &seen {
+        if !b.done {
+            return open(b);
         }
-        None => {}
+    }
+    if slot.is_some() {
+        // A slot's caller (receive_partitioned) holds the slot's lease row
+        // for this transaction, and no plain call can name a slot
+        // subscription: no other opener of this subscription runs now, so
+        // no subscription lock and no second look are needed.
+        let start = if seen.is_none() {
+            start_tick(client, sub_id)
+        } else {
+            0
+        };
+        let range = next_range(client, q, seen.as_ref(), start, span)?;
+        return Some(open_range(client, q, sub_id, None, slot, range, limit));
+    }
+    if seen.is_some() {
+        next_range(client, q, seen.as_ref(), 0, span)?;
     }
     lock_sub(client, sub_id);
     let latest = latest_batch(client, sub_id);
