@@ -363,5 +363,24 @@ fn slots_lease_writes_stay_bounded_under_a_held_xmin() {
     ) - upd0;
     // Renewal is written once half the TTL has passed, not per call.
     assert!(upd <= 2, "{upd} lease row updates for {batches} batches");
+    // The lease writes there are (claims, renewals) are HOT updates, also
+    // while the xmin is held: unindexed columns, pages kept half empty.
+    let hot = |c: &mut pgque_pg_test::postgres::Client| -> (i64, i64) {
+        let r = c
+            .query_one(
+                "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables                   WHERE relid = 'pgque.partition_slot'::regclass",
+                &[],
+            )
+            .unwrap();
+        (r.get(0), r.get(1))
+    };
+    let (u0, h0) = hot(&mut c);
+    for _ in 0..20 {
+        assert_eq!(claim(&mut c, "x", "c", 0, "w", "30 seconds"), Some(1));
+    }
+    pgque_pg_test::flush_stats(&mut c);
+    let (u1, h1) = hot(&mut c);
+    assert_eq!(u1 - u0, 20, "one update per re-claim");
+    assert_eq!(h1 - h0, 20, "all of them HOT");
     holder.batch_execute("COMMIT").unwrap();
 }
