@@ -201,11 +201,41 @@ fn slots_killed_worker_slot_is_taken_over_after_ttl_and_its_batch_redelivered() 
         ids[0],
         "none lost"
     );
+    // Re-reading the open batch and idle polls only read the lease: they
+    // hold no row lock, so a claim meanwhile is not turned away.
+    assert_eq!(
+        poll_locks_nothing(&db, &mut heir, "k", 3, "H"),
+        ids[0].len()
+    );
     assert_eq!(ack_slot(&mut heir, "k", "c", 0, 3, "H").unwrap(), 1);
     tick(&mut heir, "k");
-    assert!(recv_slot(&mut heir, "k", "c", 0, 3, "H", 100)
-        .unwrap()
-        .is_empty());
+    assert_eq!(
+        recv_slot(&mut heir, "k", "c", 0, 3, "H", 100)
+            .unwrap()
+            .len(),
+        0
+    );
+    assert_eq!(poll_locks_nothing(&db, &mut heir, "k", 3, "H"), 0);
+}
+
+/// receive_partitioned of slot 0 inside a transaction left open while
+/// another session re-claims the slot for the same worker: the claim must
+/// succeed (same epoch), i.e. the receive holds no lock on the lease row.
+/// Returns how many messages the receive gave.
+fn poll_locks_nothing(
+    db: &TestDb,
+    c: &mut pgque_pg_test::postgres::Client,
+    q: &str,
+    n: i32,
+    w: &str,
+) -> usize {
+    c.batch_execute("BEGIN").unwrap();
+    let got = recv_slot(c, q, "c", 0, n, w, 100).unwrap().len();
+    let mut other = db.connect();
+    let epoch = claim(&mut other, q, "c", 0, w, "30 seconds");
+    c.batch_execute("COMMIT").unwrap();
+    assert_eq!(epoch, Some(2), "the poll held the lease row");
+    got
 }
 
 #[test]

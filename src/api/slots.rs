@@ -231,27 +231,31 @@ fn release_slot(
     })
 }
 
-/// Checks the arguments of a fenced call and passes the fence.
-fn fenced(
+/// Checks the arguments of a fenced call and passes the fence (see
+/// slots::fence; `lock` for calls that change the slot's state).
+fn fenced<'a>(
     c: &mut SpiClient<'_>,
     queue_name: Option<&str>,
-    consumer: Option<&str>,
+    consumer: Option<&'a str>,
     slot: Option<i32>,
     n: Option<i32>,
-    worker: Option<&str>,
-) -> (Queue, String, Slot, i32) {
+    worker: Option<&'a str>,
+    lock: bool,
+) -> (Queue, &'a str, &'a str, Slot, slots::Fenced) {
     let n = n_arg(n);
     let k = slot_arg(slot, n);
     let worker = worker_arg(worker);
     let (q, consumer) = queue_consumer(c, queue_name, consumer);
     let s = Slot { n, k };
-    let f = slots::fence(c, &q, consumer, s, worker);
-    (q, slots::slot_sub_name(consumer, k), s, f.sub_id)
+    let f = slots::fence(c, &q, consumer, s, worker, lock);
+    (q, consumer, worker, s, f)
 }
 
 /// receive_partitioned(queue_name, consumer, slot, n, worker, max_return
 /// default 100) → setof pgque.message: the slot's open batch, or its next
-/// one (events of that slot only, in event-id order). Lease-fenced.
+/// one (events of that slot only, in event-id order). Lease-fenced; an idle
+/// poll and a re-read of the open batch take no row lock, opening a batch
+/// locks the lease row first.
 #[pg_extern(security_definer)]
 #[search_path(pg_catalog, pgque)]
 fn receive_partitioned(
@@ -264,8 +268,14 @@ fn receive_partitioned(
 ) -> SetOfIterator<'static, pgrx::composite_type!('static, "pgque.message")> {
     let limit = max_return_arg(max_return);
     let got = Spi::connect_mut(|c| {
-        let (q, _name, s, sub) = fenced(c, queue_name, consumer, slot, n, worker);
-        let opened = batch::next_batch_of(c, &q, sub, Some(s), limit);
+        let (q, consumer, worker, s, f) = fenced(c, queue_name, consumer, slot, n, worker, false);
+        let locked = f.locked;
+        let mut lock = |c: &mut SpiClient<'_>| {
+            if !locked {
+                slots::fence(c, &q, consumer, s, worker, true);
+            }
+        };
+        let opened = batch::next_batch_of(c, &q, f.sub_id, Some(s), limit, &mut lock);
         deliver(c, &q, opened)
     });
     match got {
@@ -286,9 +296,9 @@ fn ack_partitioned(
     worker: Option<&str>,
 ) -> i32 {
     Spi::connect_mut(|c| {
-        let (_q, _name, _s, sub) = fenced(c, queue_name, consumer, slot, n, worker);
+        let (_q, _c, _w, _s, f) = fenced(c, queue_name, consumer, slot, n, worker, true);
         // The fence holds the lease row: no other ack of this slot runs now.
-        match batch::latest_batch(c, sub) {
+        match batch::latest_batch(c, f.sub_id) {
             Some(b) if !b.done => {
                 batch::mark_done(c, b.batch_id, false);
                 1
@@ -324,8 +334,9 @@ fn nack_partitioned(
     );
     let msg_batch: Option<i64> = msg.get_by_index(2.try_into().unwrap()).unwrap();
     Spi::connect_mut(|c| {
-        let (q, name, s, sub) = fenced(c, queue_name, consumer, slot, n, worker);
-        let b = match batch::latest_batch(c, sub) {
+        let (q, consumer, _w, s, f) = fenced(c, queue_name, consumer, slot, n, worker, true);
+        let name = slots::slot_sub_name(consumer, s.k);
+        let b = match batch::latest_batch(c, f.sub_id) {
             Some(b) if !b.done => batch::Batch { slot: Some(s), ..b },
             _ => raise(
                 error::WRONG_STATE,

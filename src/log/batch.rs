@@ -383,19 +383,23 @@ pub fn next_batch(
     sub_id: i32,
     limit: i64,
 ) -> Option<Opened> {
-    next_batch_of(client, q, sub_id, None, limit)
+    next_batch_of(client, q, sub_id, None, limit, &mut |_| {})
 }
 
 /// next_batch for a plain consumer (`slot` None) or a partition slot's
 /// subscription. A slot sees about 1/N of the stream, so its batches follow
 /// ticks over up to `limit * N` events of the stream to hold about `limit`
 /// of its own (a skewed slot's bigger share is cut at `limit` as usual).
+/// For a slot, `lock_slot` is called before a batch is opened: it takes the
+/// slot's lease row (receive_partitioned's fence), which serializes the
+/// slot's openers.
 pub fn next_batch_of(
     client: &mut SpiClient<'_>,
     q: &Queue,
     sub_id: i32,
     slot: Option<Slot>,
     limit: i64,
+    lock_slot: &mut dyn FnMut(&mut SpiClient<'_>),
 ) -> Option<Opened> {
     let span = slot.map_or(limit, |s| limit.saturating_mul(s.n as i64));
     let open = |b: &Batch| {
@@ -413,23 +417,17 @@ pub fn next_batch_of(
             return open(b);
         }
     }
-    if slot.is_some() {
-        // A slot's caller (receive_partitioned) holds the slot's lease row
-        // for this transaction, and no plain call can name a slot
-        // subscription: no other opener of this subscription runs now, so
-        // no subscription lock and no second look are needed.
-        let start = if seen.is_none() {
-            start_tick(client, sub_id)
-        } else {
-            0
-        };
-        let range = next_range(client, q, seen.as_ref(), start, span)?;
-        return Some(open_range(client, q, sub_id, None, slot, range, limit));
-    }
     if seen.is_some() {
         next_range(client, q, seen.as_ref(), 0, span)?;
     }
-    lock_sub(client, sub_id);
+    // Serialize with other openers, then look once more. A slot's openers
+    // are serialized by its lease row (no plain call can name a slot
+    // subscription), which the caller's `lock_slot` takes.
+    if slot.is_some() {
+        lock_slot(client);
+    } else {
+        lock_sub(client, sub_id);
+    }
     let latest = latest_batch(client, sub_id);
     if let Some(b) = &latest {
         if !b.done {

@@ -380,29 +380,38 @@ pub fn claim(
 pub struct Fenced {
     pub sub_id: i32,
     pub epoch: i64,
+    /// Whether this transaction now holds the slot's lease row.
+    pub locked: bool,
 }
 
-/// The lease fence of receive / ack / nack_partitioned: locks the slot's
-/// lease row (waiting only for a claim or another call of the same slot in
-/// flight), checks that `worker` holds it (55000 otherwise: taken over,
-/// released, never claimed), and renews it when half its TTL has passed --
-/// renewal rides these calls, and a busy slot writes its lease row about
+/// The lease fence of receive / ack / nack_partitioned: checks that `worker`
+/// holds the slot's lease (55000 otherwise: taken over, released, never
+/// claimed; nothing is changed) and renews it once half its TTL has passed
+/// -- renewal rides these calls, so a busy slot writes its lease row about
 /// twice per TTL, not once per batch.
+///
+/// With `lock`, the lease row is locked (FOR NO KEY UPDATE, waiting only
+/// for a claim or another call of the same slot in flight) before the
+/// check: every call that changes the slot's state (opens, acks or nacks a
+/// batch) holds it, so a takeover is serialized with them. Without `lock`
+/// the check only reads (an idle poll or a re-read of the open batch takes
+/// no row lock, so it never turns a claim away), unless a renewal is due.
 pub fn fence(
     client: &mut SpiClient<'_>,
     q: &Queue,
     consumer: &str,
     s: Slot,
     worker: &str,
+    lock: bool,
 ) -> Fenced {
-    let t = exec(
-        client,
+    let sql = format!(
         "SELECT ps_n, ps_sub, ps_owner, ps_epoch, \
                 ps_ttl IS NOT NULL AND ps_until - clock_timestamp() < ps_ttl / 2 \
            FROM pgque.partition_slot \
-          WHERE ps_queue = $1 AND ps_consumer = $2 AND ps_slot = $3 FOR NO KEY UPDATE",
-        &[q.id.into(), consumer.into(), s.k.into()],
+          WHERE ps_queue = $1 AND ps_consumer = $2 AND ps_slot = $3{}",
+        if lock { " FOR NO KEY UPDATE" } else { "" }
     );
+    let t = exec(client, &sql, &[q.id.into(), consumer.into(), s.k.into()]);
     let Some(r) = first_row(t) else {
         let persisted = require_n(client, q, consumer);
         check_n(consumer, persisted, s.n);
@@ -439,6 +448,9 @@ pub fn fence(
             },
         );
     }
+    if renew && !lock {
+        return fence(client, q, consumer, s, worker, true);
+    }
     if renew {
         exec(
             client,
@@ -447,7 +459,11 @@ pub fn fence(
             &[q.id.into(), consumer.into(), s.k.into()],
         );
     }
-    Fenced { sub_id, epoch }
+    Fenced {
+        sub_id,
+        epoch,
+        locked: lock,
+    }
 }
 
 /// Releases the lease if `worker` holds it: false when it does not; 55000
