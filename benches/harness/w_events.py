@@ -480,6 +480,10 @@ def _w5_cell(w, conn, cfg, mode, system, n, rnd):
     top-level statement's counters include its nested ones) over events consumed."""
     q = f"w5_{mode}_{system}_n{n}_r{rnd}"
     events, chunk, batch, keys = cfg.w5_events, 1000, 500, 2000
+    # Housekeeping between cells (never inside one): the earlier cells' dropped
+    # queues left dead metadata rows and the worker is stopped, so vacuum and
+    # refresh statistics first, or plans drift from cell to cell.
+    db.execute(conn, "VACUUM ANALYZE")
     db.execute(conn, "SELECT pgque.create_queue(%s)", (q,))
     db.execute(conn, "SELECT pgque.subscribe_partitioned(%s, 'c', %s)", (q, n))
     for k in range(n):
