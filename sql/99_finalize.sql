@@ -63,6 +63,26 @@ GRANT EXECUTE ON FUNCTION
   TO pgque_writer;
 GRANT EXECUTE ON FUNCTION pgque.maint_idem(), pgque.maint_delayed() TO pgque_admin;
 
+-- ---- partition keys ---------------------------------------------------------
+GRANT EXECUTE ON FUNCTION
+    pgque.send(text, text, jsonb, text), pgque.send(text, text, text, text),
+    pgque.send_batch(text, text, jsonb[], text[]), pgque.send_batch(text, text, text[], text[])
+  TO pgque_writer;
+GRANT EXECUTE ON FUNCTION
+    pgque.subscribe_partitioned(text, text, int4), pgque.unsubscribe_partitioned(text, text),
+    pgque.subscribe_slot(text, text, int4, int4), pgque.unsubscribe_slot(text, text, int4, int4),
+    pgque.claim_slot(text, text, int4, text, interval),
+    pgque.claim_next_slot(text, text, text, interval),
+    pgque.release_slot(text, text, int4, text),
+    pgque.receive_partitioned(text, text, int4, int4, text, int4),
+    pgque.ack_partitioned(text, text, int4, int4, text),
+    pgque.nack_partitioned(text, text, int4, int4, text, pgque.message, interval, text),
+    pgque.partition_slot_rows()
+  TO pgque_reader;
+GRANT EXECUTE ON FUNCTION pgque.partition_slot(text, int4)
+  TO pgque_reader, pgque_writer, pgque_admin;
+GRANT SELECT ON pgque.partition_slot_status TO pgque_reader;
+
 -- Event-queue functions plan their lookups with sequential scans disabled:
 -- ticks, batches and events are always reached through their indexes, also
 -- while the planner's statistics are stale (a metadata piece analyzed empty
@@ -82,7 +102,11 @@ BEGIN
                     'dlq_purge', 'create_queue', 'drop_queue', 'set_queue_config', 'ticker',
                     'force_next_tick', 'force_tick', 'maint', 'maint_retry_events',
                     'get_queue_info', 'get_consumer_info', 'get_batch_info',
-                    'send_idem', 'maint_idem', 'send_at', 'maint_delayed'])
+                    'send_idem', 'maint_idem', 'send_at', 'maint_delayed',
+                    'subscribe_partitioned', 'unsubscribe_partitioned', 'subscribe_slot',
+                    'unsubscribe_slot', 'claim_slot', 'claim_next_slot', 'release_slot',
+                    'receive_partitioned', 'ack_partitioned', 'nack_partitioned',
+                    'partition_slot_rows'])
     LOOP
         EXECUTE format('ALTER FUNCTION %s SET enable_seqscan = off', f);
     END LOOP;
@@ -101,7 +125,8 @@ BEGIN
               WHERE p.pronamespace = 'pgque'::regnamespace
                 AND p.proname = ANY (ARRAY[
                     'receive', 'receive_coop', 'next_batch', 'next_batch_info',
-                    'next_batch_custom', 'get_batch_events', 'get_batch_cursor'])
+                    'next_batch_custom', 'get_batch_events', 'get_batch_cursor',
+                    'receive_partitioned'])
     LOOP
         EXECUTE format('ALTER FUNCTION %s SET plan_cache_mode = force_generic_plan', f);
     END LOOP;

@@ -1166,7 +1166,8 @@ BEGIN
               WHERE p.pronamespace = 'pgque'::regnamespace
                 AND p.proname = ANY (ARRAY[
                     'receive', 'receive_coop', 'next_batch', 'next_batch_info',
-                    'next_batch_custom', 'get_batch_events', 'get_batch_cursor'])
+                    'next_batch_custom', 'get_batch_events', 'get_batch_cursor',
+                    'receive_partitioned'])
     LOOP
         EXECUTE format('ALTER FUNCTION %s SET plan_cache_mode = force_generic_plan', f);
     END LOOP;

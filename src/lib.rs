@@ -13,11 +13,12 @@
 //! SQL install order (pgrx places each file by its `requires`):
 //!   1. sql/00_bootstrap.sql   schema objects every module needs: roles, pgque.message type
 //!   2. sql/10_event_log.sql   event-queue tables            (src/log/mod.rs)
-//!   3. sql/20_idempotency.sql send_idem's key ledger        (src/api/idem.rs)
-//!   4. sql/21_delayed.sql     send_at's delayed events      (src/api/delayed.rs)
-//!   5. sql/30_jobs.sql        job-queue tables              (src/jobs/mod.rs)
-//!   6. the #[pg_extern] functions
-//!   7. sql/99_finalize.sql    grants, revokes, worker start (runs last)
+//!   3. sql/15_slots.sql       partition slots: N and leases (src/log/slots.rs)
+//!   4. sql/20_idempotency.sql send_idem's key ledger        (src/api/idem.rs)
+//!   5. sql/21_delayed.sql     send_at's delayed events      (src/api/delayed.rs)
+//!   6. sql/30_jobs.sql        job-queue tables              (src/jobs/mod.rs)
+//!   7. the #[pg_extern] functions (and the view partition_slot_status)
+//!   8. sql/99_finalize.sql    grants, revokes, worker start (runs last)
 use pgrx::prelude::*;
 
 pub mod admin;

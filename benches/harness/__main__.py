@@ -46,6 +46,7 @@ class Config:
         self.w7_limit = 50
         self.w8_secs = 4 if quick else 30
         self.w9_secs = 8 if quick else 60
+        self.w5_events = 20_000 if quick else 100_000
 
     def describe(self):
         return (f"rounds {self.rounds}; send cells {self.send_secs} s; backlog {self.backlog:,}; drain batches "

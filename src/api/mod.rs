@@ -14,6 +14,7 @@ pub mod admin;
 pub mod delayed;
 pub mod idem;
 pub mod info;
+pub mod slots;
 pub mod srf;
 pub mod types;
 
@@ -89,10 +90,27 @@ fn send_typed_text(
     send_one(queue_name, Some(t), payload, [None; 4])
 }
 
-fn send_many(queue_name: Option<&str>, type_name: &str, payloads: Vec<Option<String>>) -> Vec<i64> {
+fn send_many(
+    queue_name: Option<&str>,
+    type_name: &str,
+    payloads: Vec<Option<String>>,
+    keys: Option<Vec<Option<String>>>,
+) -> Vec<i64> {
+    if let Some(k) = &keys {
+        if k.len() != payloads.len() {
+            raise(
+                error::INVALID_PARAMETER_VALUE,
+                format!(
+                    "partition_keys has {} elements, payloads has {}: they must align",
+                    k.len(),
+                    payloads.len()
+                ),
+            );
+        }
+    }
     Spi::connect_mut(|c| {
         let q = log::queue_by_name(c, queue_name);
-        log::insert_events(c, &q, type_name, payloads)
+        log::insert_events(c, &q, type_name, payloads, keys)
     })
 }
 
@@ -101,7 +119,7 @@ fn send_many(queue_name: Option<&str>, type_name: &str, payloads: Vec<Option<Str
 #[search_path(pg_catalog, pgque, pg_temp)]
 fn send_batch_jsonb(queue_name: Option<&str>, payloads: Option<JsonbTextArray>) -> Vec<i64> {
     let p = required(payloads, "payloads").0;
-    send_many(queue_name, "default", p)
+    send_many(queue_name, "default", p, None)
 }
 
 /// send_batch(queue_name, payloads text[]).
@@ -109,7 +127,7 @@ fn send_batch_jsonb(queue_name: Option<&str>, payloads: Option<JsonbTextArray>) 
 #[search_path(pg_catalog, pgque, pg_temp)]
 fn send_batch_text(queue_name: Option<&str>, payloads: Option<Vec<Option<String>>>) -> Vec<i64> {
     let p = required(payloads, "payloads");
-    send_many(queue_name, "default", p)
+    send_many(queue_name, "default", p, None)
 }
 
 /// send_batch(queue_name, type_name, payloads jsonb[]).
@@ -122,7 +140,7 @@ fn send_batch_typed_jsonb(
 ) -> Vec<i64> {
     let t = type_arg(type_name).to_string();
     let p = required(payloads, "payloads").0;
-    send_many(queue_name, &t, p)
+    send_many(queue_name, &t, p, None)
 }
 
 /// send_batch(queue_name, type_name, payloads text[]).
@@ -135,7 +153,77 @@ fn send_batch_typed_text(
 ) -> Vec<i64> {
     let t = type_arg(type_name).to_string();
     let p = required(payloads, "payloads");
-    send_many(queue_name, &t, p)
+    send_many(queue_name, &t, p, None)
+}
+
+/// send(queue_name, type_name, payload jsonb, partition_key): a keyed event;
+/// the key rides ev_extra1 and picks the event's partition slot (NULL: slot 0).
+#[pg_extern(name = "send", security_definer)]
+#[search_path(pg_catalog, pgque, pg_temp)]
+fn send_keyed_jsonb(
+    queue_name: Option<&str>,
+    type_name: Option<&str>,
+    payload: Option<JsonbText>,
+    partition_key: Option<&str>,
+) -> i64 {
+    let t = type_arg(type_name);
+    let p = payload.map(|p| p.0);
+    send_one(
+        queue_name,
+        Some(t),
+        p.as_deref(),
+        [partition_key, None, None, None],
+    )
+}
+
+/// send(queue_name, type_name, payload text, partition_key).
+#[pg_extern(name = "send", security_definer)]
+#[search_path(pg_catalog, pgque, pg_temp)]
+fn send_keyed_text(
+    queue_name: Option<&str>,
+    type_name: Option<&str>,
+    payload: Option<&str>,
+    partition_key: Option<&str>,
+) -> i64 {
+    let t = type_arg(type_name);
+    send_one(
+        queue_name,
+        Some(t),
+        payload,
+        [partition_key, None, None, None],
+    )
+}
+
+/// send_batch(queue_name, type_name, payloads jsonb[], partition_keys text[]):
+/// keyed events in one statement, keys aligned with payloads (22023 when the
+/// lengths differ); ids aligned with the input.
+#[pg_extern(name = "send_batch", security_definer)]
+#[search_path(pg_catalog, pgque, pg_temp)]
+fn send_batch_keyed_jsonb(
+    queue_name: Option<&str>,
+    type_name: Option<&str>,
+    payloads: Option<JsonbTextArray>,
+    partition_keys: Option<Vec<Option<String>>>,
+) -> Vec<i64> {
+    let t = type_arg(type_name).to_string();
+    let p = required(payloads, "payloads").0;
+    let k = required(partition_keys, "partition_keys");
+    send_many(queue_name, &t, p, Some(k))
+}
+
+/// send_batch(queue_name, type_name, payloads text[], partition_keys text[]).
+#[pg_extern(name = "send_batch", security_definer)]
+#[search_path(pg_catalog, pgque, pg_temp)]
+fn send_batch_keyed_text(
+    queue_name: Option<&str>,
+    type_name: Option<&str>,
+    payloads: Option<Vec<Option<String>>>,
+    partition_keys: Option<Vec<Option<String>>>,
+) -> Vec<i64> {
+    let t = type_arg(type_name).to_string();
+    let p = required(payloads, "payloads");
+    let k = required(partition_keys, "partition_keys");
+    send_many(queue_name, &t, p, Some(k))
 }
 
 /// insert_event(queue_name, ev_type, ev_data): PgQ's raw entry point.
@@ -224,7 +312,7 @@ fn unregister_consumer(x_queue_name: Option<&str>, x_consumer_name: Option<&str>
     do_unregister(x_queue_name, x_consumer_name)
 }
 
-fn max_return_arg(max_return: Option<i32>) -> i64 {
+pub(crate) fn max_return_arg(max_return: Option<i32>) -> i64 {
     let n = required(max_return, "max_return");
     if n < 1 {
         raise(
@@ -237,7 +325,7 @@ fn max_return_arg(max_return: Option<i32>) -> i64 {
 
 /// Turns an opened batch into its events; an empty new batch is finished at
 /// once (the consumer moves on), and nothing is returned.
-fn deliver(
+pub(crate) fn deliver(
     c: &mut SpiClient<'_>,
     q: &Queue,
     opened: Option<batch::Opened>,
@@ -295,7 +383,7 @@ fn finish_batch(x_batch_id: Option<i64>) -> i32 {
 /// Schedules one event of an open batch for redelivery to its consumer, or
 /// dead-letters it once its retries reached the queue's max_retries.
 #[allow(clippy::too_many_arguments)]
-fn retry_event(
+pub(crate) fn retry_event(
     c: &mut SpiClient<'_>,
     q: &Queue,
     b: &batch::Batch,
@@ -355,11 +443,17 @@ fn retry_event(
     t.len() as i32
 }
 
-fn find_in_batch(c: &mut SpiClient<'_>, q: &Queue, b: &batch::Batch, ev_id: i64) -> batch::Event {
+pub(crate) fn find_in_batch(
+    c: &mut SpiClient<'_>,
+    q: &Queue,
+    b: &batch::Batch,
+    ev_id: i64,
+) -> batch::Event {
     batch::read_events(
         c,
         q,
         b.sub_id,
+        b.slot,
         b.prev_tick,
         b.tick,
         b.floor,
@@ -376,7 +470,7 @@ fn find_in_batch(c: &mut SpiClient<'_>, q: &Queue, b: &batch::Batch, ev_id: i64)
     })
 }
 
-fn check_retry_after(iv: &Interval) {
+pub(crate) fn check_retry_after(iv: &Interval) {
     types::check_nonnegative_interval(iv, "retry_after");
 }
 
@@ -399,7 +493,7 @@ fn nack(
     );
     let msg_batch: Option<i64> = msg.get_by_index(2.try_into().unwrap()).unwrap();
     Spi::connect_mut(|c| {
-        let (b, q, consumer) = batch::open_batch_by_id(c, batch_id);
+        let (b, q, consumer) = batch::plain_open_batch(c, batch_id);
         if msg_batch.is_some_and(|mb| mb != b.batch_id) {
             raise(
                 error::INVALID_PARAMETER_VALUE,
@@ -434,7 +528,7 @@ fn event_retry_at(
     Spi::connect_mut(|c| {
         let t = log::exec(c, "SELECT greatest($1 - now(), interval '0')", &[at.into()]);
         let iv: Interval = log::col(&log::first_row(t).unwrap(), 1).unwrap();
-        let (b, q, consumer) = batch::open_batch_by_id(c, x_batch_id);
+        let (b, q, consumer) = batch::plain_open_batch(c, x_batch_id);
         let ev = find_in_batch(c, &q, &b, ev_id);
         retry_event(c, &q, &b, &consumer, &ev, &iv, None, false)
     })
@@ -467,7 +561,7 @@ fn event_retry_secs(
     let secs = required(x_retry_seconds, "x_retry_seconds");
     Spi::connect_mut(|c| {
         let iv = seconds_interval(c, secs);
-        let (b, q, consumer) = batch::open_batch_by_id(c, x_batch_id);
+        let (b, q, consumer) = batch::plain_open_batch(c, x_batch_id);
         let ev = find_in_batch(c, &q, &b, ev_id);
         retry_event(c, &q, &b, &consumer, &ev, &iv, None, false)
     })
@@ -480,7 +574,7 @@ fn batch_retry(i_batch_id: Option<i64>, i_retry_seconds: Option<i32>) -> i32 {
     let secs = required(i_retry_seconds, "i_retry_seconds");
     Spi::connect_mut(|c| {
         let iv = seconds_interval(c, secs);
-        let (b, q, consumer) = batch::open_batch_by_id(c, i_batch_id);
+        let (b, q, consumer) = batch::plain_open_batch(c, i_batch_id);
         let evs = batch::batch_events(c, &q, &b, false);
         evs.iter()
             .map(|ev| retry_event(c, &q, &b, &consumer, ev, &iv, None, false))
@@ -730,6 +824,7 @@ fn get_batch_cursor(
             c,
             &q,
             b.sub_id,
+            b.slot,
             b.prev_tick,
             b.tick,
             b.floor,
@@ -750,10 +845,14 @@ fn get_batch_cursor(
                   WHERE ev_txid < pg_snapshot_xmax({p2}::pg_snapshot) \
                     AND pg_visible_in_snapshot(ev_txid, {p2}::pg_snapshot) \
                     AND NOT pg_visible_in_snapshot(ev_txid, {p1}::pg_snapshot) \
-                    AND (ev_owner IS NULL OR ev_owner = {sub}) \
+                    AND (ev_owner IS NULL OR ev_owner = {sub}) {slot} \
                     AND ev_id > {after} AND ev_id <= {ceil} ORDER BY ev_id",
                 pgrx::spi::quote_identifier(cursor),
                 q.parent_table(),
+                slot = b
+                    .slot
+                    .map(|s| format!("AND {} = {}", log::slots::slot_expr(s.n), s.k))
+                    .unwrap_or_default(),
                 p1 = pgrx::spi::quote_literal(&prev),
                 p2 = pgrx::spi::quote_literal(&cur),
                 sub = b.sub_id,

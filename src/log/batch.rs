@@ -13,6 +13,7 @@
 //! are inserted only, and reclaimed by the metadata rotation in maint().
 //! Opening a batch locks the consumer's subscription row (FOR NO KEY UPDATE),
 //! so two sessions receiving for one consumer get the same batch.
+use super::slots::{self, Slot};
 use super::{col, exec, first_row, tick, Queue};
 use crate::error::{self, raise};
 use pgrx::datum::TimestampWithTimeZone;
@@ -28,6 +29,9 @@ pub struct Batch {
     pub floor: i64,
     pub ceiling: Option<i64>,
     pub done: bool,
+    /// The partition slot whose events this batch holds (a slot
+    /// subscription's batch), None for a plain or cooperative consumer.
+    pub slot: Option<Slot>,
 }
 
 #[derive(Debug, Clone)]
@@ -55,6 +59,7 @@ fn batch_from(r: &pgrx::spi::SpiHeapTupleData<'_>) -> Batch {
         floor: col(r, 6).unwrap(),
         ceiling: col(r, 7),
         done: col(r, 8).unwrap(),
+        slot: None,
     }
 }
 
@@ -84,14 +89,19 @@ pub fn member_open_batch(client: &mut SpiClient<'_>, sub_id: i32, member: i32) -
 pub fn batch_by_id(client: &mut SpiClient<'_>, batch_id: i64) -> Option<(Batch, Queue, String)> {
     let sql = format!(
         "SELECT {BATCH_COLS}, q.queue_id, q.queue_name, q.queue_cur_table, q.queue_ntables, \
-                q.queue_max_retries, s.sub_consumer \
+                q.queue_max_retries, s.sub_consumer, ps.ps_n, ps.ps_slot \
            FROM pgque.batch b JOIN pgque.subscription s ON s.sub_id = b.sub_id \
            JOIN pgque.queue q ON q.queue_id = s.sub_queue \
+           LEFT JOIN pgque.partition_slot ps ON ps.ps_sub = b.sub_id \
           WHERE b.batch_id = $1 LIMIT 1"
     );
     let t = exec(client, &sql, &[batch_id.into()]);
     first_row(t).map(|r| {
-        let b = batch_from(&r);
+        let mut b = batch_from(&r);
+        b.slot = match (col::<i32>(&r, 15), col::<i32>(&r, 16)) {
+            (Some(n), Some(k)) => Some(Slot { n, k }),
+            _ => None,
+        };
         let q = Queue {
             id: col(&r, 9).unwrap(),
             name: col(&r, 10).unwrap(),
@@ -139,18 +149,14 @@ pub fn lock_sub(client: &mut SpiClient<'_>, sub_id: i32) {
     }
 }
 
-/// Reads a batch's events (in ev_id order), at most `limit`, optionally one id.
-///
-/// The snapshots come in as text and are cast inside scalar subqueries, which
-/// PostgreSQL evaluates once per execution (InitPlans): cast in the WHERE
-/// clause, a generic plan parsed both snapshots again for every row. Only
-/// get_batch_events shows the transaction id; rendering xid8 through text for
-/// every row of every receive was another ~5% of a drain.
+/// Reads a batch's events (in ev_id order), at most `limit`, optionally one
+/// id; with `slot`, only that slot's events, through the slot index.
 #[allow(clippy::too_many_arguments)]
 pub fn read_events(
     client: &mut SpiClient<'_>,
     q: &Queue,
     sub_id: i32,
+    slot: Option<Slot>,
     prev_tick: i64,
     tick: i64,
     floor: i64,
@@ -159,16 +165,23 @@ pub fn read_events(
     only: Option<i64>,
 ) -> Vec<Event> {
     read_events_ext(
-        client, q, sub_id, prev_tick, tick, floor, ceiling, limit, only, false,
+        client, q, sub_id, slot, prev_tick, tick, floor, ceiling, limit, only, false,
     )
 }
 
 /// [`read_events`], with `Event::txid` filled in when `with_txid` (else 0).
+///
+/// The snapshots come in as text and are cast inside scalar subqueries, which
+/// PostgreSQL evaluates once per execution (InitPlans): cast in the WHERE
+/// clause, a generic plan parsed both snapshots again for every row. Only
+/// get_batch_events shows the transaction id; rendering xid8 through text for
+/// every row of every receive was another ~5% of a drain.
 #[allow(clippy::too_many_arguments)]
 pub fn read_events_ext(
     client: &mut SpiClient<'_>,
     q: &Queue,
     sub_id: i32,
+    slot: Option<Slot>,
     prev_tick: i64,
     tick: i64,
     floor: i64,
@@ -194,11 +207,25 @@ pub fn read_events_ext(
     } else {
         "0::int8"
     };
+    // The slot's condition names the index expression of its N literally
+    // (the planner matches index expressions by their text), its slot number
+    // is a parameter: one kept plan per (queue, N).
+    // Its lower txid bound (every event the earlier tick did not see has
+    // ev_txid >= that snapshot's xmin) makes the index range start at the
+    // batch, not at the slot's oldest event still in the table.
+    let slot_cond = slot
+        .map(|s| {
+            format!(
+                "{} = $8 AND ev_txid >= pg_snapshot_xmin((SELECT $1::pg_snapshot)) AND ",
+                slots::slot_expr(s.n)
+            )
+        })
+        .unwrap_or_default();
     let sql = format!(
         "SELECT ev_id, ev_time, {txid}, ev_retry, ev_type, ev_data, \
                 ev_extra1, ev_extra2, ev_extra3, ev_extra4 \
            FROM {} \
-          WHERE ev_txid < pg_snapshot_xmax((SELECT $2::pg_snapshot)) \
+          WHERE {slot_cond}ev_txid < pg_snapshot_xmax((SELECT $2::pg_snapshot)) \
             AND (ev_txid >= pg_snapshot_xmax((SELECT $1::pg_snapshot)) \
                  OR ev_txid = ANY (ARRAY(SELECT pg_snapshot_xip($1::pg_snapshot)))) \
             AND pg_visible_in_snapshot(ev_txid, (SELECT $2::pg_snapshot)) \
@@ -209,19 +236,19 @@ pub fn read_events_ext(
           ORDER BY ev_id LIMIT $6",
         q.parent_table()
     );
-    let t = exec(
-        client,
-        &sql,
-        &[
-            prev_snap.as_str().into(),
-            cur_snap.as_str().into(),
-            sub_id.into(),
-            floor.into(),
-            ceiling.unwrap_or(i64::MAX).into(),
-            limit.into(),
-            only.into(),
-        ],
-    );
+    let mut args = vec![
+        prev_snap.as_str().into(),
+        cur_snap.as_str().into(),
+        sub_id.into(),
+        floor.into(),
+        ceiling.unwrap_or(i64::MAX).into(),
+        limit.into(),
+        only.into(),
+    ];
+    if let Some(s) = slot {
+        args.push((s.k as i64).into());
+    }
+    let t = exec(client, &sql, &args);
     t.map(|r| Event {
         id: col(&r, 1).unwrap(),
         time: col(&r, 2).unwrap(),
@@ -245,6 +272,7 @@ pub fn batch_events(
         client,
         q,
         b.sub_id,
+        b.slot,
         b.prev_tick,
         b.tick,
         b.floor,
@@ -343,11 +371,23 @@ fn open_range(
     q: &Queue,
     sub_id: i32,
     member: Option<i32>,
+    slot: Option<Slot>,
     range: (i64, i64, i64),
     limit: i64,
 ) -> Opened {
     let (prev, tick, floor) = range;
-    let mut evs = read_events(client, q, sub_id, prev, tick, floor, None, limit + 1, None);
+    let mut evs = read_events(
+        client,
+        q,
+        sub_id,
+        slot,
+        prev,
+        tick,
+        floor,
+        None,
+        limit + 1,
+        None,
+    );
     let ceiling = if evs.len() as i64 > limit {
         evs.truncate(limit as usize);
         evs.last().map(|e| e.id)
@@ -363,6 +403,7 @@ fn open_range(
         floor,
         ceiling,
         done: false,
+        slot,
     };
     b.batch_id = insert_batch(client, &b);
     Opened {
@@ -379,30 +420,55 @@ pub fn next_batch(
     sub_id: i32,
     limit: i64,
 ) -> Option<Opened> {
+    next_batch_of(client, q, sub_id, None, limit, &mut |_| {})
+}
+
+/// next_batch for a plain consumer (`slot` None) or a partition slot's
+/// subscription. A slot sees about 1/N of the stream, so its batches follow
+/// ticks over up to `limit * N` events of the stream to hold about `limit`
+/// of its own (a skewed slot's bigger share is cut at `limit` as usual).
+/// For a slot, `lock_slot` is called before a batch is opened: it takes the
+/// slot's lease row (receive_partitioned's fence), which serializes the
+/// slot's openers.
+pub fn next_batch_of(
+    client: &mut SpiClient<'_>,
+    q: &Queue,
+    sub_id: i32,
+    slot: Option<Slot>,
+    limit: i64,
+    lock_slot: &mut dyn FnMut(&mut SpiClient<'_>),
+) -> Option<Opened> {
+    let span = slot.map_or(limit, |s| limit.saturating_mul(s.n as i64));
+    let open = |b: &Batch| {
+        Some(Opened {
+            batch: Batch { slot, ..b.clone() },
+            events: None,
+        })
+    };
     // Read-only fast path: an open batch is returned as is, and with no new
     // tick there is nothing to open, so an idle poll takes no row lock (and
     // no transaction id).
     let seen = latest_batch(client, sub_id);
-    match &seen {
-        Some(b) if !b.done => {
-            return Some(Opened {
-                batch: b.clone(),
-                events: None,
-            })
+    if let Some(b) = &seen {
+        if !b.done {
+            return open(b);
         }
-        Some(_) => {
-            next_range(client, q, seen.as_ref(), 0, limit)?;
-        }
-        None => {}
     }
-    lock_sub(client, sub_id);
+    if seen.is_some() {
+        next_range(client, q, seen.as_ref(), 0, span)?;
+    }
+    // Serialize with other openers, then look once more. A slot's openers
+    // are serialized by its lease row (no plain call can name a slot
+    // subscription), which the caller's `lock_slot` takes.
+    if slot.is_some() {
+        lock_slot(client);
+    } else {
+        lock_sub(client, sub_id);
+    }
     let latest = latest_batch(client, sub_id);
     if let Some(b) = &latest {
         if !b.done {
-            return Some(Opened {
-                batch: b.clone(),
-                events: None,
-            });
+            return open(b);
         }
     }
     let start = if latest.is_none() {
@@ -410,8 +476,8 @@ pub fn next_batch(
     } else {
         0
     };
-    let range = next_range(client, q, latest.as_ref(), start, limit)?;
-    Some(open_range(client, q, sub_id, None, range, limit))
+    let range = next_range(client, q, latest.as_ref(), start, span)?;
+    Some(open_range(client, q, sub_id, None, slot, range, limit))
 }
 
 /// Cooperative consumers: the member's open batch, else a batch of a dead or
@@ -464,12 +530,39 @@ pub fn next_batch_coop(
         0
     };
     let range = next_range(client, q, latest.as_ref(), start, limit)?;
-    Some(open_range(client, q, sub_id, Some(member), range, limit))
+    Some(open_range(
+        client,
+        q,
+        sub_id,
+        Some(member),
+        None,
+        range,
+        limit,
+    ))
+}
+
+/// A batch that a plain call (by batch id) may change: open, and not a
+/// partition slot's (those are lease-fenced: ack_partitioned and co.), 55000.
+pub fn plain_open_batch(
+    client: &mut SpiClient<'_>,
+    batch_id: Option<i64>,
+) -> (Batch, Queue, String) {
+    let found = open_batch_by_id(client, batch_id);
+    if let Some(s) = found.0.slot {
+        raise(
+            error::WRONG_STATE,
+            format!(
+                "batch {} belongs to partition slot {} of {:?}: use ack_partitioned / nack_partitioned, which check the slot's lease",
+                found.0.batch_id, s.k, found.2
+            ),
+        );
+    }
+    found
 }
 
 /// Finishes an open batch (ack / finish_batch). Serialized with openers.
 pub fn finish(client: &mut SpiClient<'_>, batch_id: Option<i64>) -> i32 {
-    let (b, _q, _c) = open_batch_by_id(client, batch_id);
+    let (b, _q, _c) = plain_open_batch(client, batch_id);
     lock_sub(client, b.sub_id);
     // Re-check under the lock: a concurrent ack may have finished it.
     if let Some((again, _, _)) = batch_by_id(client, b.batch_id) {

@@ -19,6 +19,7 @@ use std::rc::Rc;
 
 pub mod batch;
 pub mod maint;
+pub mod slots;
 pub mod tick;
 
 extension_sql_file!(
@@ -188,15 +189,36 @@ pub fn insert_event(client: &mut SpiClient<'_>, q: &Queue, ev: &NewEvent) -> i64
 }
 
 /// Appends many events of one type in one statement; ids come back aligned
-/// with the input positions.
+/// with the input positions. `keys` (partition keys, into ev_extra1) must be
+/// as long as `payloads` (the caller checks).
 pub fn insert_events(
     client: &mut SpiClient<'_>,
     q: &Queue,
     ev_type: &str,
     payloads: Vec<Option<String>>,
+    keys: Option<Vec<Option<String>>>,
 ) -> Vec<i64> {
     if payloads.is_empty() {
         return vec![];
+    }
+    if let Some(keys) = keys {
+        let sql = format!(
+            "WITH src AS MATERIALIZED ( \
+                 SELECT u.ord, nextval('{seq}') AS id, u.p, u.k \
+                   FROM unnest($2::text[], $3::text[]) WITH ORDINALITY AS u(p, k, ord) ORDER BY u.ord), \
+             ins AS (INSERT INTO {tbl} (ev_id, ev_type, ev_data, ev_extra1) \
+                     SELECT id, $1, p, k FROM src ORDER BY ord) \
+             SELECT array_agg(id ORDER BY ord) FROM src",
+            seq = event_seq(q.id),
+            tbl = q.current_table()
+        );
+        let t = exec(
+            client,
+            &sql,
+            &[ev_type.into(), payloads.into(), keys.into()],
+        );
+        crate::worker::wake::at_commit();
+        return col(&first_row(t).expect("one row"), 1).unwrap_or_default();
     }
     let sql = format!(
         "WITH src AS MATERIALIZED ( \
@@ -388,6 +410,15 @@ pub fn register(
 ) -> bool {
     if find_sub(client, q, consumer).is_some() {
         return false;
+    }
+    if slots::consumer_n(client, q, consumer).is_some() {
+        raise(
+            error::DUPLICATE_OBJECT,
+            format!(
+                "{consumer:?} is a partitioned consumer of queue {:?}; a plain consumer needs its own name",
+                q.name
+            ),
+        );
     }
     let tick = match at_tick {
         Some(t) => {

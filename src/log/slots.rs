@@ -1,0 +1,575 @@
+//! Partition slots (DESIGN.md section 3): which slot a key belongs to, the
+//! per-N slot indexes on a queue's event tables, the persisted N of a
+//! partitioned consumer, its slot subscriptions and the slots' leases.
+//!
+//! A partitioned consumer `c` with N slots is N ordinary subscriptions
+//! `c#0` .. `c#<N-1>`: each slot has its own position, batches, retries and
+//! holds back rotation like any consumer. A slot's batches hold only the
+//! events whose key maps to it: `read_events` adds the slot condition, which
+//! an index on (slot expression for N, ev_txid, ev_id) on every event table
+//! of the queue answers, so a slot reads its own events, not the stream.
+use super::{col, exec, first_row, run_once, Queue};
+use crate::error::{self, raise};
+use pgrx::prelude::*;
+use pgrx::spi::SpiClient;
+
+extension_sql_file!(
+    "../../sql/15_slots.sql",
+    name = "slots",
+    requires = ["event_log"]
+);
+
+/// Most slots a partitioned consumer may have.
+pub const MAX_SLOTS: i32 = 256;
+
+/// Slot `k` of a consumer with `n` slots.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Slot {
+    pub n: i32,
+    pub k: i32,
+}
+
+/// slot(K) = (h % N + N) % N for h = hashtextextended(K, 0): PostgreSQL's `%`
+/// keeps the dividend's sign, so this is the non-negative remainder.
+pub fn slot_of_hash(h: i64, n: i32) -> i32 {
+    let n = n as i64;
+    ((h % n + n) % n) as i32
+}
+
+/// PostgreSQL's hashtextextended(key, 0) for a deterministic collation (the
+/// default): hash_bytes_extended (Bob Jenkins' lookup3, src/common/hashfn.c)
+/// over the key's bytes. Pure Rust, so clients' slot maths can be checked
+/// without a server; a pg_test compares it with the server's function.
+pub fn key_hash(key: &str) -> i64 {
+    hash_bytes_extended(key.as_bytes(), 0) as i64
+}
+
+fn mix(a: &mut u32, b: &mut u32, c: &mut u32) {
+    *a = a.wrapping_sub(*c);
+    *a ^= c.rotate_left(4);
+    *c = c.wrapping_add(*b);
+    *b = b.wrapping_sub(*a);
+    *b ^= a.rotate_left(6);
+    *a = a.wrapping_add(*c);
+    *c = c.wrapping_sub(*b);
+    *c ^= b.rotate_left(8);
+    *b = b.wrapping_add(*a);
+    *a = a.wrapping_sub(*c);
+    *a ^= c.rotate_left(16);
+    *c = c.wrapping_add(*b);
+    *b = b.wrapping_sub(*a);
+    *b ^= a.rotate_left(19);
+    *a = a.wrapping_add(*c);
+    *c = c.wrapping_sub(*b);
+    *c ^= b.rotate_left(4);
+    *b = b.wrapping_add(*a);
+}
+
+fn final_mix(a: &mut u32, b: &mut u32, c: &mut u32) {
+    *c ^= *b;
+    *c = c.wrapping_sub(b.rotate_left(14));
+    *a ^= *c;
+    *a = a.wrapping_sub(c.rotate_left(11));
+    *b ^= *a;
+    *b = b.wrapping_sub(a.rotate_left(25));
+    *c ^= *b;
+    *c = c.wrapping_sub(b.rotate_left(16));
+    *a ^= *c;
+    *a = a.wrapping_sub(c.rotate_left(4));
+    *b ^= *a;
+    *b = b.wrapping_sub(a.rotate_left(14));
+    *c ^= *b;
+    *c = c.wrapping_sub(b.rotate_left(24));
+}
+
+/// PostgreSQL's hash_bytes_extended (little-endian byte order, which both
+/// of its code paths read on every platform PostgreSQL hashes identically).
+pub fn hash_bytes_extended(k: &[u8], seed: u64) -> u64 {
+    let init = 0x9e37_79b9u32
+        .wrapping_add(k.len() as u32)
+        .wrapping_add(3_923_095);
+    let (mut a, mut b, mut c) = (init, init, init);
+    if seed != 0 {
+        a = a.wrapping_add((seed >> 32) as u32);
+        b = b.wrapping_add(seed as u32);
+        mix(&mut a, &mut b, &mut c);
+    }
+    let word = |w: &[u8]| -> u32 {
+        w.iter()
+            .enumerate()
+            .fold(0u32, |acc, (i, &x)| acc.wrapping_add((x as u32) << (8 * i)))
+    };
+    let mut rest = k;
+    while rest.len() >= 12 {
+        a = a.wrapping_add(word(&rest[0..4]));
+        b = b.wrapping_add(word(&rest[4..8]));
+        c = c.wrapping_add(word(&rest[8..12]));
+        mix(&mut a, &mut b, &mut c);
+        rest = &rest[12..];
+    }
+    // The last 0..11 bytes: a takes bytes 0-3, b 4-7, c 8-10 shifted up one
+    // byte (its lowest byte is left for the length, as in lookup3).
+    let n = rest.len();
+    a = a.wrapping_add(word(&rest[..n.min(4)]));
+    if n > 4 {
+        b = b.wrapping_add(word(&rest[4..n.min(8)]));
+    }
+    if n > 8 {
+        c = c.wrapping_add(word(&rest[8..n]) << 8);
+    }
+    final_mix(&mut a, &mut b, &mut c);
+    ((b as u64) << 32) | c as u64
+}
+
+/// The slot of a partition key (NULL key: slot 0).
+pub fn slot_of(key: Option<&str>, n: i32) -> i32 {
+    key.map_or(0, |k| slot_of_hash(key_hash(k), n))
+}
+
+/// The SQL expression of an event's slot for `n` slots: the key rides
+/// ev_extra1, a NULL key is slot 0. Index and queries use this same text.
+pub fn slot_expr(n: i32) -> String {
+    format!("coalesce((hashtextextended(ev_extra1, 0) % {n} + {n}) % {n}, 0)")
+}
+
+/// The subscription name of slot `k` of consumer `c`.
+pub fn slot_sub_name(consumer: &str, k: i32) -> String {
+    format!("{consumer}#{k}")
+}
+
+fn index_name(qid: i32, t: i32, n: i32) -> String {
+    format!("event_{qid}_{t}_slot{n}_idx")
+}
+
+/// Creates the slot index for `n` on each event table of the queue, when
+/// missing. CREATE INDEX takes a SHARE lock: sends to this queue wait until
+/// the subscribing transaction ends (they are never lost or misplaced).
+pub fn ensure_index(client: &mut SpiClient<'_>, q: &Queue, n: i32) {
+    for t in 0..q.ntables {
+        let name = index_name(q.id, t, n);
+        let r = exec(
+            client,
+            "SELECT to_regclass('pgque.' || $1) IS NULL",
+            &[name.as_str().into()],
+        );
+        let missing: bool = col(&first_row(r).unwrap(), 1).unwrap();
+        if missing {
+            run_once(
+                client,
+                &format!(
+                    "CREATE INDEX {name} ON {} (({}), ev_txid, ev_id)",
+                    super::event_table(q.id, t),
+                    slot_expr(n)
+                ),
+            );
+        }
+    }
+}
+
+/// Drops the slot index for `n` when no partitioned consumer of the queue
+/// uses that N any more (each index costs every send an index insert).
+pub fn drop_index_if_unused(client: &mut SpiClient<'_>, q: &Queue, n: i32) {
+    let t = exec(
+        client,
+        "SELECT EXISTS (SELECT 1 FROM pgque.partition_consumer WHERE pc_queue = $1 AND pc_n = $2)",
+        &[q.id.into(), n.into()],
+    );
+    let used: bool = col(&first_row(t).unwrap(), 1).unwrap();
+    if !used {
+        for t in 0..q.ntables {
+            run_once(
+                client,
+                &format!("DROP INDEX IF EXISTS pgque.{}", index_name(q.id, t, n)),
+            );
+        }
+    }
+}
+
+/// The persisted N of a partitioned consumer, if it is one.
+pub fn consumer_n(client: &mut SpiClient<'_>, q: &Queue, consumer: &str) -> Option<i32> {
+    let t = exec(
+        client,
+        "SELECT pc_n FROM pgque.partition_consumer WHERE pc_queue = $1 AND pc_consumer = $2",
+        &[q.id.into(), consumer.into()],
+    );
+    first_row(t).and_then(|r| col(&r, 1))
+}
+
+/// The persisted N, or 42704 when `consumer` is not a partitioned consumer.
+pub fn require_n(client: &mut SpiClient<'_>, q: &Queue, consumer: &str) -> i32 {
+    consumer_n(client, q, consumer).unwrap_or_else(|| {
+        raise(
+            error::UNDEFINED_OBJECT,
+            format!(
+                "{consumer:?} is not a partitioned consumer of queue {:?}",
+                q.name
+            ),
+        )
+    })
+}
+
+/// 22023 unless `n` is the consumer's persisted N.
+pub fn check_n(consumer: &str, persisted: i32, n: i32) {
+    if persisted != n {
+        raise(
+            error::INVALID_PARAMETER_VALUE,
+            format!("consumer {consumer:?} has {persisted} slots, not {n}: N cannot change while it is subscribed"),
+        );
+    }
+}
+
+/// Records `consumer` as partitioned with `n` slots (with the N lease rows),
+/// or checks that it already is with that same N. Serialized per consumer:
+/// a concurrent first subscribe waits on the primary key, then compares.
+pub fn set_n(client: &mut SpiClient<'_>, q: &Queue, consumer: &str, n: i32) {
+    if super::find_sub(client, q, consumer).is_some() {
+        raise(
+            error::DUPLICATE_OBJECT,
+            format!(
+                "queue {:?} has a plain consumer named {consumer:?}; a partitioned consumer needs its own name",
+                q.name
+            ),
+        );
+    }
+    let t = exec(
+        client,
+        "INSERT INTO pgque.partition_consumer (pc_queue, pc_consumer, pc_n) VALUES ($1, $2, $3) \
+         ON CONFLICT DO NOTHING RETURNING 1",
+        &[q.id.into(), consumer.into(), n.into()],
+    );
+    if !t.is_empty() {
+        exec(
+            client,
+            "INSERT INTO pgque.partition_slot (ps_queue, ps_consumer, ps_slot, ps_n) \
+             SELECT $1, $2, g, $3 FROM generate_series(0, $3 - 1) g",
+            &[q.id.into(), consumer.into(), n.into()],
+        );
+        return;
+    }
+    let t = exec(
+        client,
+        "SELECT pc_n FROM pgque.partition_consumer WHERE pc_queue = $1 AND pc_consumer = $2 \
+         FOR NO KEY UPDATE",
+        &[q.id.into(), consumer.into()],
+    );
+    let persisted: i32 = first_row(t).and_then(|r| col(&r, 1)).unwrap_or_else(|| {
+        raise(
+            error::UNDEFINED_OBJECT,
+            "the consumer was removed concurrently",
+        )
+    });
+    check_n(consumer, persisted, n);
+}
+
+/// Subscribes slots `from..=to` that are not subscribed, all at `tick`;
+/// returns how many were new.
+pub fn subscribe_slots(
+    client: &mut SpiClient<'_>,
+    q: &Queue,
+    consumer: &str,
+    from: i32,
+    to: i32,
+    tick: i64,
+) -> i32 {
+    let t = exec(
+        client,
+        "WITH s AS ( \
+           INSERT INTO pgque.subscription (sub_queue, sub_consumer, sub_start_tick) \
+           SELECT $1, $2 || '#' || g, $5 FROM generate_series($3, $4) g \
+               JOIN pgque.partition_slot p ON p.ps_queue = $1 AND p.ps_consumer = $2 AND p.ps_slot = g \
+              WHERE p.ps_sub IS NULL \
+           ON CONFLICT DO NOTHING RETURNING sub_id, sub_consumer) \
+         UPDATE pgque.partition_slot p SET ps_sub = s.sub_id FROM s \
+          WHERE p.ps_queue = $1 AND p.ps_consumer = $2 AND s.sub_consumer = $2 || '#' || p.ps_slot \
+         RETURNING 1",
+        &[
+            q.id.into(),
+            consumer.into(),
+            from.into(),
+            to.into(),
+            tick.into(),
+        ],
+    );
+    t.len() as i32
+}
+
+/// Removes slot subscriptions (their retries too) of slots `from..=to`;
+/// returns how many there were. The lease rows stay (N stays persisted).
+pub fn unsubscribe_slots(
+    client: &mut SpiClient<'_>,
+    q: &Queue,
+    consumer: &str,
+    from: i32,
+    to: i32,
+) -> i32 {
+    let t = exec(
+        client,
+        "WITH p AS (UPDATE pgque.partition_slot p SET ps_sub = NULL, ps_owner = NULL, ps_until = now() \
+                     FROM (SELECT ps_slot, ps_sub FROM pgque.partition_slot \
+                            WHERE ps_queue = $1 AND ps_consumer = $2 AND ps_slot BETWEEN $3 AND $4 \
+                              AND ps_sub IS NOT NULL FOR UPDATE) old \
+                    WHERE p.ps_queue = $1 AND p.ps_consumer = $2 AND p.ps_slot = old.ps_slot \
+                    RETURNING old.ps_sub AS sub_id), \
+              r AS (DELETE FROM pgque.retry_queue WHERE ev_owner IN (SELECT sub_id FROM p)), \
+              s AS (DELETE FROM pgque.subscription WHERE sub_id IN (SELECT sub_id FROM p) RETURNING 1) \
+         SELECT count(*)::int4 FROM s",
+        &[q.id.into(), consumer.into(), from.into(), to.into()],
+    );
+    col(&first_row(t).unwrap(), 1).unwrap()
+}
+
+/// Forgets a partitioned consumer whose slots are all unsubscribed (its N
+/// and leases); true when it did.
+pub fn forget_if_empty(client: &mut SpiClient<'_>, q: &Queue, consumer: &str) -> bool {
+    let t = exec(
+        client,
+        "DELETE FROM pgque.partition_consumer c WHERE pc_queue = $1 AND pc_consumer = $2 \
+            AND NOT EXISTS (SELECT 1 FROM pgque.partition_slot p WHERE p.ps_queue = $1 \
+                              AND p.ps_consumer = $2 AND p.ps_sub IS NOT NULL) \
+         RETURNING pc_n",
+        &[q.id.into(), consumer.into()],
+    );
+    let gone: Option<i32> = first_row(t).and_then(|r| col(&r, 1));
+    if let Some(n) = gone {
+        drop_index_if_unused(client, q, n);
+    }
+    gone.is_some()
+}
+
+/// Takes or renews a slot's lease without waiting: a slot whose row another
+/// transaction holds (a claim or a receive in flight) counts as busy.
+/// `slot` None picks the free or expired slot that has waited longest (never
+/// one the worker holds live: that is not free).
+/// The owner re-claiming keeps its epoch; anyone else taking a free or
+/// expired lease gets epoch + 1. Returns (slot, epoch), None when busy.
+pub fn claim(
+    client: &mut SpiClient<'_>,
+    q: &Queue,
+    consumer: &str,
+    slot: Option<i32>,
+    worker: &str,
+    ttl: &pgrx::datum::Interval,
+) -> Option<(i32, i64)> {
+    let t = exec(
+        client,
+        "WITH l AS ( \
+           SELECT ps_slot FROM pgque.partition_slot \
+            WHERE ps_queue = $1 AND ps_consumer = $2 AND ($3::int4 IS NULL OR ps_slot = $3) \
+              AND ps_sub IS NOT NULL \
+              AND (ps_owner IS NULL OR ps_until <= clock_timestamp() \
+                   OR ($3::int4 IS NOT NULL AND ps_owner = $4)) \
+            ORDER BY ps_until, ps_slot LIMIT 1 \
+              FOR NO KEY UPDATE SKIP LOCKED) \
+         UPDATE pgque.partition_slot p \
+            SET ps_epoch = p.ps_epoch + CASE WHEN p.ps_owner IS NOT DISTINCT FROM $4 THEN 0 ELSE 1 END, \
+                ps_owner = $4, ps_until = clock_timestamp() + $5, ps_ttl = $5 \
+           FROM l WHERE p.ps_queue = $1 AND p.ps_consumer = $2 AND p.ps_slot = l.ps_slot \
+         RETURNING p.ps_slot, p.ps_epoch",
+        &[
+            q.id.into(),
+            consumer.into(),
+            slot.into(),
+            worker.into(),
+            (*ttl).into(),
+        ],
+    );
+    first_row(t).map(|r| (col(&r, 1).unwrap(), col(&r, 2).unwrap()))
+}
+
+/// What the lease fence found.
+pub struct Fenced {
+    pub sub_id: i32,
+    pub epoch: i64,
+    /// Whether this transaction now holds the slot's lease row.
+    pub locked: bool,
+}
+
+/// The lease fence of receive / ack / nack_partitioned: checks that `worker`
+/// holds the slot's lease (55000 otherwise: taken over, released, never
+/// claimed; nothing is changed) and renews it once half its TTL has passed
+/// -- renewal rides these calls, so a busy slot writes its lease row about
+/// twice per TTL, not once per batch.
+///
+/// With `lock`, the lease row is locked (FOR NO KEY UPDATE, waiting only
+/// for a claim or another call of the same slot in flight) before the
+/// check: every call that changes the slot's state (opens, acks or nacks a
+/// batch) holds it, so a takeover is serialized with them. Without `lock`
+/// the check only reads (an idle poll or a re-read of the open batch takes
+/// no row lock, so it never turns a claim away), unless a renewal is due.
+pub fn fence(
+    client: &mut SpiClient<'_>,
+    q: &Queue,
+    consumer: &str,
+    s: Slot,
+    worker: &str,
+    lock: bool,
+) -> Fenced {
+    let sql = format!(
+        "SELECT ps_n, ps_sub, ps_owner, ps_epoch, \
+                ps_ttl IS NOT NULL AND ps_until - clock_timestamp() < ps_ttl / 2 \
+           FROM pgque.partition_slot \
+          WHERE ps_queue = $1 AND ps_consumer = $2 AND ps_slot = $3{}",
+        if lock { " FOR NO KEY UPDATE" } else { "" }
+    );
+    let t = exec(client, &sql, &[q.id.into(), consumer.into(), s.k.into()]);
+    let Some(r) = first_row(t) else {
+        let persisted = require_n(client, q, consumer);
+        check_n(consumer, persisted, s.n);
+        raise(
+            error::UNDEFINED_OBJECT,
+            format!("slot {} does not exist", s.k),
+        );
+    };
+    let n: i32 = col(&r, 1).unwrap();
+    let sub: Option<i32> = col(&r, 2);
+    let owner: Option<String> = col(&r, 3);
+    let epoch: i64 = col(&r, 4).unwrap();
+    let renew: bool = col(&r, 5).unwrap();
+    drop(r);
+    check_n(consumer, n, s.n);
+    let Some(sub_id) = sub else {
+        raise(
+            error::UNDEFINED_OBJECT,
+            format!("slot {} of {consumer:?} is not subscribed", s.k),
+        );
+    };
+    if owner.as_deref() != Some(worker) {
+        error::raise_detail(
+            error::WRONG_STATE,
+            format!(
+                "worker {worker:?} does not hold the lease of slot {} of {consumer:?}",
+                s.k
+            ),
+            match owner {
+                Some(o) => {
+                    format!("the lease is held by {o:?} at epoch {epoch}; claim the slot again")
+                }
+                None => format!("the slot is not claimed (epoch {epoch}); claim it first"),
+            },
+        );
+    }
+    if renew && !lock {
+        return fence(client, q, consumer, s, worker, true);
+    }
+    if renew {
+        exec(
+            client,
+            "UPDATE pgque.partition_slot SET ps_until = clock_timestamp() + ps_ttl \
+              WHERE ps_queue = $1 AND ps_consumer = $2 AND ps_slot = $3",
+            &[q.id.into(), consumer.into(), s.k.into()],
+        );
+    }
+    Fenced {
+        sub_id,
+        epoch,
+        locked: lock,
+    }
+}
+
+/// Releases the lease if `worker` holds it: false when it does not; 55000
+/// while the slot has an open batch (ack or nack it first).
+pub fn release(
+    client: &mut SpiClient<'_>,
+    q: &Queue,
+    consumer: &str,
+    k: i32,
+    worker: &str,
+) -> bool {
+    let t = exec(
+        client,
+        "SELECT ps_sub, ps_owner = $4 FROM pgque.partition_slot \
+          WHERE ps_queue = $1 AND ps_consumer = $2 AND ps_slot = $3 FOR NO KEY UPDATE",
+        &[q.id.into(), consumer.into(), k.into(), worker.into()],
+    );
+    let Some(r) = first_row(t) else {
+        return false;
+    };
+    let sub: Option<i32> = col(&r, 1);
+    let mine: bool = col(&r, 2).unwrap_or(false);
+    drop(r);
+    if !mine {
+        return false;
+    }
+    if let Some(sub) = sub {
+        if super::batch::latest_batch(client, sub).is_some_and(|b| !b.done) {
+            raise(
+                error::WRONG_STATE,
+                format!(
+                    "slot {k} of {consumer:?} has an open batch: ack or nack it before releasing"
+                ),
+            );
+        }
+    }
+    exec(
+        client,
+        "UPDATE pgque.partition_slot SET ps_owner = NULL, ps_until = clock_timestamp() \
+          WHERE ps_queue = $1 AND ps_consumer = $2 AND ps_slot = $3",
+        &[q.id.into(), consumer.into(), k.into()],
+    );
+    true
+}
+
+/// Events of slot `s` that its subscription has not consumed yet: those in
+/// the event tables committed after its position (through the slot index)
+/// plus its scheduled retries; and the oldest one's age.
+pub fn backlog(
+    client: &mut SpiClient<'_>,
+    qid: i32,
+    s: Slot,
+    sub_id: i32,
+    pos_snapshot: &str,
+) -> (i64, Option<pgrx::datum::Interval>) {
+    let sql = format!(
+        "SELECT count(*), now() - min(ev_time) FROM ( \
+           SELECT ev_time FROM {} \
+            WHERE {} = $1 AND ev_txid >= pg_snapshot_xmin($3::pg_snapshot) \
+              AND NOT pg_visible_in_snapshot(ev_txid, $3::pg_snapshot) \
+              AND (ev_owner IS NULL OR ev_owner = $2) \
+           UNION ALL \
+           SELECT ev_time FROM pgque.retry_queue WHERE ev_owner = $2) e",
+        super::event_parent(qid),
+        slot_expr(s.n)
+    );
+    let t = exec(
+        client,
+        &sql,
+        &[(s.k as i64).into(), sub_id.into(), pos_snapshot.into()],
+    );
+    let r = first_row(t).unwrap();
+    (col(&r, 1).unwrap(), col(&r, 2))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slot_is_the_non_negative_remainder() {
+        assert_eq!(slot_of_hash(0, 16), 0);
+        assert_eq!(slot_of_hash(17, 16), 1);
+        assert_eq!(slot_of_hash(-1, 16), 15);
+        assert_eq!(slot_of_hash(-17, 16), 15);
+        assert_eq!(slot_of_hash(i64::MIN, 256), 0);
+        assert_eq!(slot_of_hash(i64::MAX, 256), 255);
+        assert_eq!(
+            slot_of_hash(i64::MIN + 1, 3),
+            (i64::MIN + 1).rem_euclid(3) as i32
+        );
+        for h in [-1_000_003i64, -7, 0, 5, 99_999_989] {
+            for n in 1..=256 {
+                let k = slot_of_hash(h, n);
+                assert!((0..n).contains(&k));
+                assert_eq!(k as i64, h.rem_euclid(n as i64));
+            }
+        }
+    }
+
+    #[test]
+    fn slot_names_and_expression() {
+        assert_eq!(slot_sub_name("orders", 7), "orders#7");
+        assert_eq!(
+            slot_expr(16),
+            "coalesce((hashtextextended(ev_extra1, 0) % 16 + 16) % 16, 0)"
+        );
+    }
+}
