@@ -42,3 +42,8 @@ CREATE TABLE pgque.partition_slot (
 -- From a batch's subscription to its slot (batch_by_id, get_batch_events).
 CREATE UNIQUE INDEX partition_slot_sub_idx ON pgque.partition_slot (ps_sub)
     WHERE ps_sub IS NOT NULL;
+
+-- User data (which consumers are partitioned, with what N; each slot's
+-- subscription, lease owner and epoch): kept by pg_dump.
+SELECT pg_catalog.pg_extension_config_dump('pgque.partition_consumer', '');
+SELECT pg_catalog.pg_extension_config_dump('pgque.partition_slot', '');

@@ -449,6 +449,124 @@ fn matrix() -> Vec<Row> {
         )
         .with("negative seconds", "SELECT pgque.batch_retry({B}, -1)", St("22023"))
         .with("NULL seconds", "SELECT pgque.batch_retry({B}, NULL)", St("22004")),
+        // ---- partition keys (fixture: 'pc' partitioned with n = 4, slot 0
+        // claimed by 'w1'; slot 1 free) ---------------------------------------
+        row(
+            "pgque.send(text,text,jsonb,text)",
+            "SELECT pgque.send({Q}::text, 't'::text, '{}'::jsonb, 'k'::text)",
+            Q,
+        )
+        .with("NULL type", "SELECT pgque.send('q', NULL::text, '{}'::jsonb, 'k'::text)", St("22004"))
+        .with("not JSON", "SELECT pgque.send('q', 't', '{x'::jsonb, 'k'::text)", bad_json),
+        row(
+            "pgque.send(text,text,text,text)",
+            "SELECT pgque.send({Q}::text, 't'::text, 'x'::text, 'k'::text)",
+            Q,
+        )
+        .with("empty type", "SELECT pgque.send('q', ''::text, 'x'::text, 'k'::text)", St("42602")),
+        row(
+            "pgque.send_batch(text,text,jsonb[],text[])",
+            "SELECT pgque.send_batch({Q}::text, 't'::text, ARRAY['{}']::jsonb[], ARRAY['k'])",
+            Q,
+        )
+        .with("NULL payloads", "SELECT pgque.send_batch('q', 't', NULL::jsonb[], ARRAY['k'])", St("22004"))
+        .with("keys not aligned", "SELECT pgque.send_batch('q', 't', ARRAY['{}', '{}']::jsonb[], ARRAY['k'])", St("22023")),
+        row(
+            "pgque.send_batch(text,text,text[],text[])",
+            "SELECT pgque.send_batch({Q}::text, 't'::text, ARRAY['x']::text[], ARRAY['k'])",
+            Q,
+        )
+        .with("keys not aligned", "SELECT pgque.send_batch('q', 't', ARRAY['x']::text[], ARRAY['k', 'l'])", St("22023")),
+        row(
+            "pgque.subscribe_partitioned(text,text,int4)",
+            "SELECT pgque.subscribe_partitioned({Q}::text, 'newpc', 4)",
+            Q,
+        )
+        .with("NULL consumer", "SELECT pgque.subscribe_partitioned('q', NULL, 4)", St("22004"))
+        .with("hash in consumer", "SELECT pgque.subscribe_partitioned('q', 'a#1', 4)", St("42602"))
+        .with("n = 0", "SELECT pgque.subscribe_partitioned('q', 'newpc', 0)", St("22003"))
+        .with("n = 257", "SELECT pgque.subscribe_partitioned('q', 'newpc', 257)", St("22003"))
+        .with("NULL n", "SELECT pgque.subscribe_partitioned('q', 'newpc', NULL)", St("22004"))
+        .with("different n", "SELECT pgque.subscribe_partitioned('q', 'pc', 8)", St("22023"))
+        .with("name of a plain consumer", "SELECT pgque.subscribe_partitioned('q', 'c', 4)", St("42710")),
+        row(
+            "pgque.unsubscribe_partitioned(text,text)",
+            "SELECT pgque.unsubscribe_partitioned({Q}::text, {C}::text)",
+            QC,
+        ),
+        row(
+            "pgque.subscribe_slot(text,text,int4,int4)",
+            "SELECT pgque.subscribe_slot({Q}::text, 'pc', 1, 4)",
+            Q,
+        )
+        .with("slot = n", "SELECT pgque.subscribe_slot('q', 'pc', 4, 4)", St("22003"))
+        .with("negative slot", "SELECT pgque.subscribe_slot('q', 'pc', -1, 4)", St("22003"))
+        .with("different n", "SELECT pgque.subscribe_slot('q', 'pc', 1, 5)", St("22023")),
+        row(
+            "pgque.unsubscribe_slot(text,text,int4,int4)",
+            "SELECT pgque.unsubscribe_slot({Q}::text, {C}::text, 1, 4)",
+            QC,
+        )
+        .with("slot out of range", "SELECT pgque.unsubscribe_slot('q', 'pc', 9, 4)", St("22003")),
+        row(
+            "pgque.claim_slot(text,text,int4,text,interval)",
+            "SELECT pgque.claim_slot({Q}::text, {C}::text, 1, 'w2')",
+            QC,
+        )
+        .with("NULL worker", "SELECT pgque.claim_slot('q', 'pc', 1, NULL)", St("22004"))
+        .with("empty worker", "SELECT pgque.claim_slot('q', 'pc', 1, '')", St("42602"))
+        .with("slot out of range", "SELECT pgque.claim_slot('q', 'pc', 4, 'w2')", St("22003"))
+        .with("zero ttl", "SELECT pgque.claim_slot('q', 'pc', 1, 'w2', interval '0')", St("22023"))
+        .with("negative ttl", "SELECT pgque.claim_slot('q', 'pc', 1, 'w2', interval '-5 seconds')", St("22023"))
+        .with("ttl under a second", "SELECT pgque.claim_slot('q', 'pc', 1, 'w2', interval '10 ms')", St("22023"))
+        .with("infinite ttl", "SELECT pgque.claim_slot('q', 'pc', 1, 'w2', 'infinity'::interval)", inf_interval()),
+        row(
+            "pgque.claim_next_slot(text,text,text,interval)",
+            "SELECT * FROM pgque.claim_next_slot({Q}::text, {C}::text, 'w2')",
+            QC,
+        )
+        .with("NULL worker", "SELECT * FROM pgque.claim_next_slot('q', 'pc', NULL)", St("22004"))
+        .with("zero ttl", "SELECT * FROM pgque.claim_next_slot('q', 'pc', 'w2', interval '0')", St("22023")),
+        row(
+            "pgque.release_slot(text,text,int4,text)",
+            "SELECT pgque.release_slot({Q}::text, {C}::text, 0, 'w1')",
+            QC,
+        )
+        .with("NULL worker", "SELECT pgque.release_slot('q', 'pc', 0, NULL)", St("22004"))
+        .with("slot out of range", "SELECT pgque.release_slot('q', 'pc', 7, 'w1')", St("22003")),
+        row(
+            "pgque.receive_partitioned(text,text,int4,int4,text,int4)",
+            "SELECT * FROM pgque.receive_partitioned({Q}::text, {C}::text, 0, 4, 'w1')",
+            QC,
+        )
+        .with("not the lease holder", "SELECT * FROM pgque.receive_partitioned('q', 'pc', 0, 4, 'w2')", St("55000"))
+        .with("free slot", "SELECT * FROM pgque.receive_partitioned('q', 'pc', 1, 4, 'w1')", St("55000"))
+        .with("different n", "SELECT * FROM pgque.receive_partitioned('q', 'pc', 0, 8, 'w1')", St("22023"))
+        .with("NULL worker", "SELECT * FROM pgque.receive_partitioned('q', 'pc', 0, 4, NULL)", St("22004"))
+        .with("zero max_return", "SELECT * FROM pgque.receive_partitioned('q', 'pc', 0, 4, 'w1', 0)", St("22023")),
+        row(
+            "pgque.ack_partitioned(text,text,int4,int4,text)",
+            "SELECT pgque.ack_partitioned({Q}::text, {C}::text, 0, 4, 'w1')",
+            QC,
+        )
+        .with("not the lease holder", "SELECT pgque.ack_partitioned('q', 'pc', 0, 4, 'w2')", St("55000"))
+        .with("slot out of range", "SELECT pgque.ack_partitioned('q', 'pc', 4, 4, 'w1')", St("22003")),
+        row(
+            "pgque.nack_partitioned(text,text,int4,int4,text,pgque.message,interval,text)",
+            "SELECT pgque.nack_partitioned({Q}::text, {C}::text, 0, 4, 'w1', \
+             ROW(1, 1, 't', 'x', NULL, now(), NULL, NULL, NULL, NULL)::pgque.message)",
+            QC,
+        )
+        .with("NULL message", "SELECT pgque.nack_partitioned('q', 'pc', 0, 4, 'w1', NULL::pgque.message)", St("22004"))
+        .with("not the lease holder", "SELECT pgque.nack_partitioned('q', 'pc', 0, 4, 'w2', \
+             ROW(1, 1, 't', 'x', NULL, now(), NULL, NULL, NULL, NULL)::pgque.message)", St("55000")),
+        row("pgque.partition_slot(text,int4)", "", &[])
+            .with("n = 0", "SELECT pgque.partition_slot('k', 0)", St("22003"))
+            .with("n = 257", "SELECT pgque.partition_slot('k', 257)", St("22003")),
+        no_args(
+            "pgque.partition_slot_rows()",
+            "no arguments: the rows of the partition_slot_status view",
+        ),
         // ---- cooperative consumers ------------------------------------------
         row(
             "pgque.register_subconsumer(text,text,text)",
@@ -786,6 +904,8 @@ fn fixture(c: &mut Client) -> Ids {
          SELECT pgque.subscribe('q', 'c2'); \
          SELECT pgque.register_subconsumer('q', 'grp', 'm1'); \
          SELECT pgque.send_batch('q', ARRAY['a', 'b', 'c']); \
+         SELECT pgque.subscribe_partitioned('q', 'pc', 4); \
+         SELECT pgque.claim_slot('q', 'pc', 0, 'w1'); \
          SELECT pgque.create_job_queue('jq'); SELECT pgque.enqueue('jq', 'k'); \
          SELECT pgque.enqueue('jq', 'k', unique_key => 'held')",
     )
