@@ -1187,6 +1187,7 @@ CREATE OR REPLACE FUNCTION "partition_slot"(
 	"n" INT
 ) RETURNS INT
 IMMUTABLE PARALLEL SAFE
+SET search_path TO pg_catalog, pgque, pg_temp
 LANGUAGE c
 AS 'MODULE_PATHNAME', 'partition_slot_wrapper';
 

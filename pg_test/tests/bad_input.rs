@@ -478,7 +478,7 @@ fn matrix() -> Vec<Row> {
         )
         .with("keys not aligned", "SELECT pgque.send_batch('q', 't', ARRAY['x']::text[], ARRAY['k', 'l'])", St("22023")),
         row(
-            "pgque.subscribe_partitioned(text,text,int4)",
+            "pgque.subscribe_partitioned(text,text,integer)",
             "SELECT pgque.subscribe_partitioned({Q}::text, 'newpc', 4)",
             Q,
         )
@@ -495,7 +495,7 @@ fn matrix() -> Vec<Row> {
             QC,
         ),
         row(
-            "pgque.subscribe_slot(text,text,int4,int4)",
+            "pgque.subscribe_slot(text,text,integer,integer)",
             "SELECT pgque.subscribe_slot({Q}::text, 'pc', 1, 4)",
             Q,
         )
@@ -503,13 +503,13 @@ fn matrix() -> Vec<Row> {
         .with("negative slot", "SELECT pgque.subscribe_slot('q', 'pc', -1, 4)", St("22003"))
         .with("different n", "SELECT pgque.subscribe_slot('q', 'pc', 1, 5)", St("22023")),
         row(
-            "pgque.unsubscribe_slot(text,text,int4,int4)",
+            "pgque.unsubscribe_slot(text,text,integer,integer)",
             "SELECT pgque.unsubscribe_slot({Q}::text, {C}::text, 1, 4)",
             QC,
         )
         .with("slot out of range", "SELECT pgque.unsubscribe_slot('q', 'pc', 9, 4)", St("22003")),
         row(
-            "pgque.claim_slot(text,text,int4,text,interval)",
+            "pgque.claim_slot(text,text,integer,text,interval)",
             "SELECT pgque.claim_slot({Q}::text, {C}::text, 1, 'w2')",
             QC,
         )
@@ -528,14 +528,14 @@ fn matrix() -> Vec<Row> {
         .with("NULL worker", "SELECT * FROM pgque.claim_next_slot('q', 'pc', NULL)", St("22004"))
         .with("zero ttl", "SELECT * FROM pgque.claim_next_slot('q', 'pc', 'w2', interval '0')", St("22023")),
         row(
-            "pgque.release_slot(text,text,int4,text)",
+            "pgque.release_slot(text,text,integer,text)",
             "SELECT pgque.release_slot({Q}::text, {C}::text, 0, 'w1')",
             QC,
         )
         .with("NULL worker", "SELECT pgque.release_slot('q', 'pc', 0, NULL)", St("22004"))
         .with("slot out of range", "SELECT pgque.release_slot('q', 'pc', 7, 'w1')", St("22003")),
         row(
-            "pgque.receive_partitioned(text,text,int4,int4,text,int4)",
+            "pgque.receive_partitioned(text,text,integer,integer,text,integer)",
             "SELECT * FROM pgque.receive_partitioned({Q}::text, {C}::text, 0, 4, 'w1')",
             QC,
         )
@@ -545,14 +545,14 @@ fn matrix() -> Vec<Row> {
         .with("NULL worker", "SELECT * FROM pgque.receive_partitioned('q', 'pc', 0, 4, NULL)", St("22004"))
         .with("zero max_return", "SELECT * FROM pgque.receive_partitioned('q', 'pc', 0, 4, 'w1', 0)", St("22023")),
         row(
-            "pgque.ack_partitioned(text,text,int4,int4,text)",
+            "pgque.ack_partitioned(text,text,integer,integer,text)",
             "SELECT pgque.ack_partitioned({Q}::text, {C}::text, 0, 4, 'w1')",
             QC,
         )
         .with("not the lease holder", "SELECT pgque.ack_partitioned('q', 'pc', 0, 4, 'w2')", St("55000"))
         .with("slot out of range", "SELECT pgque.ack_partitioned('q', 'pc', 4, 4, 'w1')", St("22003")),
         row(
-            "pgque.nack_partitioned(text,text,int4,int4,text,pgque.message,interval,text)",
+            "pgque.nack_partitioned(text,text,integer,integer,text,pgque.message,interval,text)",
             "SELECT pgque.nack_partitioned({Q}::text, {C}::text, 0, 4, 'w1', \
              ROW(1, 1, 't', 'x', NULL, now(), NULL, NULL, NULL, NULL)::pgque.message)",
             QC,
@@ -560,7 +560,7 @@ fn matrix() -> Vec<Row> {
         .with("NULL message", "SELECT pgque.nack_partitioned('q', 'pc', 0, 4, 'w1', NULL::pgque.message)", St("22004"))
         .with("not the lease holder", "SELECT pgque.nack_partitioned('q', 'pc', 0, 4, 'w2', \
              ROW(1, 1, 't', 'x', NULL, now(), NULL, NULL, NULL, NULL)::pgque.message)", St("55000")),
-        row("pgque.partition_slot(text,int4)", "", &[])
+        row("pgque.partition_slot(text,integer)", "", &[])
             .with("n = 0", "SELECT pgque.partition_slot('k', 0)", St("22003"))
             .with("n = 257", "SELECT pgque.partition_slot('k', 257)", St("22003")),
         no_args(

@@ -358,6 +358,7 @@ fn nack_partitioned(
 /// partition_slot(partition_key, n) → the slot (0..n-1) of a key for n
 /// slots: (hashtextextended(key, 0) % n + n) % n, NULL key → 0.
 #[pg_extern(immutable, parallel_safe)]
+#[search_path(pg_catalog, pgque, pg_temp)]
 fn partition_slot(partition_key: Option<&str>, n: Option<i32>) -> i32 {
     let n = n_arg(n);
     slots::slot_of(partition_key, n)

@@ -87,12 +87,22 @@ pub fn member_open_batch(client: &mut SpiClient<'_>, sub_id: i32, member: i32) -
 
 /// Looks a batch up by id: (batch, queue id, consumer name).
 pub fn batch_by_id(client: &mut SpiClient<'_>, batch_id: i64) -> Option<(Batch, Queue, String)> {
+    // Without the partition-key tables (a 0.1.0 schema not updated yet) no
+    // batch belongs to a slot.
+    let (slot_cols, slot_join) = if slots::installed() {
+        (
+            "ps.ps_n, ps.ps_slot",
+            "LEFT JOIN pgque.partition_slot ps ON ps.ps_sub = b.sub_id",
+        )
+    } else {
+        ("NULL::int4, NULL::int4", "")
+    };
     let sql = format!(
         "SELECT {BATCH_COLS}, q.queue_id, q.queue_name, q.queue_cur_table, q.queue_ntables, \
-                q.queue_max_retries, s.sub_consumer, ps.ps_n, ps.ps_slot \
+                q.queue_max_retries, s.sub_consumer, {slot_cols} \
            FROM pgque.batch b JOIN pgque.subscription s ON s.sub_id = b.sub_id \
            JOIN pgque.queue q ON q.queue_id = s.sub_queue \
-           LEFT JOIN pgque.partition_slot ps ON ps.ps_sub = b.sub_id \
+           {slot_join} \
           WHERE b.batch_id = $1 LIMIT 1"
     );
     let t = exec(client, &sql, &[batch_id.into()]);

@@ -185,8 +185,23 @@ pub fn drop_index_if_unused(client: &mut SpiClient<'_>, q: &Queue, n: i32) {
     }
 }
 
+/// Whether the partition-key tables exist in this database. They came with
+/// 0.2.0: between installing this library and `ALTER EXTENSION pgque UPDATE`
+/// a database still has the 0.1.0 schema, and its plain consumers must keep
+/// working (it can have no partitioned consumer). A syscache lookup, no SQL.
+pub fn installed() -> bool {
+    unsafe {
+        let ns = pg_sys::get_namespace_oid(c"pgque".as_ptr(), true);
+        ns != pg_sys::InvalidOid
+            && pg_sys::get_relname_relid(c"partition_slot".as_ptr(), ns) != pg_sys::InvalidOid
+    }
+}
+
 /// The persisted N of a partitioned consumer, if it is one.
 pub fn consumer_n(client: &mut SpiClient<'_>, q: &Queue, consumer: &str) -> Option<i32> {
+    if !installed() {
+        return None;
+    }
     let t = exec(
         client,
         "SELECT pc_n FROM pgque.partition_consumer WHERE pc_queue = $1 AND pc_consumer = $2",
