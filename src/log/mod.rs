@@ -61,11 +61,54 @@ fn plan(client: &SpiClient<'_>, sql: &str, args: &[DatumWithOid]) -> Rc<OwnedPre
 
 /// Runs `sql` (prepared once per backend) with `args`; the parameter types are
 /// the args' types, so always pass the same Rust types for one statement.
+///
+/// A statement that only reads ([`reads_only`]) runs through SPI's read path:
+/// pgrx's write path assigns the transaction an id first, so every idle
+/// receive poll and every info call used to burn an xid and write (and, with
+/// synchronous_commit on, flush) a commit record. Read-only, it uses the
+/// calling statement's snapshot until the transaction has written something
+/// (pgrx switches to fresh snapshots from then on), which is what the
+/// lock-then-re-read paths need: the lock is a write.
 pub fn exec<'c>(client: &mut SpiClient<'c>, sql: &str, args: &[DatumWithOid]) -> SpiTupleTable<'c> {
     let p = plan(client, sql, args);
-    client
-        .update(&*p, None, args)
-        .unwrap_or_else(|e| panic!("pgque: statement failed: {e}"))
+    let result = if reads_only(sql) {
+        client.select(&*p, None, args)
+    } else {
+        client.update(&*p, None, args)
+    };
+    result.unwrap_or_else(|e| panic!("pgque: statement failed: {e}"))
+}
+
+/// A plain SELECT: no row locks, no data-modifying CTE (those start with
+/// WITH), no call that writes (sequences, NOTIFY, advisory locks, pgque's own
+/// functions). Conservative: anything else is run as a write.
+pub fn reads_only(sql: &str) -> bool {
+    let s = sql.trim_start().to_ascii_lowercase();
+    if !s.starts_with("select") {
+        return false;
+    }
+    const WRITES: [&str; 9] = [
+        " for update",
+        " for no key update",
+        " for share",
+        " for key share",
+        "nextval(",
+        "setval(",
+        "pg_notify(",
+        "pg_advisory",
+        "pg_current_xact_id()",
+    ];
+    if WRITES.iter().any(|w| s.contains(w)) {
+        return false;
+    }
+    // a call of a pgque function (tables are pgque.<name> without a parenthesis)
+    !s.match_indices("pgque.").any(|(i, _)| {
+        let rest = &s[i + "pgque.".len()..];
+        let name_len = rest
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(rest.len());
+        rest[name_len..].trim_start().starts_with('(')
+    })
 }
 
 /// Takes an ACCESS EXCLUSIVE lock on table `pgque.<table>` if it is free now
@@ -456,4 +499,41 @@ pub fn unregister(client: &mut SpiClient<'_>, q: &Queue, sub: &Sub) {
         &[sub.id.into()],
     );
     let _ = q;
+}
+
+#[cfg(test)]
+mod pure_tests {
+    use super::reads_only;
+
+    #[test]
+    fn plain_selects_read_only() {
+        assert!(reads_only(
+            "SELECT queue_id FROM pgque.queue WHERE queue_name = $1"
+        ));
+        assert!(reads_only(
+            "  select coalesce(pg_sequence_last_value(q.queue_event_seq::regclass), 0) FROM pgque.queue q"
+        ));
+        assert!(reads_only(
+            "SELECT b.batch_id FROM pgque.batch b JOIN pgque.subscription s ON s.sub_id = b.sub_id"
+        ));
+    }
+
+    #[test]
+    fn writes_locks_and_writing_calls_are_not() {
+        assert!(!reads_only("INSERT INTO pgque.tick VALUES (1)"));
+        assert!(!reads_only(
+            "WITH u AS (UPDATE pgque.queue SET x = 1 RETURNING 1) SELECT 1"
+        ));
+        assert!(!reads_only(
+            "SELECT 1 FROM pgque.subscription WHERE sub_id = $1 FOR NO KEY UPDATE"
+        ));
+        assert!(!reads_only("SELECT x FROM t FOR UPDATE SKIP LOCKED"));
+        assert!(!reads_only("SELECT x FROM t FOR KEY SHARE"));
+        assert!(!reads_only("SELECT nextval('pgque.batch_id_seq')"));
+        assert!(!reads_only("SELECT pg_notify('c', 'p')"));
+        assert!(!reads_only("SELECT pg_advisory_xact_lock(1)"));
+        assert!(!reads_only("SELECT pgque.ticker()"));
+        assert!(!reads_only("SELECT * FROM pgque.partition_slot_rows ()"));
+        assert!(!reads_only("SELECT pg_current_xact_id()"));
+    }
 }
