@@ -33,14 +33,21 @@ extension_sql_file!(
 /// plans without bound; past the limit the cache starts over.
 const MAX_PLANS: usize = 2_000;
 
-thread_local! {
-    static PLANS: RefCell<HashMap<String, Rc<OwnedPreparedStatement>>> =
-        RefCell::new(HashMap::new());
+/// A kept plan and whether its statement only reads ([`reads_only`], decided
+/// once when the statement is prepared, not on every execution).
+#[derive(Clone)]
+struct Kept {
+    plan: Rc<OwnedPreparedStatement>,
+    reads_only: bool,
 }
 
-fn plan(client: &SpiClient<'_>, sql: &str, args: &[DatumWithOid]) -> Rc<OwnedPreparedStatement> {
-    if let Some(p) = PLANS.with(|m| m.borrow().get(sql).cloned()) {
-        return p;
+thread_local! {
+    static PLANS: RefCell<HashMap<String, Kept>> = RefCell::new(HashMap::new());
+}
+
+fn plan(client: &SpiClient<'_>, sql: &str, args: &[DatumWithOid]) -> Kept {
+    if let Some(k) = PLANS.with(|m| m.borrow().get(sql).cloned()) {
+        return k;
     }
     let types: Vec<PgOid> = args.iter().map(|a| PgOid::from(a.oid())).collect();
     let prepared = Rc::new(
@@ -49,14 +56,18 @@ fn plan(client: &SpiClient<'_>, sql: &str, args: &[DatumWithOid]) -> Rc<OwnedPre
             .unwrap_or_else(|e| panic!("pgque: cannot prepare statement: {e}"))
             .keep(),
     );
+    let kept = Kept {
+        plan: prepared,
+        reads_only: reads_only(sql),
+    };
     PLANS.with(|m| {
         let mut m = m.borrow_mut();
         if m.len() >= MAX_PLANS {
             m.clear();
         }
-        m.insert(sql.to_string(), prepared.clone());
+        m.insert(sql.to_string(), kept.clone());
     });
-    prepared
+    kept
 }
 
 /// Runs `sql` (prepared once per backend) with `args`; the parameter types are
@@ -70,11 +81,11 @@ fn plan(client: &SpiClient<'_>, sql: &str, args: &[DatumWithOid]) -> Rc<OwnedPre
 /// (pgrx switches to fresh snapshots from then on), which is what the
 /// lock-then-re-read paths need: the lock is a write.
 pub fn exec<'c>(client: &mut SpiClient<'c>, sql: &str, args: &[DatumWithOid]) -> SpiTupleTable<'c> {
-    let p = plan(client, sql, args);
-    let result = if reads_only(sql) {
-        client.select(&*p, None, args)
+    let k = plan(client, sql, args);
+    let result = if k.reads_only {
+        client.select(&*k.plan, None, args)
     } else {
-        client.update(&*p, None, args)
+        client.update(&*k.plan, None, args)
     };
     result.unwrap_or_else(|e| panic!("pgque: statement failed: {e}"))
 }
