@@ -56,12 +56,98 @@ SL_CLAIM = ("UPDATE bench.sl_jobs SET state = 'running', locked_by = %s, locked_
             "ORDER BY priority, run_at, id LIMIT %s FOR UPDATE SKIP LOCKED) "
             "RETURNING id, queue, kind, args::text, priority, attempt")
 SL_DELETE = "DELETE FROM bench.sl_jobs WHERE id = ANY(%s)"
+# "joblog-sql": the job log's three hot statements sent directly by the client, with
+# the lane/claim lock INSIDE the statement instead of a PL/pgSQL function taking it
+# in a statement of its own. Its snapshot can then predate a concurrent dispatcher's
+# or producer's commit, so it is only correct with ONE worker: a measurement of what
+# the PL/pgSQL layer costs (the Rust version would run the same statements through
+# SPI, the lock in its own statement), not an implementation.
+JLSQL_ENQ = f"""
+WITH ln AS MATERIALIZED (
+    SELECT l.lane_id, l.pos_floor, q.max_attempts, pg_advisory_xact_lock(1785684600, l.lane_id) AS lk
+    FROM jl.lane l JOIN jl.queue q ON q.queue_name = l.queue
+    WHERE l.queue = %(q)s AND l.priority = 0 AND l.shard = 0),
+head AS MATERIALIZED (
+    SELECT ln.*, greatest(ln.pos_floor, COALESCE((SELECT g.pos_hi FROM jl.log g WHERE g.lane_id = ln.lane_id
+                                                  ORDER BY g.pos_hi DESC LIMIT 1), 0)) AS h FROM ln),
+x AS MATERIALIZED (
+    SELECT array_fill('bench.kind'::text, ARRAY[%(n)s]) AS k, ARRAY(SELECT {PAYLOAD} FROM generate_series(1, %(n)s) g) AS a),
+ins AS (
+    INSERT INTO jl.log (seg, lane_id, pos_lo, pos_hi, batch_id, enqueued_at, max_attempts, kinds, args)
+    SELECT (SELECT m.cur_seg FROM jl.meta m), h.lane_id, h.h + 1, h.h + cardinality(x.k), nextval('jl.batch_id_seq'),
+           now(), h.max_attempts, x.k, x.a
+    FROM head h, x
+    RETURNING batch_id)
+SELECT count(*) FROM ins, generate_series(1, %(n)s) WHERE (SELECT count(pg_notify('jl_jobs_' || %(q)s, ''))) >= 0
+"""
+JLSQL_DISPATCH = """
+WITH ln AS MATERIALIZED (
+    SELECT l.lane_id, q.queue_name, l.priority, q.lease, pg_advisory_xact_lock(1785684600, l.lane_id) AS lk,
+           greatest(l.cursor_floor, COALESCE((SELECT c.hi_pos FROM jl.claim c WHERE c.lane_id = l.lane_id
+                                              ORDER BY c.hi_pos DESC LIMIT 1), 0)) AS cur
+    FROM jl.lane l JOIN jl.queue q ON q.queue_name = l.queue
+    WHERE l.queue = %(q)s AND l.priority = 0 AND l.shard = 0),
+c AS MATERIALIZED (
+    SELECT g.* FROM ln CROSS JOIN LATERAL (
+        SELECT j.* FROM (SELECT r.* FROM jl.log r
+                         WHERE r.lane_id = ln.lane_id AND r.pos_hi > ln.cur
+                           AND r.pos_hi < ln.cur + %(lim)s + 1024 AND r.pos_lo <= ln.cur + %(lim)s) r
+        CROSS JOIN LATERAL (
+            SELECT r.pos_lo + u.k - 1 AS pos,
+                   CASE WHEN r.batch_id < 0 THEN -r.batch_id ELSE r.batch_id * 1024 + COALESCE(r.ords[u.k], u.k - 1) END AS job_id,
+                   u.kind, u.args, r.max_attempts, u.actor, u.fk AS fairness_key, u.ik AS identity_key,
+                   u.uk AS unique_key, COALESCE(u.ra, r.enqueued_at) AS run_at, r.enqueued_at
+            FROM unnest(r.kinds, r.args, r.run_ats, r.actors, r.fairness_keys, r.identity_keys, r.unique_keys)
+                 WITH ORDINALITY AS u(kind, args, ra, actor, fk, ik, uk, k)
+            WHERE r.pos_lo + u.k - 1 > ln.cur AND r.pos_lo + u.k - 1 <= ln.cur + %(lim)s) j
+        ORDER BY j.pos LIMIT %(lim)s) g),
+ok AS MATERIALIZED (
+    SELECT NOT EXISTS (SELECT 1 FROM c WHERE c.identity_key IS NOT NULL
+                          OR (c.actor IS NOT NULL AND EXISTS (SELECT 1 FROM jl.actor_cap a WHERE a.actor = c.actor)))
+       AND NOT EXISTS (SELECT 1 FROM jl.side s, ln WHERE s.lane_id = ln.lane_id AND s.pos > ln.cur)
+       AND NOT EXISTS (SELECT 1 FROM jl.side s, ln WHERE s.queue = ln.queue_name AND s.state = 'ready'
+                          AND s.priority <= ln.priority) AS ok),
+cl AS (
+    INSERT INTO jl.claim (seg, claim_id, lane_id, lo_pos, hi_pos, n, job_ids, flags, worker, dispatched_at, lease_until)
+    SELECT (SELECT m.cur_seg FROM jl.meta m), nextval('jl.token_seq'), ln.lane_id, ln.cur + 1, x.hi, x.n, x.ids, 0,
+           %(w)s, now(), clock_timestamp() + ln.lease
+    FROM ln, (SELECT max(c.pos) AS hi, count(*)::int AS n, array_agg(c.job_id ORDER BY c.pos) AS ids FROM c) x
+    WHERE x.n > 0 AND (SELECT ok.ok FROM ok)
+    RETURNING claim_id, lease_until)
+SELECT o.job_id, o.claim_id FROM (
+    SELECT c.job_id, cl.claim_id, ln.queue_name, c.kind, c.args, ln.priority, 1, c.max_attempts, c.actor,
+           c.fairness_key, c.identity_key, c.run_at, c.enqueued_at, cl.lease_until
+    FROM c CROSS JOIN ln CROSS JOIN cl ORDER BY c.pos) o
+"""
+JLSQL_COMPLETE = """
+WITH inp AS MATERIALIZED (
+    SELECT DISTINCT u.i, u.t FROM unnest(%(ids)s::bigint[], %(toks)s::bigint[]) AS u(i, t)),
+lk AS MATERIALIZED (
+    SELECT count(pg_advisory_xact_lock(1785684601, (t %% 2147483647)::int)) AS n
+    FROM (SELECT DISTINCT t FROM inp ORDER BY 1) x),
+cl AS MATERIALIZED (
+    SELECT c.claim_id, c.job_ids, c.flags, c.state FROM jl.claim c
+    WHERE c.claim_id = ANY (ARRAY(SELECT DISTINCT inp.t FROM inp)) AND (SELECT n FROM lk) >= 0),
+gone AS MATERIALIZED (
+    SELECT d.claim_id, x.id FROM jl.claim_done d CROSS JOIN LATERAL unnest(d.job_ids) x(id)
+    WHERE d.claim_id = ANY (ARRAY(SELECT cl.claim_id FROM cl))),
+acc AS MATERIALIZED (
+    SELECT inp.t AS claim_id, inp.i AS id FROM inp
+    WHERE EXISTS (SELECT 1 FROM cl WHERE cl.claim_id = inp.t AND cl.state = 'a' AND inp.i = ANY (cl.job_ids))
+      AND NOT EXISTS (SELECT 1 FROM gone WHERE gone.claim_id = inp.t AND gone.id = inp.i)),
+ins AS (
+    INSERT INTO jl.claim_done (seg, claim_id, kind, job_ids, at)
+    SELECT (SELECT m.cur_seg FROM jl.meta m), acc.claim_id, 'c', array_agg(acc.id), now()
+    FROM acc GROUP BY acc.claim_id
+    RETURNING cardinality(job_ids) AS n)
+SELECT COALESCE((SELECT sum(ins.n) FROM ins), 0)::int
+"""
 FLOOR_ENQ = (f"SELECT count(*) FROM (SELECT array_fill('bench.kind'::text, ARRAY[%s]) AS k, "
              f"ARRAY(SELECT {PAYLOAD} FROM generate_series(1, %s) g) AS a) x")
 FLOOR_DISPATCH = "SELECT g::bigint, g::bigint FROM generate_series(1, %s) g"
 FLOOR_COMPLETE = "SELECT cardinality(%s::bigint[]) + cardinality(%s::bigint[])"
 
-SCHEMAS = {"pgque": ["pgque"], "skiplocked": ["bench"], "joblog": ["jl"], "floor": ["none"]}
+SCHEMAS = {"pgque": ["pgque"], "skiplocked": ["bench"], "joblog": ["jl"], "joblog-sql": ["jl"], "floor": ["none"]}
 
 
 def connect(autocommit=True):
@@ -115,6 +201,11 @@ def cluster_cpu():
 def worker(system, q, secs, batch, barrier, outq, wid):
     conn = connect()
     cur = conn.cursor()
+    if system == "joblog-sql":
+        # what jl's functions set per call (SET clauses), set once for the session
+        cur.execute("SET enable_seqscan = off")
+        cur.execute("SET enable_bitmapscan = off")
+        cur.execute("SET plan_cache_mode = force_generic_plan")   # as pgque's job statements
     done = 0
     try:
         barrier.wait()
@@ -133,6 +224,14 @@ def worker(system, q, secs, batch, barrier, outq, wid):
                     n = cur.execute(JL_COMPLETE, ([r[0] for r in rows], [r[1] for r in rows]), prepare=True).fetchone()[0]
                     if n != len(rows):
                         raise RuntimeError(f"jl.complete_many completed {n} of {len(rows)}")
+            elif system == "joblog-sql":
+                cur.execute(JLSQL_ENQ, {"q": q, "n": batch}, prepare=True)
+                rows = cur.execute(JLSQL_DISPATCH, {"q": q, "lim": batch, "w": f"w{wid}"}, prepare=True).fetchall()
+                if rows:
+                    n = cur.execute(JLSQL_COMPLETE, {"ids": [r[0] for r in rows], "toks": [r[1] for r in rows]},
+                                    prepare=True).fetchone()[0]
+                    if n != len(rows):
+                        raise RuntimeError(f"joblog-sql completed {n} of {len(rows)}")
             elif system == "floor":
                 # a store that costs nothing: the same three round trips, the same payload
                 # built server-side, 100 (id, token) rows back, the ids sent back
@@ -204,9 +303,10 @@ def cell(conn, system, rnd, workers, secs, batch):
     q = f"e2e_{workers}_r{rnd}"
     if system == "pgque":
         ex(conn, "SELECT pgque.create_job_queue(%s, 'strict_fifo', 1)", (q,))
-    elif system == "joblog":
+    elif system in ("joblog", "joblog-sql"):
         jl_reset(conn)
         ex(conn, "SELECT jl.create_queue(%s)", (q,))
+        ex(conn, "SELECT jl.lane_ids(%s, ARRAY[0::smallint])", (q,))
     else:
         ex(conn, "TRUNCATE bench.sl_jobs")
     ex(conn, "SELECT pg_stat_force_next_flush()")
@@ -217,7 +317,7 @@ def cell(conn, system, rnd, workers, secs, batch):
     outq = MP.Queue()
     stop = MP.Event()
     maint = None
-    if system == "joblog" and not NO_MAINT:
+    if system in ("joblog", "joblog-sql") and not NO_MAINT:
         maint = MP.Process(target=maint_loop, args=(stop, outq))
         maint.start()
     procs = [MP.Process(target=worker, args=(system, q, secs, batch, barrier, outq, i)) for i in range(workers)]
@@ -481,7 +581,7 @@ def main():
                 print(f"[e2e {time.strftime('%H:%M:%S')}] workers={w} round {rnd} {s:10s} jobs/s {r['rate']:9,.0f}  "
                       f"WAL B/job {r['wal'] or 0:7,.0f}  jobs {r['jobs']:7,}  dead {sum(d for d, _ in r['dead'].values()):7,}  "
                       f"server CPU us/job {r['scpu'] or 0:5.1f}  client CPU us/job {r['ccpu'] or 0:5.1f}"
-                      + (f"  rotation {r['rot']}" if s == 'joblog' else ""), flush=True)
+                      + (f"  rotation {r['rot']}" if s.startswith('joblog') else ""), flush=True)
     # report
     med = statistics.median
     lines.append(f"# job-log prototype, end-to-end (w8 loop) — {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}\n")
@@ -509,7 +609,7 @@ def main():
         lines.append("ratio per round (same round, interleaved):\n")
         lines.append("| ratio | " + " | ".join(f"round {i}" for i in range(1, a.rounds + 1)) + " | ratio of medians |")
         lines.append("|---|" + "---|" * (a.rounds + 1))
-        for num, den in (("joblog", "skiplocked"), ("joblog", "pgque"), ("pgque", "skiplocked"), ("floor", "skiplocked"), ("joblog", "floor")):
+        for num, den in (("joblog", "skiplocked"), ("joblog-sql", "skiplocked"), ("joblog", "pgque"), ("pgque", "skiplocked"), ("floor", "skiplocked"), ("joblog", "floor")):
             if num in systems and den in systems:
                 n, d = results[(w, num)], results[(w, den)]
                 lines.append(f"| {num} / {den} | " + " | ".join(f"{x['rate'] / y['rate']:.2f}" for x, y in zip(n, d)) +
