@@ -15,9 +15,19 @@ rotation) every 0.5 s with a rotation period of 1 s and retention 0, so
 segments switch and are truncated under load; pgque's own background worker
 runs its job duties as in the harness.
 
+Two more systems: `floor` (the same three round trips and payload with no store:
+what any store pays in this loop) and `joblog-sql` (jl's hot statements sent
+directly, locks inside the statement: correct with ONE worker only, it measures
+what the PL/pgSQL layer costs).
+
 Per cell: jobs/s, WAL bytes per job (pg_current_wal_insert_lsn difference over
-the cell), dead tuples per table at the end (pg_stat_user_tables), and the top
+the cell), cluster CPU per job (all PostgreSQL processes, /proc) and client CPU
+per job, dead tuples per table at the end (pg_stat_user_tables), and the top
 statements of pg_stat_statements.
+
+Other modes: --check (concurrent semantic checks), --inserver CYCLES (the loop in
+one DO block per cell, no round trips), --depths 1000,10000,... (jl.dispatch
+latency vs ready depth, rolled-back samples, custom and generic plans).
 
 Usage (cluster from `make bench`, see benches/results/2026-11-30-job-log-prototype.md):
   BENCH_HOST=/tmp/pgque_bench_proto BENCH_PORT=55517 python3 benches/prototype/e2e.py \
