@@ -876,6 +876,36 @@ mod tests {
         Spi::get_one::<i32>(sql).unwrap()
     }
 
+    /// Each id send_batch returns is the event of the payload at the same
+    /// position (jsonb, text and keyed variants; NULL elements and a 2-D array
+    /// are taken in storage order, as unnest gives them).
+    #[pg_test]
+    fn send_batch_ids_align_with_the_payloads() {
+        Spi::run("SELECT pgque.create_queue('al')").unwrap();
+        let qid = one_i32("SELECT queue_id FROM pgque.queue WHERE queue_name = 'al'").unwrap();
+        let read = format!("SELECT ev_data, ev_extra1 FROM pgque.event_{qid} WHERE ev_id = $1");
+        let cases = [
+            ("SELECT pgque.send_batch('al', ARRAY['{\"n\": 1}', NULL, '{\"n\": 3}']::jsonb[])",
+             vec![Some("{\"n\": 1}"), None, Some("{\"n\": 3}")], vec![None, None, None]),
+            ("SELECT pgque.send_batch('al', 't', ARRAY[['a', 'b'], ['c', NULL]]::text[])",
+             vec![Some("a"), Some("b"), Some("c"), None], vec![None, None, None, None]),
+            ("SELECT pgque.send_batch('al', 't', ARRAY['x', 'y', 'z']::text[], ARRAY['k1', NULL, 'k3'])",
+             vec![Some("x"), Some("y"), Some("z")], vec![Some("k1"), None, Some("k3")]),
+            ("SELECT pgque.send_batch('al', 't', ARRAY['[1]', '\"s\"']::jsonb[], ARRAY['j1', 'j2'])",
+             vec![Some("[1]"), Some("\"s\"")], vec![Some("j1"), Some("j2")]),
+        ];
+        for (sql, payloads, keys) in cases {
+            let ids = Spi::get_one::<Vec<i64>>(sql).unwrap().unwrap();
+            assert_eq!(ids.len(), payloads.len(), "{sql}");
+            assert!(ids.windows(2).all(|w| w[0] < w[1]), "{sql}: {ids:?}");
+            for (i, id) in ids.iter().enumerate() {
+                let row = Spi::get_two_with_args::<String, String>(&read, &[(*id).into()]).unwrap();
+                assert_eq!(row.0.as_deref(), payloads[i], "{sql}: position {i}");
+                assert_eq!(row.1.as_deref(), keys[i], "{sql}: position {i}");
+            }
+        }
+    }
+
     #[pg_test]
     fn create_subscribe_and_send_in_one_transaction() {
         assert_eq!(one_i32("SELECT pgque.create_queue('t1')"), Some(1));
