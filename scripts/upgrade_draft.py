@@ -32,9 +32,10 @@ function breaks `CREATE EXTENSION pgque VERSION '0.1.0'`.
 
 Usage (from the repository root):
   cargo pgrx schema pg18 --no-default-features --features pg18 -o /tmp/pgque-new.sql
-  python3 scripts/upgrade_draft.py sql/archive/pgque--0.1.0.sql /tmp/pgque-new.sql \\
-      --upgrade sql/pgque--0.1.0--0.2.0.sql
+  python3 scripts/upgrade_draft.py sql/archive/pgque--0.2.0.sql /tmp/pgque-new.sql \\
+      --upgrade sql/pgque--0.2.0--0.3.0.sql
   python3 scripts/upgrade_draft.py --check-symbols target/debug/libpgque.so sql/archive/pgque--0.1.0.sql
+  (and the same for every frozen script in sql/archive/)
 
 Exit status: 0 when nothing is missing, 1 when the draft is not empty (or a
 symbol is missing), 2 on usage errors. A summary goes to stderr.

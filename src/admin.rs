@@ -10,7 +10,7 @@ use crate::worker::duties::DUTIES;
 use crate::{shmem, worker};
 use pgrx::prelude::*;
 
-/// The extension's version as built (`'0.2.0'`). Touches nothing.
+/// The extension's version as built (the crate version, e.g. `'0.3.0'`). Touches nothing.
 #[pg_extern]
 #[search_path(pg_catalog, pgque, pg_temp)]
 fn version() -> &'static str {
@@ -166,7 +166,7 @@ mod tests {
     fn version_is_the_crate_version() {
         assert_eq!(
             Spi::get_one::<String>("SELECT pgque.version()").unwrap(),
-            Some("0.2.0".into())
+            Some(env!("CARGO_PKG_VERSION").into())
         );
     }
 

@@ -1,5 +1,5 @@
--- Administration basics: version, status rows, roles and the message type.
-SELECT pgque.version();
+-- Administration basics: version (the library's is the installed one), status rows, roles and the message type.
+SELECT pgque.version() = extversion AS same_version FROM pg_extension WHERE extname = 'pgque';
 SELECT component, status FROM pgque.status() WHERE component = 'mode';
 SELECT rolname FROM pg_roles WHERE rolname LIKE 'pgque\_%' ORDER BY 1;
 SELECT attname, format_type(atttypid, atttypmod)

@@ -1,5 +1,5 @@
-//! Upgrades: a database installed at 0.1.0 (the frozen
-//! sql/archive/pgque--0.1.0.sql, loaded against the current library), holding
+//! Upgrades: a database installed at a released version (the frozen
+//! sql/archive/pgque--<version>.sql, loaded against the current library), holding
 //! every kind of state, is brought to the current version with
 //! `ALTER EXTENSION pgque UPDATE`; then every extension object must equal a
 //! fresh install's in another database (the difference is printed), and the
@@ -13,7 +13,8 @@ use std::time::Duration;
 /// CREATE EXTENSION in two databases at once races on the cluster-wide roles.
 static CREATE: Mutex<()> = Mutex::new(());
 
-const OLD: &str = "0.1.0";
+/// Every released version, oldest first: each must update to the current one.
+const RELEASED: [&str; 2] = ["0.1.0", "0.2.0"];
 
 fn default_version(c: &mut pgque_pg_test::postgres::Client) -> String {
     c.query_one(
@@ -35,9 +36,21 @@ fn create_at(db: &TestDb, version: Option<&str>) {
 
 #[test]
 fn update_from_0_1_0_equals_a_fresh_install_and_keeps_the_data() {
-    let old = TestDb::without_extension("upg_from_old");
-    let fresh = TestDb::without_extension("upg_fresh");
-    create_at(&old, Some(OLD));
+    // 0.1.0's job rows are written as 0.1.0 wrote them: the current job
+    // functions need the later job store.
+    update_from("0.1.0", true);
+}
+
+#[test]
+fn update_from_0_2_0_equals_a_fresh_install_and_keeps_the_data() {
+    update_from("0.2.0", false);
+}
+
+fn update_from(from_v: &str, jobs_as_0_1_0: bool) {
+    let tag = from_v.replace('.', "_");
+    let old = TestDb::without_extension(&format!("upg_from_{tag}"));
+    let fresh = TestDb::without_extension(&format!("upg_fresh_{tag}"));
+    create_at(&old, Some(from_v));
     create_at(&fresh, None);
     let mut c = old.connect();
     let v: String = c
@@ -47,25 +60,27 @@ fn update_from_0_1_0_equals_a_fresh_install_and_keeps_the_data() {
         )
         .unwrap()
         .get(0);
-    assert_eq!(v, OLD);
+    assert_eq!(v, from_v);
     let current = default_version(&mut c);
     assert_ne!(
-        current, OLD,
+        current, from_v,
         "the control file's default version is the new one"
     );
     // Manual mode: the test decides when ticks and maintenance happen.
     stop_worker(&mut c);
-    let filled = fill(&mut c, true);
+    let filled = fill(&mut c, jobs_as_0_1_0);
 
-    // Before the update the old database really is different (the test has
-    // something to find): 0.1.0 pinned search_path without pg_temp.
     let mut f = fresh.connect();
     let want = snapshot(&mut f);
-    let before = snapshot(&mut c);
-    assert!(
-        !diff("updated", &before, "fresh", &want).is_empty(),
-        "a 0.1.0 install must differ from a fresh {current} one"
-    );
+    if from_v == "0.1.0" {
+        // The comparison can find a difference (the test has something to
+        // find): 0.1.0 pinned search_path without pg_temp.
+        let before = snapshot(&mut c);
+        assert!(
+            !diff("updated", &before, "fresh", &want).is_empty(),
+            "a 0.1.0 install must differ from a fresh {current} one"
+        );
+    }
 
     c.batch_execute("ALTER EXTENSION pgque UPDATE").unwrap();
     let v: String = c
@@ -80,8 +95,9 @@ fn update_from_0_1_0_equals_a_fresh_install_and_keeps_the_data() {
     let d = diff("updated", &got, "fresh", &want);
     assert!(
         d.is_empty(),
-        "after ALTER EXTENSION pgque UPDATE ({OLD} -> {current}) the extension differs from a fresh \
-         install; extend sql/pgque--{OLD}--{current}.sql (scripts/upgrade_draft.py drafts it):\n{d}"
+        "after ALTER EXTENSION pgque UPDATE ({from_v} -> {current}) the extension differs from a fresh \
+         install; extend the upgrade script that leads to {current} (scripts/upgrade_draft.py \
+         drafts it):\n{d}"
     );
     assert!(
         got.keys().filter(|k| k.starts_with("function ")).count() > 80
@@ -89,7 +105,7 @@ fn update_from_0_1_0_equals_a_fresh_install_and_keeps_the_data() {
         "the snapshot sees the functions and the pg_dump registrations"
     );
 
-    // The data made under 0.1.0 is consumed under the new version.
+    // The data made under the old version is consumed under the new one.
     consume_all(&mut c, &filled);
 
     // And the worker runs the updated database again.
@@ -107,11 +123,11 @@ fn update_from_0_1_0_equals_a_fresh_install_and_keeps_the_data() {
     assert!(back, "the worker of the updated database did not start");
 }
 
-/// The update path exists for every released version the control file can
-/// reach, and the frozen script is shipped (a broken install path would make
-/// the test above fail late and unclearly).
+/// The update path exists from every released version, one script per
+/// release, and the frozen scripts are shipped (a broken install path would
+/// make the tests above fail late and unclearly).
 #[test]
-fn the_update_path_from_0_1_0_is_installed() {
+fn the_update_paths_from_released_versions_are_installed() {
     let db = TestDb::without_extension("upg_paths");
     let mut c = db.connect();
     let current = default_version(&mut c);
@@ -125,19 +141,23 @@ fn the_update_path_from_0_1_0_is_installed() {
         .map(|r| r.get(0))
         .collect();
     assert!(
-        versions.contains(&OLD.to_string()),
-        "installable versions: {versions:?}"
-    );
-    assert!(
         versions.contains(&current),
         "installable versions: {versions:?}"
     );
-    let path: Option<String> = c
-        .query_one(
-            "SELECT path FROM pg_extension_update_paths('pgque') WHERE source = $1 AND target = $2",
-            &[&OLD, &current],
-        )
-        .unwrap()
-        .get(0);
-    assert_eq!(path.as_deref(), Some(format!("{OLD}--{current}").as_str()));
+    for (i, old) in RELEASED.iter().enumerate() {
+        assert!(
+            versions.contains(&old.to_string()),
+            "installable versions: {versions:?}"
+        );
+        let path: Option<String> = c
+            .query_one(
+                "SELECT path FROM pg_extension_update_paths('pgque') WHERE source = $1 AND target = $2",
+                &[old, &current],
+            )
+            .unwrap()
+            .get(0);
+        let mut want: Vec<&str> = RELEASED[i..].to_vec();
+        want.push(&current);
+        assert_eq!(path.as_deref(), Some(want.join("--").as_str()));
+    }
 }
