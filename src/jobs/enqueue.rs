@@ -19,6 +19,7 @@
 //!    and one pg_notify('pgque_jobs_<queue>', '') if a job is ready
 //!    (PostgreSQL folds identical notifications of one transaction into one,
 //!    and delivers them only at commit).
+use super::outcomes::{Outcome, Outcomes};
 use super::stmt::{prepared, ty, with_generic_plans};
 use crate::error::{self, raise, required, valid_name};
 use pgrx::datum::{DatumWithOid, TimestampWithTimeZone};
@@ -249,13 +250,6 @@ fn check_len(what: &str, len: Option<usize>, n: usize) {
     }
 }
 
-/// One row of the result, in input order.
-pub struct Outcome {
-    pub ord: i32,
-    pub job_id: Option<i64>,
-    pub state: String,
-}
-
 /// The arrays of one batch, validated, as statement arguments.
 pub struct Batch<'a> {
     pub n: usize,
@@ -351,14 +345,7 @@ fn enqueue_ready_rows<'a>(
     unique_keys: default!(Arr<'a, &'a str>, "NULL"),
     max_attempts: default!(Arr<'a, i32>, "NULL"),
     on_duplicate: default!(Option<&'a str>, "'skip'"),
-) -> TableIterator<
-    'static,
-    (
-        name!(ord, i32),
-        name!(job_id, Option<i64>),
-        name!(state, String),
-    ),
-> {
+) -> Outcomes {
     let queue = valid_name(queue_name, "queue_name", error::MAX_QUEUE_NAME);
     let kinds = required(kinds, "kinds");
     let args = required(args, "args");
@@ -419,8 +406,7 @@ fn enqueue_ready_rows<'a>(
             max_attempts.into(),
         ],
     };
-    let out = run(queue, batch, on_duplicate);
-    TableIterator::new(out.into_iter().map(|o| (o.ord, o.job_id, o.state)))
+    Outcomes(run(queue, batch, on_duplicate))
 }
 
 /// Enqueues one job (the one-element case of enqueue_ready_rows, same
