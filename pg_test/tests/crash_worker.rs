@@ -54,5 +54,8 @@ fn sigkilled_worker_comes_back_after_crash_recovery() {
         )
         .unwrap()
         .get(0);
-    assert!(same, "the library and the installed extension disagree after recovery");
+    assert!(
+        same,
+        "the library and the installed extension disagree after recovery"
+    );
 }
