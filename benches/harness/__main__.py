@@ -47,6 +47,13 @@ class Config:
         self.w8_secs = 4 if quick else 30
         self.w9_secs = 8 if quick else 60
         self.w5_events = 20_000 if quick else 100_000
+        # CELL_SCALE=0.5: every timed cell (sends, latency, enqueue, end-to-end,
+        # held-xmin phases) half as long; rounds, backlogs and depths unchanged.
+        scale = float(os.environ.get("CELL_SCALE", "1"))
+        if not 0.1 <= scale <= 10:
+            sys.exit("CELL_SCALE must be within 0.1..10")
+        for attr in ("send_secs", "lat_secs", "enq_secs", "w8_secs", "w9_secs"):
+            setattr(self, attr, max(1, round(getattr(self, attr) * scale)))
 
     def describe(self):
         return (f"rounds {self.rounds}; send cells {self.send_secs} s; backlog {self.backlog:,}; drain batches "
@@ -108,7 +115,7 @@ def main():
                                    started.strftime("%Y-%m-%d") + ("-quick" if cfg.quick else "") + ".md")
     out = os.path.abspath(out)
     os.makedirs(os.path.dirname(out), exist_ok=True)
-    env = " ".join(f"{k}={os.environ[k]}" for k in ("QUICK", "ROUNDS", "ONLY", "W7_DEPTHS") if os.environ.get(k))
+    env = " ".join(f"{k}={os.environ[k]}" for k in ("QUICK", "ROUNDS", "ONLY", "W7_DEPTHS", "CELL_SCALE") if os.environ.get(k))
     cmdline = (env + " " if env else "") + "make bench" + (" -- " + " ".join(sys.argv[1:]) if sys.argv[1:] else "")
     only = [x.strip() for x in args.only.split(",") if x.strip()] or list(WORKLOADS)
 

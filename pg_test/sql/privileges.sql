@@ -30,8 +30,16 @@ SELECT p.oid::regprocedure AS definer_without_search_path
  WHERE p.pronamespace = 'pgque'::regnamespace AND p.prosecdef
    AND NOT EXISTS (SELECT 1 FROM unnest(p.proconfig) c WHERE c LIKE 'search_path=%');
 
--- Every function runs with JIT off (short statements; JIT only costs).
+-- Every function runs with JIT off (short statements; JIT only costs),
+-- except the send functions, which carry nothing but their search_path (each
+-- setting is paid on every call, and theirs would change no plan).
 SELECT p.oid::regprocedure AS function_with_jit
   FROM pg_proc p
  WHERE p.pronamespace = 'pgque'::regnamespace
+   AND p.proname <> ALL (ARRAY['send', 'send_batch', 'insert_event'])
    AND NOT coalesce('jit=off' = ANY (p.proconfig), false);
+SELECT p.oid::regprocedure AS send_function, p.proconfig
+  FROM pg_proc p
+ WHERE p.pronamespace = 'pgque'::regnamespace
+   AND p.proname = ANY (ARRAY['send', 'send_batch', 'insert_event'])
+ ORDER BY 1::text;

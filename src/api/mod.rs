@@ -19,7 +19,7 @@ pub mod srf;
 pub mod types;
 
 use srf::Messages;
-use types::{interval_ms, JsonbText, JsonbTextArray};
+use types::{interval_ms, ArrayDatum, JsonbArray, JsonbText, TextArray};
 
 fn send_one(
     queue_name: Option<&str>,
@@ -93,31 +93,30 @@ fn send_typed_text(
 fn send_many(
     queue_name: Option<&str>,
     type_name: &str,
-    payloads: Vec<Option<String>>,
-    keys: Option<Vec<Option<String>>>,
+    payloads: ArrayDatum,
+    keys: Option<TextArray>,
 ) -> Vec<i64> {
     if let Some(k) = &keys {
-        if k.len() != payloads.len() {
+        if k.0.len != payloads.len {
             raise(
                 error::INVALID_PARAMETER_VALUE,
                 format!(
                     "partition_keys has {} elements, payloads has {}: they must align",
-                    k.len(),
-                    payloads.len()
+                    k.0.len, payloads.len
                 ),
             );
         }
     }
     Spi::connect_mut(|c| {
         let q = log::queue_by_name(c, queue_name);
-        log::insert_events(c, &q, type_name, payloads, keys)
+        log::insert_events(c, &q, type_name, &payloads, keys.map(|k| k.0).as_ref())
     })
 }
 
 /// send_batch(queue_name, payloads jsonb[]) → ids aligned with the input.
 #[pg_extern(name = "send_batch", security_definer)]
 #[search_path(pg_catalog, pgque, pg_temp)]
-fn send_batch_jsonb(queue_name: Option<&str>, payloads: Option<JsonbTextArray>) -> Vec<i64> {
+fn send_batch_jsonb(queue_name: Option<&str>, payloads: Option<JsonbArray>) -> Vec<i64> {
     let p = required(payloads, "payloads").0;
     send_many(queue_name, "default", p, None)
 }
@@ -125,8 +124,8 @@ fn send_batch_jsonb(queue_name: Option<&str>, payloads: Option<JsonbTextArray>) 
 /// send_batch(queue_name, payloads text[]).
 #[pg_extern(name = "send_batch", security_definer)]
 #[search_path(pg_catalog, pgque, pg_temp)]
-fn send_batch_text(queue_name: Option<&str>, payloads: Option<Vec<Option<String>>>) -> Vec<i64> {
-    let p = required(payloads, "payloads");
+fn send_batch_text(queue_name: Option<&str>, payloads: Option<TextArray>) -> Vec<i64> {
+    let p = required(payloads, "payloads").0;
     send_many(queue_name, "default", p, None)
 }
 
@@ -136,7 +135,7 @@ fn send_batch_text(queue_name: Option<&str>, payloads: Option<Vec<Option<String>
 fn send_batch_typed_jsonb(
     queue_name: Option<&str>,
     type_name: Option<&str>,
-    payloads: Option<JsonbTextArray>,
+    payloads: Option<JsonbArray>,
 ) -> Vec<i64> {
     let t = type_arg(type_name).to_string();
     let p = required(payloads, "payloads").0;
@@ -149,10 +148,10 @@ fn send_batch_typed_jsonb(
 fn send_batch_typed_text(
     queue_name: Option<&str>,
     type_name: Option<&str>,
-    payloads: Option<Vec<Option<String>>>,
+    payloads: Option<TextArray>,
 ) -> Vec<i64> {
     let t = type_arg(type_name).to_string();
-    let p = required(payloads, "payloads");
+    let p = required(payloads, "payloads").0;
     send_many(queue_name, &t, p, None)
 }
 
@@ -202,8 +201,8 @@ fn send_keyed_text(
 fn send_batch_keyed_jsonb(
     queue_name: Option<&str>,
     type_name: Option<&str>,
-    payloads: Option<JsonbTextArray>,
-    partition_keys: Option<Vec<Option<String>>>,
+    payloads: Option<JsonbArray>,
+    partition_keys: Option<TextArray>,
 ) -> Vec<i64> {
     let t = type_arg(type_name).to_string();
     let p = required(payloads, "payloads").0;
@@ -217,11 +216,11 @@ fn send_batch_keyed_jsonb(
 fn send_batch_keyed_text(
     queue_name: Option<&str>,
     type_name: Option<&str>,
-    payloads: Option<Vec<Option<String>>>,
-    partition_keys: Option<Vec<Option<String>>>,
+    payloads: Option<TextArray>,
+    partition_keys: Option<TextArray>,
 ) -> Vec<i64> {
     let t = type_arg(type_name).to_string();
-    let p = required(payloads, "payloads");
+    let p = required(payloads, "payloads").0;
     let k = required(partition_keys, "partition_keys");
     send_many(queue_name, &t, p, Some(k))
 }
@@ -875,6 +874,36 @@ mod tests {
     }
     fn one_i32(sql: &str) -> Option<i32> {
         Spi::get_one::<i32>(sql).unwrap()
+    }
+
+    /// Each id send_batch returns is the event of the payload at the same
+    /// position (jsonb, text and keyed variants; NULL elements and a 2-D array
+    /// are taken in storage order, as unnest gives them).
+    #[pg_test]
+    fn send_batch_ids_align_with_the_payloads() {
+        Spi::run("SELECT pgque.create_queue('al')").unwrap();
+        let qid = one_i32("SELECT queue_id FROM pgque.queue WHERE queue_name = 'al'").unwrap();
+        let read = format!("SELECT ev_data, ev_extra1 FROM pgque.event_{qid} WHERE ev_id = $1");
+        let cases = [
+            ("SELECT pgque.send_batch('al', ARRAY['{\"n\": 1}', NULL, '{\"n\": 3}']::jsonb[])",
+             vec![Some("{\"n\": 1}"), None, Some("{\"n\": 3}")], vec![None, None, None]),
+            ("SELECT pgque.send_batch('al', 't', ARRAY[['a', 'b'], ['c', NULL]]::text[])",
+             vec![Some("a"), Some("b"), Some("c"), None], vec![None, None, None, None]),
+            ("SELECT pgque.send_batch('al', 't', ARRAY['x', 'y', 'z']::text[], ARRAY['k1', NULL, 'k3'])",
+             vec![Some("x"), Some("y"), Some("z")], vec![Some("k1"), None, Some("k3")]),
+            ("SELECT pgque.send_batch('al', 't', ARRAY['[1]', '\"s\"']::jsonb[], ARRAY['j1', 'j2'])",
+             vec![Some("[1]"), Some("\"s\"")], vec![Some("j1"), Some("j2")]),
+        ];
+        for (sql, payloads, keys) in cases {
+            let ids = Spi::get_one::<Vec<i64>>(sql).unwrap().unwrap();
+            assert_eq!(ids.len(), payloads.len(), "{sql}");
+            assert!(ids.windows(2).all(|w| w[0] < w[1]), "{sql}: {ids:?}");
+            for (i, id) in ids.iter().enumerate() {
+                let row = Spi::get_two_with_args::<String, String>(&read, &[(*id).into()]).unwrap();
+                assert_eq!(row.0.as_deref(), payloads[i], "{sql}: position {i}");
+                assert_eq!(row.1.as_deref(), keys[i], "{sql}: position {i}");
+            }
+        }
     }
 
     #[pg_test]

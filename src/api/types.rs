@@ -36,63 +36,79 @@ unsafe impl<'fcx> ArgAbi<'fcx> for JsonbText {
 
 impl_sql_translatable!(JsonbText, arg_only = "jsonb");
 
-/// A `jsonb[]` argument rendered element by element as text (NULL stays NULL).
-#[derive(Debug)]
-pub struct JsonbTextArray(pub Vec<Option<String>>);
+/// An array argument kept as PostgreSQL's own (detoasted) array datum and
+/// handed to SPI as it is: a batch of payloads is unnested and cast by the
+/// statement that inserts it, never copied element by element into Rust
+/// strings and back (measured: ~2 us per event of send_batch's ~11 us beyond
+/// building the payload, at 100 events of ~230 bytes).
+#[derive(Debug, Clone, Copy)]
+pub struct ArrayDatum {
+    pub datum: pg_sys::Datum,
+    /// Number of elements (all dimensions).
+    pub len: usize,
+    /// The array type (e.g. `jsonb[]`), for the SPI parameter.
+    pub type_oid: pg_sys::Oid,
+}
 
-impl FromDatum for JsonbTextArray {
-    unsafe fn from_polymorphic_datum(
-        datum: pg_sys::Datum,
-        is_null: bool,
-        _: pg_sys::Oid,
-    ) -> Option<JsonbTextArray> {
-        if is_null {
-            return None;
-        }
-        // Deconstruct the array and render each element with jsonb_out.
+impl ArrayDatum {
+    /// # Safety
+    /// `datum` must be a non-NULL array datum of type `type_oid`.
+    unsafe fn from_datum(datum: pg_sys::Datum, type_oid: pg_sys::Oid) -> ArrayDatum {
         unsafe {
             let arr = pg_sys::pg_detoast_datum(datum.cast_mut_ptr()) as *mut pg_sys::ArrayType;
-            let mut elems: *mut pg_sys::Datum = std::ptr::null_mut();
-            let mut nulls: *mut bool = std::ptr::null_mut();
-            let mut n: i32 = 0;
-            pg_sys::deconstruct_array(
-                arr,
-                pg_sys::JSONBOID,
-                -1,
-                false,
-                pg_sys::TYPALIGN_INT as core::ffi::c_char,
-                &mut elems,
-                &mut nulls,
-                &mut n,
+            let raw = pgrx::array::RawArray::from_ptr(
+                std::ptr::NonNull::new(arr).expect("detoasted array"),
             );
-            let mut out = Vec::with_capacity(n as usize);
-            for i in 0..n as usize {
-                if *nulls.add(i) {
-                    out.push(None);
-                } else {
-                    let cstr = pgrx::direct_function_call::<&core::ffi::CStr>(
-                        pg_sys::jsonb_out,
-                        &[Some(*elems.add(i))],
-                    )
-                    .expect("jsonb_out returned NULL");
-                    out.push(Some(cstr.to_string_lossy().into_owned()));
-                }
+            ArrayDatum {
+                datum: pg_sys::Datum::from(arr),
+                len: raw.len(),
+                type_oid,
             }
-            Some(JsonbTextArray(out))
         }
     }
-}
 
-unsafe impl<'fcx> ArgAbi<'fcx> for JsonbTextArray {
-    unsafe fn unbox_arg_unchecked(arg: Arg<'_, 'fcx>) -> Self {
-        unsafe { arg.unbox_arg_using_from_datum() }.expect("jsonb[] argument must not be NULL")
-    }
-    unsafe fn unbox_nullable_arg(arg: Arg<'_, 'fcx>) -> pgrx::nullable::Nullable<Self> {
-        unsafe { arg.unbox_arg_using_from_datum::<JsonbTextArray>() }.into()
+    /// The datum as an SPI argument of its array type.
+    pub fn arg(&self) -> pgrx::datum::DatumWithOid<'static> {
+        unsafe { pgrx::datum::DatumWithOid::new(self.datum, self.type_oid) }
     }
 }
 
-impl_sql_translatable!(JsonbTextArray, arg_only = "jsonb[]");
+/// Declares a SQL array argument type carried as an [`ArrayDatum`].
+macro_rules! array_arg {
+    ($name:ident, $oid:expr, $sql:literal) => {
+        #[doc = concat!("A `", $sql, "` argument as an [`ArrayDatum`].")]
+        #[derive(Debug, Clone, Copy)]
+        pub struct $name(pub ArrayDatum);
+
+        impl FromDatum for $name {
+            unsafe fn from_polymorphic_datum(
+                datum: pg_sys::Datum,
+                is_null: bool,
+                _: pg_sys::Oid,
+            ) -> Option<$name> {
+                if is_null {
+                    return None;
+                }
+                Some($name(unsafe { ArrayDatum::from_datum(datum, $oid) }))
+            }
+        }
+
+        unsafe impl<'fcx> ArgAbi<'fcx> for $name {
+            unsafe fn unbox_arg_unchecked(arg: Arg<'_, 'fcx>) -> Self {
+                unsafe { arg.unbox_arg_using_from_datum() }
+                    .expect(concat!($sql, " argument must not be NULL"))
+            }
+            unsafe fn unbox_nullable_arg(arg: Arg<'_, 'fcx>) -> pgrx::nullable::Nullable<Self> {
+                unsafe { arg.unbox_arg_using_from_datum::<$name>() }.into()
+            }
+        }
+
+        impl_sql_translatable!($name, arg_only = $sql);
+    };
+}
+
+array_arg!(JsonbArray, pg_sys::JSONBARRAYOID, "jsonb[]");
+array_arg!(TextArray, pg_sys::TEXTARRAYOID, "TEXT[]");
 
 /// Interval to milliseconds (a month counts 30 days, as PostgreSQL's epoch does).
 pub fn interval_ms(iv: &pgrx::datum::Interval) -> f64 {

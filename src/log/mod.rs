@@ -243,49 +243,55 @@ pub fn insert_event(client: &mut SpiClient<'_>, q: &Queue, ev: &NewEvent) -> i64
 }
 
 /// Appends many events of one type in one statement; ids come back aligned
-/// with the input positions. `keys` (partition keys, into ev_extra1) must be
-/// as long as `payloads` (the caller checks).
+/// with the input positions. `payloads` is a `jsonb[]` or `text[]` datum
+/// (cast to text by the statement); `keys` (partition keys, into ev_extra1)
+/// must be as long as `payloads` (the caller checks).
+///
+/// The statement is a bare INSERT ... SELECT over unnest: nextval runs in the
+/// scan's order, which is the array's, so the ids ascend with the input
+/// position; the ids are sorted here rather than trusting the order of
+/// RETURNING. (A CTE numbering and sorting the input, then aggregating the
+/// ids, cost ~1 us per event more.)
 pub fn insert_events(
     client: &mut SpiClient<'_>,
     q: &Queue,
     ev_type: &str,
-    payloads: Vec<Option<String>>,
-    keys: Option<Vec<Option<String>>>,
+    payloads: &crate::api::types::ArrayDatum,
+    keys: Option<&crate::api::types::ArrayDatum>,
 ) -> Vec<i64> {
-    if payloads.is_empty() {
+    if payloads.len == 0 {
         return vec![];
     }
-    if let Some(keys) = keys {
-        let sql = format!(
-            "WITH src AS MATERIALIZED ( \
-                 SELECT u.ord, nextval('{seq}') AS id, u.p, u.k \
-                   FROM unnest($2::text[], $3::text[]) WITH ORDINALITY AS u(p, k, ord) ORDER BY u.ord), \
-             ins AS (INSERT INTO {tbl} (ev_id, ev_type, ev_data, ev_extra1) \
-                     SELECT id, $1, p, k FROM src ORDER BY ord) \
-             SELECT array_agg(id ORDER BY ord) FROM src",
-            seq = event_seq(q.id),
-            tbl = q.current_table()
-        );
-        let t = exec(
-            client,
-            &sql,
-            &[ev_type.into(), payloads.into(), keys.into()],
-        );
-        crate::worker::wake::at_commit();
-        return col(&first_row(t).expect("one row"), 1).unwrap_or_default();
-    }
-    let sql = format!(
-        "WITH src AS MATERIALIZED ( \
-             SELECT u.ord, nextval('{seq}') AS id, u.p \
-               FROM unnest($2::text[]) WITH ORDINALITY AS u(p, ord) ORDER BY u.ord), \
-         ins AS (INSERT INTO {tbl} (ev_id, ev_type, ev_data) SELECT id, $1, p FROM src ORDER BY ord) \
-         SELECT array_agg(id ORDER BY ord) FROM src",
-        seq = event_seq(q.id),
-        tbl = q.current_table()
-    );
-    let t = exec(client, &sql, &[ev_type.into(), payloads.into()]);
+    let cast = if payloads.type_oid == pg_sys::JSONBARRAYOID {
+        "jsonb[]"
+    } else {
+        "text[]"
+    };
+    let t = match keys {
+        Some(keys) => {
+            let sql = format!(
+                "INSERT INTO {tbl} (ev_id, ev_type, ev_data, ev_extra1) \
+                 SELECT nextval('{seq}'), $1, u.p::text, u.k \
+                   FROM unnest($2::{cast}, $3::text[]) AS u(p, k) RETURNING ev_id",
+                seq = event_seq(q.id),
+                tbl = q.current_table()
+            );
+            exec(client, &sql, &[ev_type.into(), payloads.arg(), keys.arg()])
+        }
+        None => {
+            let sql = format!(
+                "INSERT INTO {tbl} (ev_id, ev_type, ev_data) \
+                 SELECT nextval('{seq}'), $1, u.p::text FROM unnest($2::{cast}) AS u(p) \
+                 RETURNING ev_id",
+                seq = event_seq(q.id),
+                tbl = q.current_table()
+            );
+            exec(client, &sql, &[ev_type.into(), payloads.arg()])
+        }
+    };
+    let mut ids: Vec<i64> = t.map(|r| col(&r, 1).expect("ev_id")).collect();
     crate::worker::wake::at_commit();
-    let ids: Vec<i64> = col(&first_row(t).expect("one row"), 1).unwrap_or_default();
+    ids.sort_unstable();
     ids
 }
 

@@ -256,6 +256,27 @@ pub extern "C-unwind" fn pgque_db_worker_main(arg: pg_sys::Datum) {
     }
 }
 
+thread_local! {
+    /// Each duty's call, prepared once: the ticker runs up to 1/WAKE_MIN_INTERVAL
+    /// times a second under load, and parsing and planning `SELECT pgque.ticker()`
+    /// every time was ~6% of the worker's CPU. PostgreSQL's plan cache
+    /// re-resolves the function when the extension is dropped and created again.
+    static DUTY_PLANS: std::cell::RefCell<std::collections::HashMap<&'static str, std::rc::Rc<pgrx::spi::OwnedPreparedStatement>>> =
+        std::cell::RefCell::new(std::collections::HashMap::new());
+}
+
+fn duty_plan(
+    c: &pgrx::spi::SpiClient<'_>,
+    sql: &'static str,
+) -> pgrx::spi::SpiResult<std::rc::Rc<pgrx::spi::OwnedPreparedStatement>> {
+    if let Some(p) = DUTY_PLANS.with(|m| m.borrow().get(sql).cloned()) {
+        return Ok(p);
+    }
+    let p = std::rc::Rc::new(c.prepare(sql, &[])?.keep());
+    DUTY_PLANS.with(|m| m.borrow_mut().insert(sql, p.clone()));
+    Ok(p)
+}
+
 fn run_duty(idx: usize, i: usize, d: &duties::Duty, s: &mut Schedule, dbname: &str) {
     let start = Instant::now();
     s.last_start = Some(start);
@@ -266,7 +287,11 @@ fn run_duty(idx: usize, i: usize, d: &duties::Duty, s: &mut Schedule, dbname: &s
     // wrote a commit record even in an idle database. A duty that writes gets
     // its id when it does.
     let result = in_transaction(move || {
-        Spi::connect(|c| c.select(sql, None, &[]).map(|_| ())).map_err(|e| e.to_string())
+        Spi::connect(|c| {
+            let plan = duty_plan(c, sql)?;
+            c.select(&*plan, None, &[]).map(|_| ())
+        })
+        .map_err(|e| e.to_string())
     });
     let result = match result {
         Ok(Ok(())) => Ok(()),
