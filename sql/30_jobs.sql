@@ -156,8 +156,13 @@ CREATE TABLE pgque.job_running_identities (
 -- Append-only narration of transitions: enqueued, scheduled, promoted,
 -- dispatched, completed, failed, retried, snoozed, cancelled, rescued.
 -- Narrow on purpose and without a primary key (nothing looks events up by id):
--- two index entries per event. Kept for pgque.job_event_retention (7 days),
--- independently of the jobs, and deleted oldest-first in bounded batches.
+-- one index entry per event, the (at, id) one the retention sweep needs. No
+-- index on job_id: every enqueued job writes an event, and a second btree
+-- entry per event cost ~2 us of the ~37 us per job of enqueue_ready_rows
+-- (benches/cpu/enqueue_cpu.py); a job's history is an occasional admin query,
+-- which finds it by scanning the log (see docs/job-queues.md). Kept for
+-- pgque.job_event_retention (7 days), independently of the jobs, and deleted
+-- oldest-first in bounded batches.
 CREATE SEQUENCE pgque.job_events_id_seq AS bigint;
 CREATE TABLE pgque.job_events (
     id      bigint NOT NULL DEFAULT nextval('pgque.job_events_id_seq'),
@@ -178,8 +183,6 @@ CREATE TABLE pgque.job_events (
 );
 -- the retention sweep drains oldest-first through this index.
 CREATE INDEX job_events_at_idx ON pgque.job_events (at, id);
--- a job's history.
-CREATE INDEX job_events_job_idx ON pgque.job_events (job_id);
 
 -- When job_analyze last ran (it runs at most every pgque.analyze_interval).
 CREATE TABLE pgque.job_maint_state (

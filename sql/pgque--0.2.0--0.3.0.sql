@@ -22,6 +22,10 @@
 
 -- ---- 1. tables ------------------------------------------------------------------
 
+-- job_events loses its job_id index (one btree entry less per job event, on the
+-- enqueue hot path; see sql/30_jobs.sql).
+DROP INDEX IF EXISTS pgque.job_events_job_idx;
+
 -- ---- 2. new and changed functions ------------------------------------------------
 
 -- ---- 3. pg_dump registrations (see the sql/*.sql files for why each) -------------

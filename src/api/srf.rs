@@ -86,7 +86,8 @@ unsafe impl RetAbi for Messages {
 
 /// Switches the call to materialize mode and returns its (empty) tuplestore
 /// and row descriptor; 0A000 where the caller cannot take a materialized set.
-unsafe fn materialize_target(
+/// Also used by the job functions that return sets (src/jobs/outcomes.rs).
+pub(crate) unsafe fn materialize_target(
     fcinfo: pg_sys::FunctionCallInfo,
 ) -> (*mut pg_sys::Tuplestorestate, pg_sys::TupleDesc) {
     unsafe {
@@ -108,7 +109,7 @@ unsafe fn materialize_target(
             ereport!(
                 ERROR,
                 PgSqlErrorCode::ERRCODE_DATATYPE_MISMATCH,
-                "function returning pgque.message called with another row type"
+                "set-returning function called with another row type"
             );
         }
         // The store and its descriptor must outlive this call: the executor
