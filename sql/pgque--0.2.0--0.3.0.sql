@@ -24,7 +24,22 @@
 
 -- job_events loses its job_id index (one btree entry less per job event, on the
 -- enqueue hot path; see sql/30_jobs.sql).
+-- handled: index job_events_job_idx gone
 DROP INDEX IF EXISTS pgque.job_events_job_idx;
+
+-- job_events: one row per statement and transition (job_ids lists the jobs a
+-- row covers; job_id is the job of a single-job row), and the per-job view.
+-- Existing rows are single-job rows: the check holds for them.
+-- handled: table job_events 7af9f9a5d5
+ALTER TABLE pgque.job_events ALTER COLUMN job_id DROP NOT NULL;
+ALTER TABLE pgque.job_events ADD COLUMN job_ids bigint[];
+ALTER TABLE pgque.job_events
+    ADD CONSTRAINT job_events_one_job_or_many CHECK ((job_id IS NULL) <> (job_ids IS NULL));
+CREATE VIEW pgque.job_history AS
+SELECT e.id AS event_id, e.at, COALESCE(e.job_id, m.job_id) AS job_id, e.queue, e.event,
+       e.attempt, e.detail
+FROM pgque.job_events e
+LEFT JOIN LATERAL unnest(e.job_ids) AS m(job_id) ON true;
 
 -- ---- 2. new and changed functions ------------------------------------------------
 
@@ -33,6 +48,7 @@ DROP INDEX IF EXISTS pgque.job_events_job_idx;
 -- ---- 4. grants and per-function settings (as sql/99_finalize.sql) ----------------
 -- New functions get their GRANT lines from sql/99_finalize.sql and, when a
 -- setting list of 99_finalize.sql changes, its DO block is copied here whole.
+GRANT SELECT ON pgque.job_history TO pgque_admin;
 
 -- The send functions (send, send_batch, insert_event) no longer carry
 -- enable_seqscan = off and jit = off: they scan nothing, and each setting is

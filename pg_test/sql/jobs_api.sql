@@ -18,7 +18,9 @@ SELECT job_id, queue, kind, args, attempt, lease_token FROM pgque.dispatch(ARRAY
 SELECT pgque.complete(1, 1) AS completed, pgque.complete(1, 1) AS again, pgque.complete(2, 99) AS stale;
 SELECT pgque.fail(2, 2, 'smtp timeout', '2999-01-01 00:00:00+00') AS new_state;
 SELECT id, state, attempt, errors->0->>'error' AS error FROM pgque.jobs ORDER BY id;
-SELECT job_id, event, attempt, detail FROM pgque.job_events ORDER BY id;
+-- one job_events row per statement and transition; job_history has a row per job
+SELECT job_id, job_ids, event, attempt, detail FROM pgque.job_events ORDER BY id;
+SELECT job_id, event, attempt, detail FROM pgque.job_history ORDER BY event_id, job_id;
 -- errors: each with its SQLSTATE, nothing changed
 \set VERBOSITY sqlstate
 SELECT * FROM pgque.enqueue_ready_rows('nope', ARRAY['k'], ARRAY['{}']::jsonb[]);

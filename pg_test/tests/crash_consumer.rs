@@ -173,7 +173,7 @@ fn job_worker_dies(connect: &dyn Fn() -> Client, kill: Killer) {
     );
     let ev: i64 = c2
         .query_one(
-            "SELECT count(*) FROM pgque.job_events WHERE job_id = ANY($1) AND event = 'rescued'",
+            "SELECT count(*) FROM pgque.job_history WHERE job_id = ANY($1) AND event = 'rescued'",
             &[&ids],
         )
         .unwrap()

@@ -34,16 +34,18 @@ fn create_at(db: &TestDb, version: Option<&str>) {
     db.connect().batch_execute(&sql).unwrap();
 }
 
+// The old versions' job rows are written as those versions wrote them (the
+// same statements for 0.1.0 and 0.2.0 on these columns): the current job
+// functions need the current job store (0.2.0: jobs.rr_key; 0.3.0:
+// job_events.job_ids), so they cannot fill an un-updated schema.
 #[test]
 fn update_from_0_1_0_equals_a_fresh_install_and_keeps_the_data() {
-    // 0.1.0's job rows are written as 0.1.0 wrote them: the current job
-    // functions need the later job store.
     update_from("0.1.0", true);
 }
 
 #[test]
 fn update_from_0_2_0_equals_a_fresh_install_and_keeps_the_data() {
-    update_from("0.2.0", false);
+    update_from("0.2.0", true);
 }
 
 fn update_from(from_v: &str, jobs_as_0_1_0: bool) {

@@ -259,9 +259,14 @@ act AS (
     FROM per_actor p
     WHERE a.actor = ANY (ARRAY(SELECT jsonb_object_keys(p2.m) FROM per_actor p2))
 ),
+-- one event row per queue and attempt number for the claimed jobs
 ev AS (
-    INSERT INTO pgque.job_events (job_id, queue, event, attempt, detail)
-    SELECT u.id, u.queue, 'dispatched', u.attempt, $3 FROM upd u
+    INSERT INTO pgque.job_events (job_id, job_ids, queue, event, attempt, detail)
+    SELECT CASE WHEN count(*) = 1 THEN min(u.id) END,
+           CASE WHEN count(*) > 1 THEN array_agg(u.id ORDER BY u.id) END,
+           u.queue, 'dispatched', u.attempt, $3
+    FROM upd u
+    GROUP BY u.queue, u.attempt
 ),
 cur_lock AS MATERIALIZED (
     SELECT c.queue_name FROM pgque.job_rr_cursors c

@@ -83,10 +83,14 @@ ins AS (
     ON CONFLICT DO NOTHING
     RETURNING j.id, j.state, j.unique_key, j.actor
 ),
+-- one event row per kind (enqueued / scheduled) for the whole batch
 ev AS (
-    INSERT INTO pgque.job_events (job_id, queue, event, attempt)
-    SELECT ins.id, $1, CASE WHEN ins.state = 'ready' THEN 'enqueued' ELSE 'scheduled' END, 0
+    INSERT INTO pgque.job_events (job_id, job_ids, queue, event, attempt)
+    SELECT CASE WHEN count(*) = 1 THEN min(ins.id) END,
+           CASE WHEN count(*) > 1 THEN array_agg(ins.id ORDER BY ins.id) END,
+           $1, CASE WHEN ins.state = 'ready' THEN 'enqueued' ELSE 'scheduled' END, 0
     FROM ins
+    GROUP BY ins.state
 ),
 act AS (
     INSERT INTO pgque.job_actors (actor)
@@ -161,10 +165,14 @@ ins AS (
                 ORDER BY t.ord) i) s
     RETURNING j.id, j.state, j.actor
 ),
+-- one event row per kind (enqueued / scheduled) for the whole batch
 ev AS (
-    INSERT INTO pgque.job_events (job_id, queue, event, attempt)
-    SELECT ins.id, $1, CASE WHEN ins.state = 'ready' THEN 'enqueued' ELSE 'scheduled' END, 0
+    INSERT INTO pgque.job_events (job_id, job_ids, queue, event, attempt)
+    SELECT CASE WHEN count(*) = 1 THEN min(ins.id) END,
+           CASE WHEN count(*) > 1 THEN array_agg(ins.id ORDER BY ins.id) END,
+           $1, CASE WHEN ins.state = 'ready' THEN 'enqueued' ELSE 'scheduled' END, 0
     FROM ins
+    GROUP BY ins.state
 ),
 act AS (
     INSERT INTO pgque.job_actors (actor)

@@ -19,7 +19,13 @@ ids AS (
     USING gone g
     WHERE ri.queue = g.queue AND ri.identity_key = g.identity_key AND ri.job_id = g.id
 ),
+-- one event row per (queue, event, attempt, detail): a complete_many of a
+-- dispatch writes one
 ev AS (
-    INSERT INTO pgque.job_events (job_id, queue, event, attempt, detail)
-    SELECT g.id, g.queue, g.event, g.attempt, g.detail FROM gone g
+    INSERT INTO pgque.job_events (job_id, job_ids, queue, event, attempt, detail)
+    SELECT CASE WHEN count(*) = 1 THEN min(g.id) END,
+           CASE WHEN count(*) > 1 THEN array_agg(g.id ORDER BY g.id) END,
+           g.queue, g.event, g.attempt, g.detail
+    FROM gone g
+    GROUP BY g.queue, g.event, g.attempt, g.detail
 )

@@ -89,8 +89,12 @@ upd AS (
     RETURNING j.id, j.queue, j.attempt
 ),
 ev AS (
-    INSERT INTO pgque.job_events (job_id, queue, event, attempt)
-    SELECT u.id, u.queue, 'promoted', u.attempt FROM upd u
+    INSERT INTO pgque.job_events (job_id, job_ids, queue, event, attempt)
+    SELECT CASE WHEN count(*) = 1 THEN min(u.id) END,
+           CASE WHEN count(*) > 1 THEN array_agg(u.id ORDER BY u.id) END,
+           u.queue, 'promoted', u.attempt
+    FROM upd u
+    GROUP BY u.queue, u.attempt
 ),
 note AS (
     SELECT pg_catalog.pg_notify('pgque_jobs_' || q.queue, '')

@@ -186,16 +186,25 @@ mod tests {
             let expect = format!("{}{}", ["a", "b", "c", "d", "e"][*ord as usize - 1], ord);
             assert_eq!(kind_n, Some(expect));
         }
-        // ready jobs: ready_seq = id (their FIFO position), one 'enqueued' event each.
+        // ready jobs: ready_seq = id (their FIFO position), an 'enqueued' event
+        // each, all five in one job_events row.
         assert_eq!(
             count("SELECT count(*) FROM pgque.jobs WHERE queue = 'io' AND ready_seq = id AND state = 'ready'"),
             5
         );
         assert_eq!(
             count(
-                "SELECT count(*) FROM pgque.job_events WHERE queue = 'io' AND event = 'enqueued'"
+                "SELECT count(*) FROM pgque.job_history WHERE queue = 'io' AND event = 'enqueued'"
             ),
             5
+        );
+        assert_eq!(
+            count(
+                "SELECT count(*) FROM pgque.job_events WHERE queue = 'io' AND event = 'enqueued' \
+                  AND job_id IS NULL AND job_ids = (SELECT array_agg(id ORDER BY id) FROM pgque.jobs \
+                                                    WHERE queue = 'io' AND state = 'ready')"
+            ),
+            1
         );
         // defaults: priority 0, the queue's max_attempts, attempt 0.
         assert_eq!(
@@ -405,7 +414,7 @@ mod tests {
         );
         assert_eq!(
             count(
-                "SELECT count(*) FROM pgque.job_events WHERE queue = 'sch' AND event = 'scheduled'"
+                "SELECT count(*) FROM pgque.job_history WHERE queue = 'sch' AND event = 'scheduled'"
             ),
             1
         );
@@ -573,7 +582,7 @@ mod tests {
         );
         assert_eq!(
             count(
-                "SELECT count(*) FROM pgque.job_events WHERE queue = 'f' AND event = 'dispatched'"
+                "SELECT count(*) FROM pgque.job_history WHERE queue = 'f' AND event = 'dispatched'"
             ),
             6
         );
@@ -886,7 +895,7 @@ mod tests {
         );
         assert_eq!(
             count(
-                "SELECT count(*) FROM pgque.job_events WHERE queue = 'c' AND event = 'completed'"
+                "SELECT count(*) FROM pgque.job_history WHERE queue = 'c' AND event = 'completed'"
             ),
             3
         );
@@ -945,7 +954,7 @@ mod tests {
             0
         );
         assert_eq!(
-            one::<String>("SELECT string_agg(event, ',' ORDER BY id) FROM pgque.job_events WHERE queue = 'fb'"),
+            one::<String>("SELECT string_agg(event, ',' ORDER BY event_id) FROM pgque.job_history WHERE queue = 'fb'"),
             Some("enqueued,dispatched,retried,promoted,dispatched,retried,promoted,dispatched,failed".into())
         );
         // retry_at in the past: straight back to ready
@@ -1114,7 +1123,7 @@ mod tests {
         );
         assert_eq!(
             count(&format!(
-                "SELECT count(*) FROM pgque.job_events WHERE job_id = {a_id} AND event = 'rescued'"
+                "SELECT count(*) FROM pgque.job_history WHERE job_id = {a_id} AND event = 'rescued'"
             )),
             2
         );

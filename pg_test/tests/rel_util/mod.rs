@@ -100,10 +100,11 @@ fn ev(range: std::ops::RangeInclusive<i32>) -> Vec<String> {
 /// still held when fill returns). Job queue
 /// `jq`: r1 running, r2 and r3 ready, s1 scheduled in ~2 s.
 /// Fills a database (see the module comment). `jobs_as_0_1_0`: the job rows
-/// are written as 0.1.0's enqueue and dispatch wrote them (the schema the
-/// 0.1.0 install script made), because the current library's job functions
-/// need the 0.2.0 job store (jobs.rr_key): they cannot run against an
-/// un-updated 0.1.0 schema, and 0.1.0's library is not at hand here.
+/// are written as 0.1.0's (and, on these columns, 0.2.0's) enqueue and
+/// dispatch wrote them, because the current library's job functions need the
+/// current job store (0.2.0: jobs.rr_key; 0.3.0: job_events.job_ids): they
+/// cannot run against an un-updated schema, and the old libraries are not at
+/// hand here.
 pub fn fill(c: &mut Client, jobs_as_0_1_0: bool) -> Filled {
     run_each(
         c,
