@@ -383,3 +383,69 @@ fn ticker_and_maint_skip_a_queue_locked_by_an_open_transaction() {
     let n: i64 = c.query_one("SELECT pgque.ticker()", &[]).unwrap().get(0);
     assert!(n >= 1, "a is ticked once free");
 }
+
+/// Payloads stored out of line (TOASTed: one incompressible of ~300 kB, one
+/// compressible of 50 kB) come back byte for byte through receive,
+/// get_batch_events, a nack's retry and the dead letters: the read path hands
+/// the stored text values over as datums, fetched from TOAST first.
+#[test]
+fn toasted_payloads_round_trip() {
+    let db = manual_db("ev_toast");
+    let mut c = db.connect();
+    c.batch_execute(
+        "SELECT pgque.create_queue('big'); SELECT pgque.subscribe('big', 'c1'); \
+         SELECT pgque.set_queue_config('big', 'max_retries', '0')",
+    )
+    .unwrap();
+    let payloads: Vec<String> = c
+        .query(
+            "SELECT p FROM (VALUES \
+               (1, (SELECT string_agg(md5(i::text), '') FROM generate_series(1, 10000) i)), \
+               (2, repeat('abc', 17000)), \
+               (3, 'small')) v(n, p) ORDER BY n",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(payloads[0].len(), 320_000);
+    for p in &payloads {
+        c.execute("SELECT pgque.send('big', 'big', $1::text)", &[p])
+            .unwrap();
+    }
+    tick(&mut c, "big");
+    let rows = c
+        .query(
+            "SELECT msg_id, batch_id, payload FROM pgque.receive('big', 'c1', 10)",
+            &[],
+        )
+        .unwrap();
+    let got: Vec<String> = rows.iter().map(|r| r.get(2)).collect();
+    assert_eq!(got, payloads, "receive returns the stored payloads");
+    let batch: i64 = rows[0].get(1);
+    let via_pgq: Vec<String> = c
+        .query("SELECT ev_data FROM pgque.get_batch_events($1)", &[&batch])
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(via_pgq, payloads, "get_batch_events returns them too");
+    // The first goes to the dead letters (max_retries 0), whole.
+    let first: i64 = rows[0].get(0);
+    c.execute(
+        "SELECT pgque.nack($1, m, interval '0', 'too big') \
+           FROM pgque.receive('big', 'c1', 10) m WHERE m.msg_id = $2",
+        &[&batch, &first],
+    )
+    .unwrap();
+    ack(&mut c, batch);
+    let dead: String = c
+        .query_one(
+            "SELECT ev_data FROM pgque.dead_letter WHERE ev_id = $1",
+            &[&first],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(dead, payloads[0], "the dead letter keeps the whole payload");
+}

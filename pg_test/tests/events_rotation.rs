@@ -225,17 +225,17 @@ fn positions_and_open_batches_survive_metadata_truncation() {
         c.query_one("SELECT pgque.maint()", &[]).unwrap();
         c.query_one("SELECT pgque.maint()", &[]).unwrap();
     }
-    // The metadata really gets truncated (a transaction of a parallel test
-    // can postpone a truncation to a later maint()): of the 9+ ticks made,
-    // only those still referenced (positions, open batches, the last tick)
-    // remain.
-    let mut ticks_left = 0;
-    let reclaimed = wait_until(Duration::from_secs(20), || {
-        c.query_one("SELECT pgque.maint()", &[]).unwrap();
-        ticks_left = i64s(&mut c, "SELECT count(*) FROM pgque.tick");
-        ticks_left < 9
-    });
-    assert!(reclaimed, "ticks were not reclaimed: {ticks_left}");
+    // The ticks 'lagging' has yet to read survived every truncation: the 9
+    // made after it subscribed.
+    assert_eq!(
+        i64s(
+            &mut c,
+            "SELECT count(*) FROM pgque.tick WHERE tick_id > \
+               (SELECT sub_start_tick FROM pgque.subscription WHERE sub_consumer = 'lagging')"
+        ),
+        9,
+        "ticks a consumer still has to read were dropped"
+    );
     assert_eq!(steady, sent);
     // The open batches are still there, unchanged.
     assert_eq!(recv(&mut c, "m", "open", 10), (ob, oids.clone()));
@@ -273,6 +273,58 @@ fn positions_and_open_batches_survive_metadata_truncation() {
     }
     grp.sort();
     assert_eq!(grp, sent, "cooperative group: each event once");
+    // Now that every consumer is at the head, the metadata really gets
+    // truncated (a transaction of a parallel test can postpone a truncation
+    // to a later maint()): only the ticks still referenced (positions, the
+    // last tick) remain.
+    let mut ticks_left = 0;
+    let reclaimed = wait_until(Duration::from_secs(20), || {
+        c.query_one("SELECT pgque.maint()", &[]).unwrap();
+        ticks_left = i64s(&mut c, "SELECT count(*) FROM pgque.tick");
+        ticks_left < 9
+    });
+    assert!(reclaimed, "ticks were not reclaimed: {ticks_left}");
+}
+
+/// A consumer that fell behind across metadata truncations still reads its
+/// backlog in the batches the ticks made (each range read once), not as one
+/// range up to the head cut by event id into batches that each re-read it.
+#[test]
+fn a_lagging_consumer_keeps_its_ticks_across_metadata_truncation() {
+    let db = manual_db("ev_lag_ticks");
+    let mut c = db.connect();
+    c.batch_execute(
+        "SELECT pgque.create_queue('l'); SELECT pgque.subscribe('l', 'c'); \
+         SET pgque.metadata_rotation_period = 0",
+    )
+    .unwrap();
+    let mut sent = vec![];
+    for _ in 0..20 {
+        sent.extend(send_many(&mut c, "l", 100));
+        tick(&mut c, "l");
+        // switch and truncate the metadata pieces while 'c' lags
+        c.query_one("SELECT pgque.maint()", &[]).unwrap();
+    }
+    for _ in 0..4 {
+        c.query_one("SELECT pgque.maint()", &[]).unwrap();
+    }
+    let mut got = vec![];
+    for _ in 0..20 {
+        let (b, ids) = recv(&mut c, "l", "c", 100);
+        assert_eq!(ids.len(), 100, "a batch is one tick's 100 events");
+        got.extend(ids);
+        ack(&mut c, b.unwrap());
+    }
+    assert_eq!(recv(&mut c, "l", "c", 100), (None, vec![]));
+    assert_eq!(got, sent);
+    assert_eq!(
+        i64s(
+            &mut c,
+            "SELECT count(*) FROM pgque.batch WHERE ev_ceiling IS NOT NULL"
+        ),
+        0,
+        "no batch was cut by event id"
+    );
 }
 
 /// Tick, batch and event lookups take index paths even when the planner's

@@ -5,6 +5,7 @@
 //! The bodies are thin: argument checks, then the engine in `crate::log`.
 #![allow(clippy::type_complexity)] // pgrx needs TableIterator row types spelled out inline
 use crate::error::{self, raise, required};
+use crate::log::batch::PgText;
 use crate::log::{self, batch, tick, NewEvent, Queue};
 use pgrx::datum::{Interval, TimestampWithTimeZone};
 use pgrx::prelude::*;
@@ -408,12 +409,12 @@ pub(crate) fn retry_event(
                 ev.id.into(),
                 ev.time.into(),
                 ev.retry.into(),
-                ev.ev_type.as_deref().into(),
-                ev.data.as_deref().into(),
-                e1.as_deref().into(),
-                e2.as_deref().into(),
-                e3.as_deref().into(),
-                e4.as_deref().into(),
+                ev.ev_type.into(),
+                ev.data.into(),
+                (*e1).into(),
+                (*e2).into(),
+                (*e3).into(),
+                (*e4).into(),
             ],
         );
         return 1;
@@ -431,12 +432,12 @@ pub(crate) fn retry_event(
             ev.id.into(),
             ev.time.into(),
             (count + 1).into(),
-            ev.ev_type.as_deref().into(),
-            ev.data.as_deref().into(),
-            e1.as_deref().into(),
-            e2.as_deref().into(),
-            e3.as_deref().into(),
-            e4.as_deref().into(),
+            ev.ev_type.into(),
+            ev.data.into(),
+            (*e1).into(),
+            (*e2).into(),
+            (*e3).into(),
+            (*e4).into(),
         ],
     );
     t.len() as i32
@@ -750,8 +751,20 @@ type EventRow = (
 fn event_rows(evs: Vec<batch::Event>) -> Vec<EventRow> {
     evs.into_iter()
         .map(|e| {
-            let [a, b, c, d] = e.extra;
-            (e.id, e.time, e.txid, e.retry, e.ev_type, e.data, a, b, c, d)
+            let [a, b, c, d] = e.extra.map(|x| x.map(PgText::to_string_lossy));
+            let s = |x: Option<PgText>| x.map(PgText::to_string_lossy);
+            (
+                e.id,
+                e.time,
+                e.txid,
+                e.retry,
+                s(e.ev_type),
+                s(e.data),
+                a,
+                b,
+                c,
+                d,
+            )
         })
         .collect()
 }

@@ -155,12 +155,17 @@ pub fn rotate_step1(client: &mut SpiClient<'_>) -> i64 {
     n
 }
 
+/// Ticks ahead of a queue's slowest consumer that metadata rotation keeps
+/// whole; beyond them it keeps one tick per `pgque.batch_max_events` events.
+const TICKS_AHEAD: i64 = 100_000;
+
 /// Metadata rotation. Ticks, batches and batch completions are append-only
 /// in two pieces; every `pgque.metadata_rotation_period` the current piece
 /// switches (step A), and once no transaction can still write the old piece,
 /// the rows still needed (every consumer's latest and open batches, the ticks
-/// they reference, each queue's last tick) are copied forward and the old
-/// piece is TRUNCATEd (step B). Returns the number of steps done.
+/// they reference, each queue's last tick, the ticks consumers have yet to
+/// read) are copied forward and the old piece is TRUNCATEd (step B). Returns
+/// the number of steps done.
 pub fn rotate_metadata(client: &mut SpiClient<'_>, period_ms: i64) -> i64 {
     let t = exec(
         client,
@@ -214,19 +219,46 @@ pub fn rotate_metadata(client: &mut SpiClient<'_>, period_ms: i64) -> i64 {
             ),
             &[],
         );
-        // The ticks still referenced, and each queue's last tick.
+        // The ticks still referenced, each queue's last tick, and the ticks
+        // a consumer has yet to read: those after the oldest position of the
+        // queue's consumers (a cooperative consumer's batches are its
+        // parent subscription's; its members have none of their own). Without them a consumer that fell behind by more
+        // than a rotation period saw one tick range up to the head, cut by
+        // event id into `limit`-sized batches each of which re-read the whole
+        // range: a drain quadratic in the backlog. The first TICKS_AHEAD of
+        // them are kept as they are; further ahead (a consumer days behind),
+        // one tick per batch_max_events events, which bounds the rows copied
+        // forward on every rotation.
         exec(
             client,
             &format!(
-                "INSERT INTO pgque.tick (tick_queue, tick_id, tick_time, tick_snapshot, tick_event_seq, tick_pending, piece) \
+                "WITH pos AS MATERIALIZED ( \
+                     SELECT s.sub_queue AS queue, \
+                            min(coalesce((SELECT b.tick_id FROM pgque.batch b WHERE b.sub_id = s.sub_id \
+                                           ORDER BY b.tick_id DESC LIMIT 1), \
+                                         s.sub_start_tick)) AS tick_id \
+                       FROM pgque.subscription s WHERE s.sub_parent IS NULL GROUP BY s.sub_queue), \
+                 ahead AS MATERIALIZED ( \
+                     SELECT t.tick_id, \
+                            row_number() OVER w AS rn, \
+                            t.tick_event_seq / $1 AS bucket, \
+                            lag(t.tick_event_seq / $1) OVER w AS prev_bucket \
+                       FROM pgque.tick_p{old} t JOIN pos ON pos.queue = t.tick_queue AND t.tick_id > pos.tick_id \
+                     WINDOW w AS (PARTITION BY t.tick_queue ORDER BY t.tick_id)) \
+                 INSERT INTO pgque.tick (tick_queue, tick_id, tick_time, tick_snapshot, tick_event_seq, tick_pending, piece) \
                  SELECT t.tick_queue, t.tick_id, t.tick_time, t.tick_snapshot, t.tick_event_seq, t.tick_pending, {cur} \
                    FROM pgque.tick_p{old} t \
                   WHERE t.tick_id IN (SELECT prev_tick_id FROM pgque.batch_p{cur} \
                                       UNION SELECT tick_id FROM pgque.batch_p{cur} \
                                       UNION SELECT sub_start_tick FROM pgque.subscription) \
-                     OR t.tick_id = (SELECT max(t2.tick_id) FROM pgque.tick t2 WHERE t2.tick_queue = t.tick_queue)"
+                     OR t.tick_id = (SELECT max(t2.tick_id) FROM pgque.tick t2 WHERE t2.tick_queue = t.tick_queue) \
+                     OR t.tick_id IN (SELECT a.tick_id FROM ahead a \
+                                       WHERE a.rn <= $2 OR a.bucket IS DISTINCT FROM a.prev_bucket)"
             ),
-            &[],
+            &[
+                crate::gucs::batch_max_events().max(1).into(),
+                TICKS_AHEAD.into(),
+            ],
         );
         for rel in &rels {
             run_once(client, &format!("TRUNCATE {rel}"));
