@@ -336,7 +336,7 @@ pub fn read_events_ext(
             });
         }
     }
-    drop(t);
+    // (`t` stays in scope until here: the raw rows above are its table's)
     out
 }
 
