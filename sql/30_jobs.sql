@@ -165,8 +165,9 @@ CREATE TABLE pgque.job_running_identities (
 -- oldest-first in bounded batches.
 -- One row per statement and transition, not per job: the jobs one enqueue,
 -- dispatch or completion moved together (same queue, event, attempt and
--- detail) share a row listing them in job_ids; a transition of one job has
--- its job_id. A row per job (a heap tuple and an index entry each) was ~3 us
+-- detail) share a row listing them in job_ids (also when the set is one
+-- job). job_id is the job of cancel and retry_job, which act on one job, and
+-- of rows written before 0.3.0. A row per job (a heap tuple and an index entry each) was ~3 us
 -- of enqueue_ready_rows' ~21 us per job at batch 100, and as much again at
 -- dispatch and at completion. pgque.job_history has one row per job
 -- and transition.

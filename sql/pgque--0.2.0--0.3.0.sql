@@ -28,7 +28,7 @@
 DROP INDEX IF EXISTS pgque.job_events_job_idx;
 
 -- job_events: one row per statement and transition (job_ids lists the jobs a
--- row covers; job_id is the job of a single-job row), and the per-job view.
+-- row covers; job_id is the job of a cancel or retry_job row), and the per-job view.
 -- Existing rows are single-job rows: the check holds for them.
 -- handled: table job_events 7af9f9a5d5
 ALTER TABLE pgque.job_events ALTER COLUMN job_id DROP NOT NULL;
@@ -52,8 +52,12 @@ GRANT SELECT ON pgque.job_history TO pgque_admin;
 
 -- The send functions (send, send_batch, insert_event) no longer carry
 -- enable_seqscan = off and jit = off: they scan nothing, and each setting is
--- set and reset on every call. The blocks below are sql/99_finalize.sql's,
--- which leave them out; what 0.2.0 set on them is reset here.
+-- set and reset on every call. sql/99_finalize.sql now leaves them out of its
+-- setting lists; every other function keeps what 0.2.0 set on it, so only
+-- these two settings are reset here (which is all the changed $seqscan$ and
+-- $nojit$ blocks of sql/99_finalize.sql amount to on an existing install).
+-- handled: do $seqscan$ b554d6c79d
+-- handled: do $nojit$ 899c6a75c0
 DO $sendcfg$
 DECLARE f regprocedure;
 BEGIN
@@ -66,41 +70,3 @@ BEGIN
     END LOOP;
 END
 $sendcfg$;
-
-DO $seqscan$
-DECLARE f regprocedure;
-BEGIN
-    FOR f IN SELECT p.oid::regprocedure FROM pg_catalog.pg_proc p
-              WHERE p.pronamespace = 'pgque'::regnamespace
-                AND p.proname = ANY (ARRAY[
-                    'subscribe', 'unsubscribe', 'receive',
-                    'ack', 'nack', 'register_consumer', 'register_consumer_at', 'unregister_consumer',
-                    'next_batch', 'next_batch_info', 'next_batch_custom', 'get_batch_events',
-                    'get_batch_cursor', 'finish_batch', 'event_retry', 'batch_retry',
-                    'register_subconsumer', 'subscribe_subconsumer', 'unregister_subconsumer',
-                    'receive_coop', 'touch_subconsumer', 'dlq_inspect', 'dlq_replay', 'dlq_replay_all',
-                    'dlq_purge', 'create_queue', 'drop_queue', 'set_queue_config', 'ticker',
-                    'force_next_tick', 'force_tick', 'maint', 'maint_retry_events',
-                    'get_queue_info', 'get_consumer_info', 'get_batch_info',
-                    'send_idem', 'maint_idem', 'send_at', 'maint_delayed',
-                    'subscribe_partitioned', 'unsubscribe_partitioned', 'subscribe_slot',
-                    'unsubscribe_slot', 'claim_slot', 'claim_next_slot', 'release_slot',
-                    'receive_partitioned', 'ack_partitioned', 'nack_partitioned',
-                    'partition_slot_rows'])
-    LOOP
-        EXECUTE format('ALTER FUNCTION %s SET enable_seqscan = off', f);
-    END LOOP;
-END
-$seqscan$;
-
-DO $nojit$
-DECLARE f regprocedure;
-BEGIN
-    FOR f IN SELECT p.oid::regprocedure FROM pg_catalog.pg_proc p
-              WHERE p.pronamespace = 'pgque'::regnamespace
-                AND p.proname <> ALL (ARRAY['send', 'send_batch', 'insert_event'])
-    LOOP
-        EXECUTE format('ALTER FUNCTION %s SET jit = off', f);
-    END LOOP;
-END
-$nojit$;

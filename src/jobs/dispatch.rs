@@ -261,10 +261,8 @@ act AS (
 ),
 -- one event row per queue and attempt number for the claimed jobs
 ev AS (
-    INSERT INTO pgque.job_events (job_id, job_ids, queue, event, attempt, detail)
-    SELECT CASE WHEN count(*) = 1 THEN min(u.id) END,
-           CASE WHEN count(*) > 1 THEN array_agg(u.id ORDER BY u.id) END,
-           u.queue, 'dispatched', u.attempt, $3
+    INSERT INTO pgque.job_events (job_ids, queue, event, attempt, detail)
+    SELECT array_agg(u.id ORDER BY u.id), u.queue, 'dispatched', u.attempt, $3
     FROM upd u
     GROUP BY u.queue, u.attempt
 ),

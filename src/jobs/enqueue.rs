@@ -85,10 +85,8 @@ ins AS (
 ),
 -- one event row per kind (enqueued / scheduled) for the whole batch
 ev AS (
-    INSERT INTO pgque.job_events (job_id, job_ids, queue, event, attempt)
-    SELECT CASE WHEN count(*) = 1 THEN min(ins.id) END,
-           CASE WHEN count(*) > 1 THEN array_agg(ins.id ORDER BY ins.id) END,
-           $1, CASE WHEN ins.state = 'ready' THEN 'enqueued' ELSE 'scheduled' END, 0
+    INSERT INTO pgque.job_events (job_ids, queue, event, attempt)
+    SELECT array_agg(ins.id ORDER BY ins.id), $1, CASE WHEN ins.state = 'ready' THEN 'enqueued' ELSE 'scheduled' END, 0
     FROM ins
     GROUP BY ins.state
 ),
@@ -167,10 +165,8 @@ ins AS (
 ),
 -- one event row per kind (enqueued / scheduled) for the whole batch
 ev AS (
-    INSERT INTO pgque.job_events (job_id, job_ids, queue, event, attempt)
-    SELECT CASE WHEN count(*) = 1 THEN min(ins.id) END,
-           CASE WHEN count(*) > 1 THEN array_agg(ins.id ORDER BY ins.id) END,
-           $1, CASE WHEN ins.state = 'ready' THEN 'enqueued' ELSE 'scheduled' END, 0
+    INSERT INTO pgque.job_events (job_ids, queue, event, attempt)
+    SELECT array_agg(ins.id ORDER BY ins.id), $1, CASE WHEN ins.state = 'ready' THEN 'enqueued' ELSE 'scheduled' END, 0
     FROM ins
     GROUP BY ins.state
 ),

@@ -22,10 +22,8 @@ ids AS (
 -- one event row per (queue, event, attempt, detail): a complete_many of a
 -- dispatch writes one
 ev AS (
-    INSERT INTO pgque.job_events (job_id, job_ids, queue, event, attempt, detail)
-    SELECT CASE WHEN count(*) = 1 THEN min(g.id) END,
-           CASE WHEN count(*) > 1 THEN array_agg(g.id ORDER BY g.id) END,
-           g.queue, g.event, g.attempt, g.detail
+    INSERT INTO pgque.job_events (job_ids, queue, event, attempt, detail)
+    SELECT array_agg(g.id ORDER BY g.id), g.queue, g.event, g.attempt, g.detail
     FROM gone g
     GROUP BY g.queue, g.event, g.attempt, g.detail
 )

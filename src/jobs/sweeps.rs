@@ -89,10 +89,8 @@ upd AS (
     RETURNING j.id, j.queue, j.attempt
 ),
 ev AS (
-    INSERT INTO pgque.job_events (job_id, job_ids, queue, event, attempt)
-    SELECT CASE WHEN count(*) = 1 THEN min(u.id) END,
-           CASE WHEN count(*) > 1 THEN array_agg(u.id ORDER BY u.id) END,
-           u.queue, 'promoted', u.attempt
+    INSERT INTO pgque.job_events (job_ids, queue, event, attempt)
+    SELECT array_agg(u.id ORDER BY u.id), u.queue, 'promoted', u.attempt
     FROM upd u
     GROUP BY u.queue, u.attempt
 ),

@@ -267,28 +267,20 @@ pub fn insert_events(
     } else {
         "text[]"
     };
-    let t = match keys {
-        Some(keys) => {
-            let sql = format!(
-                "INSERT INTO {tbl} (ev_id, ev_type, ev_data, ev_extra1) \
-                 SELECT nextval('{seq}'), $1, u.p::text, u.k \
-                   FROM unnest($2::{cast}, $3::text[]) AS u(p, k) RETURNING ev_id",
-                seq = event_seq(q.id),
-                tbl = q.current_table()
-            );
-            exec(client, &sql, &[ev_type.into(), payloads.arg(), keys.arg()])
-        }
-        None => {
-            let sql = format!(
-                "INSERT INTO {tbl} (ev_id, ev_type, ev_data) \
-                 SELECT nextval('{seq}'), $1, u.p::text FROM unnest($2::{cast}) AS u(p) \
-                 RETURNING ev_id",
-                seq = event_seq(q.id),
-                tbl = q.current_table()
-            );
-            exec(client, &sql, &[ev_type.into(), payloads.arg()])
-        }
-    };
+    // Keyed or not, one statement: unnest of a NULL keys array yields no
+    // rows, and unnest's multi-array form pads the shorter side with NULLs.
+    let sql = format!(
+        "INSERT INTO {tbl} (ev_id, ev_type, ev_data, ev_extra1) \
+         SELECT nextval('{seq}'), $1, u.p::text, u.k \
+           FROM unnest($2::{cast}, $3::text[]) AS u(p, k) RETURNING ev_id",
+        seq = event_seq(q.id),
+        tbl = q.current_table()
+    );
+    let keys = keys.map_or(
+        pgrx::datum::DatumWithOid::null_oid(pg_sys::TEXTARRAYOID),
+        |k| k.arg(),
+    );
+    let t = exec(client, &sql, &[ev_type.into(), payloads.arg(), keys]);
     let mut ids: Vec<i64> = t.map(|r| col(&r, 1).expect("ev_id")).collect();
     crate::worker::wake::at_commit();
     ids.sort_unstable();
