@@ -15,17 +15,11 @@ then ROUNDS alternating rounds of 20 batches per system.
 import os
 import psycopg
 
-HOST = os.environ.get("BENCH_HOST", "/tmp/pgque_bench")
-PORT = os.environ.get("BENCH_PORT", "55515")
-DB = os.environ.get("BENCH_DB", "pgque_bench")
+from backend import CONNINFO, cpu_ns
 BATCH = int(os.environ.get("BATCH", "500"))
 ROUNDS = int(os.environ.get("ROUNDS", "3"))
 PAYLOAD = "jsonb_build_object('id', g, 'note', repeat('x', 150))"
 
-
-def cpu_ns(pid):
-    with open(f"/proc/{pid}/schedstat") as f:
-        return int(f.read().split()[0])
 
 
 def setup(c):
@@ -71,7 +65,7 @@ def measure(conn, fn, batches=20):
 
 
 def main():
-    info = f"host={HOST} port={PORT} dbname={DB} user=postgres"
+    info = CONNINFO
     with psycopg.connect(info, autocommit=True) as c:
         setup(c)
     with psycopg.connect(info, autocommit=True) as a, psycopg.connect(info, autocommit=True) as b:

@@ -18,9 +18,7 @@ import statistics
 
 import psycopg
 
-HOST = os.environ.get("BENCH_HOST", "/tmp/pgque_bench")
-PORT = os.environ.get("BENCH_PORT", "55515")
-DB = os.environ.get("BENCH_DB", "pgque_bench")
+from backend import CONNINFO, cpu_ns
 BATCH = int(os.environ.get("BATCH", "100"))
 CALLS = int(os.environ.get("CALLS", "50"))
 ROUNDS = int(os.environ.get("ROUNDS", "5"))
@@ -35,10 +33,6 @@ SYSTEMS = {
               f"FROM generate_series(1, {BATCH}) g"),
 }
 
-
-def cpu_ns(pid):
-    with open(f"/proc/{pid}/schedstat") as f:
-        return int(f.read().split()[0])
 
 
 def measure(conn, sql):
@@ -55,7 +49,7 @@ def measure(conn, sql):
 
 
 def main():
-    info = f"host={HOST} port={PORT} dbname={DB} user=postgres"
+    info = CONNINFO
     with psycopg.connect(info, autocommit=True) as c:
         c.execute("SELECT pgque.drop_job_queue('cpu_eq', true) FROM pgque.job_queues WHERE queue_name = 'cpu_eq'")
         c.execute("SELECT pgque.create_job_queue('cpu_eq', 'strict_fifo', 1)")

@@ -14,9 +14,7 @@ import os
 import statistics
 import psycopg
 
-HOST = os.environ.get("BENCH_HOST", "/tmp/pgque_bench")
-PORT = os.environ.get("BENCH_PORT", "55515")
-DB = os.environ.get("BENCH_DB", "pgque_bench")
+from backend import CONNINFO, cpu_ns
 BATCH = int(os.environ.get("BATCH", "1"))
 CALLS = int(os.environ.get("CALLS", "2000" if BATCH == 1 else "300"))
 ROUNDS = int(os.environ.get("ROUNDS", "5"))
@@ -41,19 +39,15 @@ def statements(batch):
     }
 
 
-def cpu_ns(pid):
-    with open(f"/proc/{pid}/schedstat") as f:
-        return int(f.read().split()[0])
-
 
 def main():
-    admin = psycopg.connect(f"host={HOST} port={PORT} dbname={DB} user=postgres", autocommit=True)
+    admin = psycopg.connect(CONNINFO, autocommit=True)
     admin.execute("SELECT pgque.drop_queue('cpu_sq', true) FROM pgque.get_queue_info() WHERE queue_name = 'cpu_sq'")
     admin.execute("SELECT pgq.drop_queue('cpu_sp', true) FROM pgq.queue WHERE queue_name = 'cpu_sp'")
     admin.execute("SELECT pgque.create_queue('cpu_sq'), pgq.create_queue('cpu_sp')")
     admin.execute("TRUNCATE bench.plain_events")
     sql = statements(BATCH)
-    conns = {s: psycopg.connect(f"host={HOST} port={PORT} dbname={DB} user=postgres", autocommit=True,
+    conns = {s: psycopg.connect(CONNINFO, autocommit=True,
                                 prepare_threshold=0) for s in sql}
     pids = {s: c.execute("SELECT pg_backend_pid()").fetchone()[0] for s, c in conns.items()}
     for s, c in conns.items():  # warm: plans, caches
