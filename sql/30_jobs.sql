@@ -195,12 +195,7 @@ CREATE TABLE pgque.job_events (
 -- the retention sweep drains oldest-first through this index.
 CREATE INDEX job_events_at_idx ON pgque.job_events (at, id);
 
--- One row per job and transition: `WHERE job_id = $1` is a job's history.
-CREATE VIEW pgque.job_history AS
-SELECT e.id AS event_id, e.at, COALESCE(e.job_id, m.job_id) AS job_id, e.queue, e.event,
-       e.attempt, e.detail
-FROM pgque.job_events e
-LEFT JOIN LATERAL unnest(e.job_ids) AS m(job_id) ON true;
+-- pgque.job_history (one row per job and transition) is in sql/31_job_log.sql.
 
 -- When job_analyze last ran (it runs at most every pgque.analyze_interval).
 CREATE TABLE pgque.job_maint_state (
@@ -209,23 +204,7 @@ CREATE TABLE pgque.job_maint_state (
 );
 INSERT INTO pgque.job_maint_state DEFAULT VALUES;
 
--- ---- status -----------------------------------------------------------------
-CREATE VIEW pgque.job_queue_status AS
-SELECT q.queue_name,
-       q.mode,
-       q.paused,
-       count(j.id) FILTER (WHERE j.state = 'scheduled') AS scheduled,
-       count(j.id) FILTER (WHERE j.state = 'ready')     AS ready,
-       count(j.id) FILTER (WHERE j.state = 'running')   AS running,
-       count(j.id) FILTER (WHERE j.state = 'completed') AS completed,
-       count(j.id) FILTER (WHERE j.state = 'failed')    AS failed,
-       count(j.id) FILTER (WHERE j.state = 'cancelled') AS cancelled,
-       now() - min(j.run_at) FILTER (WHERE j.state = 'ready') AS oldest_ready_age,
-       count(DISTINCT (j.priority, j.shard))
-           FILTER (WHERE j.state IN ('scheduled', 'ready', 'running')) AS lanes
-FROM pgque.job_queues q
-LEFT JOIN pgque.jobs j ON j.queue = q.queue_name
-GROUP BY q.queue_name, q.mode, q.paused;
+-- ---- status: pgque.job_queue_status is in sql/31_job_log.sql (it counts the log too)
 
 -- pg_dump: queues, actors, jobs and their history are user data and are
 -- dumped, with the sequences their ids come from. job_maint_state is not

@@ -172,6 +172,7 @@ GRANT EXECUTE ON FUNCTION pgque.resume_job_queue(text) TO pgque_admin;
 GRANT EXECUTE ON FUNCTION pgque.set_actor_capacity(text, int) TO pgque_admin;
 GRANT SELECT ON pgque.job_queue_status TO pgque_reader, pgque_admin;
 GRANT SELECT ON pgque.job_history TO pgque_admin;
+GRANT SELECT ON pgque.all_jobs, pgque.job_log_jobs TO pgque_admin;
 GRANT EXECUTE ON FUNCTION pgque.dispatch(text[], int, text, interval, int) TO pgque_reader;
 GRANT EXECUTE ON FUNCTION pgque.complete(bigint, bigint) TO pgque_reader;
 GRANT EXECUTE ON FUNCTION pgque.complete_many(bigint[], bigint[]) TO pgque_reader;
@@ -186,6 +187,7 @@ GRANT EXECUTE ON FUNCTION pgque.sweep_job_events(int) TO pgque_admin;
 GRANT EXECUTE ON FUNCTION pgque.prune_jobs(int) TO pgque_admin;
 GRANT EXECUTE ON FUNCTION pgque.job_maint() TO pgque_admin;
 GRANT EXECUTE ON FUNCTION pgque.job_analyze() TO pgque_admin;
+GRANT EXECUTE ON FUNCTION pgque.rotate_job_log() TO pgque_admin;
 
 -- Start this database's worker now (a no-op without shared_preload_libraries;
 -- the worker waits for this transaction to commit before it begins).

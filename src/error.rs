@@ -14,12 +14,14 @@
 //! | a number is out of range                    | 22003    | numeric_value_out_of_range  |
 //! | state forbids it (lease lost, batch open)   | 55000    | object_not_in_prerequisite_state |
 //! | not JSON where JSON is required             | 22P02    | invalid_text_representation |
+//! | a log job handled at REPEATABLE READ or above | 0A000  | feature_not_supported       |
 use pgrx::pg_sys::errcodes::PgSqlErrorCode;
 use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::PgLogLevel;
 
 pub use PgSqlErrorCode::{
-    ERRCODE_DUPLICATE_OBJECT as DUPLICATE_OBJECT, ERRCODE_INVALID_NAME as INVALID_NAME,
+    ERRCODE_DUPLICATE_OBJECT as DUPLICATE_OBJECT,
+    ERRCODE_FEATURE_NOT_SUPPORTED as FEATURE_NOT_SUPPORTED, ERRCODE_INVALID_NAME as INVALID_NAME,
     ERRCODE_INVALID_PARAMETER_VALUE as INVALID_PARAMETER_VALUE,
     ERRCODE_INVALID_TEXT_REPRESENTATION as INVALID_TEXT_REPRESENTATION,
     ERRCODE_NAME_TOO_LONG as NAME_TOO_LONG,

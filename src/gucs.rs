@@ -29,6 +29,8 @@ pub static JOB_EVENT_RETENTION_S: GucSetting<i32> = GucSetting::<i32>::new(7 * 8
 pub static COMPLETED_JOB_RETENTION_S: GucSetting<i32> = GucSetting::<i32>::new(86_400);
 pub static FAILED_JOB_RETENTION_S: GucSetting<i32> = GucSetting::<i32>::new(7 * 86_400);
 pub static ANALYZE_INTERVAL_S: GucSetting<i32> = GucSetting::<i32>::new(300);
+pub static JOB_LOG: GucSetting<bool> = GucSetting::<bool>::new(true);
+pub static JOB_LOG_ROTATION_S: GucSetting<i32> = GucSetting::<i32>::new(3_600);
 
 fn int(
     name: &'static std::ffi::CStr,
@@ -179,6 +181,24 @@ pub fn init() {
         i32::MAX,
         GucFlags::UNIT_S,
     );
+    GucRegistry::define_bool_guc(
+        c"pgque.job_log",
+        c"Store ordinary jobs (strict_fifo queue, ready now, no actor, identity or unique key) in the job log.",
+        c"Off: every job is a row of pgque.jobs, as before 0.4.0. Read at enqueue.",
+        &JOB_LOG,
+        GucContext::Userset,
+        GucFlags::default(),
+    );
+    GucRegistry::define_int_guc(
+        c"pgque.job_log_rotation_period",
+        c"How long the job log writes one segment before switching to the next.",
+        c"A sealed segment is truncated once its jobs were handed out and finished and pgque.completed_job_retention has passed.",
+        &JOB_LOG_ROTATION_S,
+        0,
+        86_400 * 30,
+        GucContext::Suset,
+        GucFlags::UNIT_S,
+    );
     int(
         c"pgque.analyze_interval",
         c"How often the worker refreshes ANALYZE on tables autovacuum does not analyze well.",
@@ -246,6 +266,14 @@ pub fn completed_job_retention() -> Duration {
 }
 pub fn failed_job_retention() -> Duration {
     secs(FAILED_JOB_RETENTION_S.get())
+}
+/// Whether eligible batches go to the job log (`pgque.job_log`).
+pub fn job_log() -> bool {
+    JOB_LOG.get()
+}
+/// Segment switch period of the job log (`pgque.job_log_rotation_period`).
+pub fn job_log_rotation_period_s() -> i32 {
+    JOB_LOG_ROTATION_S.get()
 }
 pub fn analyze_interval() -> Duration {
     secs(ANALYZE_INTERVAL_S.get())

@@ -17,6 +17,7 @@
 //!   4. sql/20_idempotency.sql send_idem's key ledger        (src/api/idem.rs)
 //!   5. sql/21_delayed.sql     send_at's delayed events      (src/api/delayed.rs)
 //!   6. sql/30_jobs.sql        job-queue tables              (src/jobs/mod.rs)
+//!      sql/31_job_log.sql     the job log                   (src/jobs/log/)
 //!   7. the #[pg_extern] functions (and the view partition_slot_status)
 //!   8. sql/99_finalize.sql    grants, revokes, worker start (runs last)
 use pgrx::prelude::*;

@@ -14,7 +14,7 @@ use std::time::Duration;
 static CREATE: Mutex<()> = Mutex::new(());
 
 /// Every released version, oldest first: each must update to the current one.
-const RELEASED: [&str; 2] = ["0.1.0", "0.2.0"];
+const RELEASED: [&str; 3] = ["0.1.0", "0.2.0", "0.3.0"];
 
 fn default_version(c: &mut pgque_pg_test::postgres::Client) -> String {
     c.query_one(
@@ -46,6 +46,11 @@ fn update_from_0_1_0_equals_a_fresh_install_and_keeps_the_data() {
 #[test]
 fn update_from_0_2_0_equals_a_fresh_install_and_keeps_the_data() {
     update_from("0.2.0", true);
+}
+
+#[test]
+fn update_from_0_3_0_equals_a_fresh_install_and_keeps_the_data() {
+    update_from("0.3.0", true);
 }
 
 fn update_from(from_v: &str, jobs_as_0_1_0: bool) {

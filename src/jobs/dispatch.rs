@@ -33,10 +33,11 @@
 //!   concurrent claimer's outcome: two dispatchers never both win.
 //! - paused queues are skipped; lanes stay FIFO because each queue is walked
 //!   in (priority, ready_seq) order and ready_seq follows commit order per lane.
+use super::log;
 use super::rawjsonb::RawJsonb;
 use super::stmt::{prepared, ty, with_generic_plans};
 use crate::error::{self, raise, required};
-use pgrx::datum::{Interval, TimestampWithTimeZone};
+use pgrx::datum::{DatumWithOid, Interval, TimestampWithTimeZone};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
@@ -380,40 +381,61 @@ fn dispatch(
     let outer = unsafe { pg_sys::CurrentMemoryContext };
     with_generic_plans(|| {
         Spi::connect_mut(|client| {
+            let args = |lanes: Option<Vec<i32>>| -> Vec<DatumWithOid<'_>> {
+                let mut a: Vec<DatumWithOid<'_>> = vec![
+                    names.clone().into(),
+                    limit.into(),
+                    worker.into(),
+                    lease.into(),
+                    oversample.into(),
+                ];
+                if let Some(l) = lanes {
+                    a[4] = l.into();
+                }
+                a
+            };
+            // The job log first: its lanes of these queues, locked.
+            let lock = prepared(
+                client,
+                log::dispatch::LOCK_LANES_SQL,
+                &[ty(pg_sys::TEXTARRAYOID)],
+            );
+            let lanes: Vec<i32> = client
+                .update(lock, None, &[names.clone().into()])
+                .unwrap_or_else(|e| pgrx::error!("{e}"))
+                .first()
+                .get::<Vec<i32>>(1)
+                .ok()
+                .flatten()
+                .unwrap_or_default();
+            if !lanes.is_empty() {
+                log::require_read_committed("dispatch");
+                let stmt = prepared(client, log::dispatch::LOG_DISPATCH_SQL, &log_arg_types());
+                let mut table = client
+                    .update(stmt, None, &args(Some(lanes.clone())))
+                    .unwrap_or_else(|e| pgrx::error!("{e}"));
+                let mut blocked = false;
+                while let Some(row) = table.next() {
+                    if row.get::<bool>(15).ok().flatten().unwrap_or(false) {
+                        blocked = true;
+                        break;
+                    }
+                    out.push(read_row(&table, outer));
+                }
+                if !blocked {
+                    return;
+                }
+                let spill = prepared(client, log::dispatch::LOG_SPILL_SQL, &log_arg_types());
+                client
+                    .update(spill, None, &args(Some(lanes)))
+                    .unwrap_or_else(|e| pgrx::error!("{e}"));
+            }
             let stmt = prepared(client, DISPATCH_SQL, &arg_types());
             let mut table = client
-                .update(
-                    stmt,
-                    None,
-                    &[
-                        names.clone().into(),
-                        limit.into(),
-                        worker.into(),
-                        lease.into(),
-                        oversample.into(),
-                    ],
-                )
+                .update(stmt, None, &args(None))
                 .unwrap_or_else(|e| pgrx::error!("{e}"));
-            while let Some(row) = table.next() {
-                // the current row's args, as the datum (see rawjsonb.rs)
-                let args = table.get_datum_by_ordinal(4).ok().flatten().unwrap();
-                let g = |i| row.get::<TimestampWithTimeZone>(i).ok().flatten().unwrap();
-                out.push((
-                    row.get::<i64>(1).ok().flatten().unwrap(),
-                    row.get::<String>(2).ok().flatten().unwrap(),
-                    row.get::<String>(3).ok().flatten().unwrap(),
-                    unsafe { RawJsonb::copy_of(args, outer) },
-                    row.get::<i16>(5).ok().flatten().unwrap(),
-                    row.get::<i32>(6).ok().flatten().unwrap(),
-                    row.get::<i32>(7).ok().flatten().unwrap(),
-                    row.get::<String>(8).ok().flatten(),
-                    row.get::<String>(9).ok().flatten(),
-                    row.get::<String>(10).ok().flatten(),
-                    g(11),
-                    g(12),
-                    row.get::<i64>(13).ok().flatten().unwrap(),
-                    g(14),
-                ));
+            while table.next().is_some() {
+                out.push(read_row(&table, outer));
             }
         })
     });
@@ -424,6 +446,65 @@ fn dispatch(
         check_queues_exist(&names);
     }
     TableIterator::new(out)
+}
+
+/// LOG_DISPATCH_SQL's and LOG_SPILL_SQL's arguments: DISPATCH_SQL's, with
+/// the locked lanes' ids in place of oversample.
+fn log_arg_types() -> [pgrx::pg_sys::PgOid; 5] {
+    [
+        ty(pg_sys::TEXTARRAYOID),
+        ty(pg_sys::INT4OID),
+        ty(pg_sys::TEXTOID),
+        ty(pg_sys::INTERVALOID),
+        ty(pg_sys::INT4ARRAYOID),
+    ]
+}
+
+type JobRow = (
+    i64,
+    String,
+    String,
+    RawJsonb,
+    i16,
+    i32,
+    i32,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    TimestampWithTimeZone,
+    TimestampWithTimeZone,
+    i64,
+    TimestampWithTimeZone,
+);
+
+/// The current row of a dispatch statement (DISPATCH_SQL's 14 columns),
+/// its args copied into `outer`.
+fn read_row(table: &pgrx::spi::SpiTupleTable<'_>, outer: pg_sys::MemoryContext) -> JobRow {
+    // the current row's args, as the datum (see rawjsonb.rs)
+    let args = table.get_datum_by_ordinal(4).ok().flatten().unwrap();
+    let g = |i| {
+        table
+            .get::<TimestampWithTimeZone>(i)
+            .ok()
+            .flatten()
+            .unwrap()
+    };
+    (
+        table.get::<i64>(1).ok().flatten().unwrap(),
+        table.get::<String>(2).ok().flatten().unwrap(),
+        table.get::<String>(3).ok().flatten().unwrap(),
+        unsafe { RawJsonb::copy_of(args, outer) },
+        table.get::<i16>(5).ok().flatten().unwrap(),
+        table.get::<i32>(6).ok().flatten().unwrap(),
+        table.get::<i32>(7).ok().flatten().unwrap(),
+        table.get::<String>(8).ok().flatten(),
+        table.get::<String>(9).ok().flatten(),
+        table.get::<String>(10).ok().flatten(),
+        g(11),
+        g(12),
+        table.get::<i64>(13).ok().flatten().unwrap(),
+        g(14),
+    )
 }
 
 const QUEUES_EXIST_SQL: &str = "SELECT n FROM unnest($1::text[]) n

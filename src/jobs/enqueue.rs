@@ -287,6 +287,9 @@ pub struct Batch<'a> {
     /// The statement's arguments: the 10 arrays and scalars of the call, and
     /// for a batch without keys an 11th, `ready_lane_priorities`.
     pub args: Vec<DatumWithOid<'a>>,
+    /// The batch may go to the job log (log::enqueue::eligible), into these
+    /// lanes' priorities (the 11th argument).
+    pub log_lanes: Option<Vec<i16>>,
 }
 
 /// Runs ENQUEUE_SQL over a validated batch. Raises 42704 for an unknown queue
@@ -296,6 +299,11 @@ pub fn run(queue: &str, batch: Batch<'_>, on_duplicate: OnDuplicate) -> Vec<Outc
     if batch.n == 0 {
         require_queue_exists(queue);
         return Vec::new();
+    }
+    if let Some(lanes) = &batch.log_lanes {
+        if let Some(out) = super::log::enqueue::run(&batch.args, queue, lanes) {
+            return out;
+        }
     }
     let mut out = Vec::with_capacity(batch.n);
     let sql: &'static str = if batch.keyed {
@@ -427,16 +435,23 @@ fn enqueue_ready_rows<'a>(
     let keyed = unique_keys
         .as_ref()
         .is_some_and(|u| u.iter().any(|k| k.is_some()));
+    let now = transaction_start();
+    let all_ready = run_at
+        .as_ref()
+        .is_none_or(|r| r.iter().flatten().all(|t| t.into_inner() <= now));
+    let has = |a: &Arr<'a, &'a str>| a.as_ref().is_some_and(|a| a.iter().any(|k| k.is_some()));
+    let log_ok = super::log::enqueue::eligible(keyed, has(&actors), has(&identity_keys), all_ready);
     let lanes = (!keyed).then(|| {
         let p: Option<Vec<Option<i16>>> = priorities.as_ref().map(|a| a.iter().collect());
         let r: Option<Vec<Option<i64>>> = run_at
             .as_ref()
             .map(|a| a.iter().map(|t| t.map(|t| t.into_inner())).collect());
-        ready_lane_priorities(n, p.as_deref(), r.as_deref(), transaction_start())
+        ready_lane_priorities(n, p.as_deref(), r.as_deref(), now)
     });
     let mut batch = Batch {
         n,
         keyed,
+        log_lanes: if log_ok { lanes.clone() } else { None },
         args: vec![
             queue.into(),
             kinds.into(),
@@ -492,17 +507,22 @@ fn enqueue(
         check_run_at(r);
     }
     let keyed = unique_key.is_some();
+    let now = transaction_start();
+    let all_ready = run_at.is_none_or(|t| t.into_inner() <= now);
+    let log_ok =
+        super::log::enqueue::eligible(keyed, actor.is_some(), identity_key.is_some(), all_ready);
     let lanes = (!keyed).then(|| {
         ready_lane_priorities(
             1,
             Some(&[Some(priority)]),
             Some(&[run_at.map(|t| t.into_inner())]),
-            transaction_start(),
+            now,
         )
     });
     let mut batch = Batch {
         n: 1,
         keyed,
+        log_lanes: if log_ok { lanes.clone() } else { None },
         args: vec![
             queue.into(),
             vec![kind].into(),

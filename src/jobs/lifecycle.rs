@@ -11,6 +11,7 @@
 //! would make the partial index of running jobs (a walk over every running
 //! job) a valid path for what must be a primary-key lookup. Every transition out of 'running' gives back the actor's slot and
 //! the identity claim, in the same statement, and writes one job event.
+use super::log;
 use super::stmt::{prepared, run_int, ty, with_generic_plans};
 use crate::error::{self, raise, required};
 use pgrx::datum::{Interval, TimestampWithTimeZone};
@@ -170,6 +171,9 @@ SELECT c.was, (SELECT count(*)::int FROM upd) FROM cur c
 fn complete(job_id: Option<i64>, lease_token: Option<i64>) -> bool {
     let id = required(job_id, "job_id");
     let token = required(lease_token, "lease_token");
+    if log_complete(&[id], &[token]) == 1 {
+        return true;
+    }
     run_int(
         COMPLETE_SQL,
         &[ty(pg_sys::INT8OID), ty(pg_sys::INT8OID)],
@@ -203,11 +207,29 @@ fn complete_many(job_ids: Option<Vec<Option<i64>>>, lease_tokens: Option<Vec<Opt
     if ids.is_empty() {
         return 0;
     }
-    run_int(
-        COMPLETE_MANY_SQL,
-        &[ty(pg_sys::INT8ARRAYOID), ty(pg_sys::INT8ARRAYOID)],
-        vec![ids.into(), tokens.into()],
-    )
+    let ids: Vec<i64> = ids.into_iter().flatten().collect();
+    let tokens: Vec<i64> = tokens.into_iter().flatten().collect();
+    let from_log = log_complete(&ids, &tokens);
+    if from_log as usize == ids.len() {
+        return from_log;
+    }
+    // the rest are pgque.jobs' (or stale): a pair the log completed has no
+    // running row there, so nothing is counted twice
+    from_log
+        + run_int(
+            COMPLETE_MANY_SQL,
+            &[ty(pg_sys::INT8ARRAYOID), ty(pg_sys::INT8ARRAYOID)],
+            vec![ids.into(), tokens.into()],
+        )
+}
+
+/// Completes the pairs whose token is a claim of the job log (a done row per
+/// claim). Returns how many; 0 at once when no token is a claim.
+fn log_complete(ids: &[i64], tokens: &[i64]) -> i32 {
+    if !log::claims_locked(tokens, "complete") {
+        return 0;
+    }
+    log::release::complete(ids, tokens)
 }
 
 /// Records a failed attempt. Returns the job's new state: 'ready' or
@@ -228,6 +250,8 @@ fn fail(
     if let Some(r) = retry_at {
         super::enqueue::check_run_at(r);
     }
+    // a job of the log leaves its claim into pgque.jobs, where it fails
+    log::release::leave_claim(id, token);
     let state = with_generic_plans(|| {
         Spi::connect_mut(|client| {
             let stmt = prepared(
@@ -293,7 +317,17 @@ fn heartbeat(
             "job_ids and lease_tokens must be of equal length",
         );
     }
-    let mut out = Vec::new();
+    // pairs with a NULL match nothing (as in the statement below)
+    let (ids, tokens): (Vec<i64>, Vec<i64>) = ids
+        .into_iter()
+        .zip(tokens)
+        .filter_map(|(i, t)| Some((i?, t?)))
+        .unzip();
+    let mut out = if log::claims_locked(&tokens, "heartbeat") {
+        log::release::heartbeat(&ids, &tokens, extend)
+    } else {
+        Vec::new()
+    };
     with_generic_plans(|| {
         Spi::connect_mut(|client| {
             let stmt = prepared(
@@ -332,6 +366,7 @@ fn snooze(
     let token = required(lease_token, "lease_token");
     let until = required(until, "until");
     super::enqueue::check_run_at(until);
+    log::release::leave_claim(id, token);
     let n = run_int(
         SNOOZE_SQL,
         &[
@@ -353,6 +388,10 @@ fn snooze(
 #[search_path(pg_catalog, pgque, pg_temp)]
 fn cancel(job_id: Option<i64>) -> bool {
     let id = required(job_id, "job_id");
+    // a job of the log is brought into pgque.jobs first (ready: in its
+    // place; running: out of its claim); a completed one stays and is not
+    // cancelled
+    let in_log = log::release::job_to_side(id);
     let (was, n) = with_generic_plans(|| {
         Spi::connect_mut(|client| {
             let stmt = prepared(client, CANCEL_SQL, &[ty(pg_sys::INT8OID)]);
@@ -370,6 +409,9 @@ fn cancel(job_id: Option<i64>) -> bool {
         })
     });
     if was.is_none() {
+        if in_log {
+            return false;
+        }
         raise(error::UNDEFINED_OBJECT, format!("job {id} does not exist"));
     }
     n == 1

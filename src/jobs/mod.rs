@@ -8,13 +8,16 @@
 //! - `outcomes`  enqueue_ready_rows' result rows, handed over in one call
 //! - `lifecycle` complete / fail / heartbeat / snooze / cancel / retry_job
 //! - `sweeps`    lease rescue, promotion, event retention, pruning, ANALYZE
+//! - `log`       the job log: ordinary jobs as batch rows, claims and done rows
 //!
-//! The tables are in `sql/30_jobs.sql`; user documentation in `docs/job-queues.md`.
+//! The tables are in `sql/30_jobs.sql` (pgque.jobs and the control tables)
+//! and `sql/31_job_log.sql` (the log); user documentation in `docs/job-queues.md`.
 use pgrx::prelude::*;
 
 pub mod dispatch;
 pub mod enqueue;
 pub mod lifecycle;
+pub mod log;
 pub mod outcomes;
 pub mod queues;
 pub mod rawjsonb;
@@ -25,6 +28,11 @@ extension_sql_file!(
     "../../sql/30_jobs.sql",
     name = "jobs",
     requires = ["bootstrap"]
+);
+extension_sql_file!(
+    "../../sql/31_job_log.sql",
+    name = "job_log",
+    requires = ["jobs"]
 );
 
 /// Advisory-lock class of a whole job queue: enqueue holds it shared, drop

@@ -95,8 +95,10 @@ fn drop_job_queue(queue_name: Option<&str>, force: default!(Option<bool>, false)
     }
     if !force {
         let live = Spi::get_one_with_args::<i64>(
-            "SELECT count(*) FROM pgque.jobs
-             WHERE queue = $1 AND state IN ('scheduled', 'ready', 'running')",
+            "SELECT (SELECT count(*) FROM pgque.jobs
+                     WHERE queue = $1 AND state IN ('scheduled', 'ready', 'running'))
+                  + (SELECT count(*) FROM pgque.job_log_jobs
+                     WHERE queue = $1 AND state IN ('ready', 'running'))",
             &[queue.into()],
         )
         .unwrap_or(None)
@@ -118,7 +120,11 @@ fn drop_job_queue(queue_name: Option<&str>, force: default!(Option<bool>, false)
                   UPDATE pgque.job_actors a SET running = greatest(a.running - p.n, 0)
                   FROM per_actor p WHERE a.actor = p.actor),
               ids AS (DELETE FROM pgque.job_running_identities WHERE queue = $1),
-              cur AS (DELETE FROM pgque.job_rr_cursors WHERE queue_name = $1)
+              cur AS (DELETE FROM pgque.job_rr_cursors WHERE queue_name = $1),
+              -- the queue's log rows, claims and done rows leave with their
+              -- segments (rotation skips rows whose lane is gone)
+              lanes AS (DELETE FROM pgque.job_lanes WHERE queue = $1 RETURNING lane_id),
+              holes AS (DELETE FROM pgque.job_log_holes h USING lanes l WHERE h.lane_id = l.lane_id)
          DELETE FROM pgque.job_queues WHERE queue_name = $1",
         &[queue.into()],
     )
@@ -143,7 +149,8 @@ WHERE j.queue = $1 AND j.state IN ('scheduled', 'ready', 'running')
 
 /// Changes one setting of a job queue; a NULL value restores the default.
 /// Changing the mode also regroups the queue's unfinished jobs for it (one
-/// UPDATE of them, after waiting for the enqueues in flight).
+/// UPDATE of them, after waiting for the enqueues in flight; a switch to
+/// round_robin moves the job log's ready jobs of the queue into pgque.jobs).
 /// Parameters: max_attempts (25), lease (5 minutes), mode (strict_fifo),
 /// shards (1), paused (false).
 #[pg_extern(security_definer)]
@@ -230,8 +237,22 @@ fn set_job_queue_config(queue_name: Option<&str>, param: Option<&str>, value: Op
             ),
         ),
     };
+    let to_round_robin = param == "mode" && value.as_deref() == Some("round_robin");
     Spi::run_with_args(column_sql, &[queue.into(), value.into()])
         .unwrap_or_else(|e| pgrx::error!("{e}"));
+    if to_round_robin {
+        // the fair walk needs the queue's backlog in pgque.jobs: the job
+        // log's ready jobs move there (in their places), lanes locked
+        super::log::require_read_committed("a switch to round_robin");
+        Spi::run_with_args(
+            "SELECT count(pg_catalog.pg_advisory_xact_lock(1785684580, l.lane_id))
+             FROM (SELECT lane_id FROM pgque.job_lanes WHERE queue = $1 ORDER BY lane_id) l",
+            &[queue.into()],
+        )
+        .unwrap_or_else(|e| pgrx::error!("{e}"));
+        Spi::run_with_args(super::log::dispatch::SPILL_ALL_SQL, &[queue.into()])
+            .unwrap_or_else(|e| pgrx::error!("{e}"));
+    }
 }
 
 /// Raises 22023 unless `v` is a positive, finite interval.

@@ -151,6 +151,10 @@ fn interval_arg(d: std::time::Duration) -> String {
 #[search_path(pg_catalog, pgque, pg_temp)]
 fn rescue_expired_leases(max_jobs: default!(Option<i32>, 1000)) -> i32 {
     let n = check_batch(max_jobs);
+    // the log's expired claims first: their unfinished jobs become running
+    // rows of pgque.jobs with the expired lease, which the statement below
+    // then rescues like any other
+    super::log::rotate::rescue_claims(n);
     run_int(RESCUE_SQL, &[ty(pg_sys::INT4OID)], vec![n.into()])
 }
 

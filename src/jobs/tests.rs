@@ -4,7 +4,7 @@
 use pgrx::prelude::*;
 
 #[pg_schema]
-mod tests {
+pub mod tests {
     use pgrx::prelude::*;
 
     pub fn run(sql: &str) {
@@ -39,8 +39,15 @@ mod tests {
 
     fn jobs_in(queue: &str) -> i64 {
         count(&format!(
-            "SELECT count(*) FROM pgque.jobs WHERE queue = '{queue}'"
+            "SELECT count(*) FROM pgque.all_jobs WHERE queue = '{queue}'"
         ))
+    }
+
+    /// The tests that read or write pgque.jobs rows directly, or run its
+    /// statements, test pgque.jobs' path: ordinary jobs then stay out of the
+    /// job log (whose own tests are in src/jobs/log/tests.rs).
+    pub fn side_store() {
+        run("SET LOCAL pgque.job_log = off");
     }
 
     #[pg_test]
@@ -153,6 +160,7 @@ mod tests {
 
     #[pg_test]
     fn enqueue_ready_rows_returns_ids_in_input_order() {
+        side_store();
         run("SELECT pgque.create_job_queue('io')");
         let rows = Spi::connect(|c| {
             c.select(
@@ -422,6 +430,7 @@ mod tests {
 
     #[pg_test]
     fn lanes_are_locked_to_commit_and_fifo_within_a_lane() {
+        side_store();
         run("SELECT pgque.create_job_queue('ln')");
         run(
             "SELECT * FROM pgque.enqueue_ready_rows('ln', ARRAY['a','b','c','d'],
@@ -562,6 +571,7 @@ mod tests {
 
     #[pg_test]
     fn dispatch_strict_fifo_order_and_lease() {
+        side_store();
         run("SELECT pgque.create_job_queue('f')");
         run(
             "SELECT * FROM pgque.enqueue_ready_rows('f', ARRAY['a','b','c','d','e','f'],
@@ -658,7 +668,7 @@ mod tests {
         let got = dispatch("ARRAY['p1','p2'], 10, 'w'");
         assert_eq!(got.len(), 3);
         assert_eq!(
-            count("SELECT count(*) FROM pgque.jobs WHERE queue = 'p1' AND state = 'ready'"),
+            count("SELECT count(*) FROM pgque.all_jobs WHERE queue = 'p1' AND state = 'ready'"),
             3
         );
         run("SELECT pgque.resume_job_queue('p1')");
@@ -710,6 +720,7 @@ mod tests {
     /// queue switched to round_robin dispatches its backlog fairly.
     #[pg_test]
     fn mode_change_regroups_the_backlog() {
+        side_store();
         run("SELECT pgque.create_job_queue('mc')");
         run("SELECT pgque.create_job_queue('mr', 'round_robin')");
         run("SELECT count(*) FROM pgque.enqueue_ready_rows('mr', ARRAY['a','b'], ARRAY['{}','{}']::jsonb[],
@@ -974,6 +985,7 @@ mod tests {
 
     #[pg_test]
     fn snooze_keeps_the_attempt_and_heartbeat_extends_the_lease() {
+        side_store();
         run("SELECT pgque.create_job_queue('sz')");
         enqueue_n("sz", 2, "");
         let (id, tok) = one_running("sz");
@@ -1081,6 +1093,7 @@ mod tests {
 
     #[pg_test]
     fn rescue_returns_expired_leases_and_stale_tokens_are_refused() {
+        side_store();
         run("SELECT pgque.create_job_queue('rs')");
         run("SELECT pgque.enqueue('rs', 'a', max_attempts => 2, actor => 'ra', identity_key => 'ri')");
         run("SELECT pgque.enqueue('rs', 'b')");
@@ -1187,6 +1200,7 @@ mod tests {
 
     #[pg_test]
     fn prune_jobs_removes_only_terminal_jobs_past_retention() {
+        side_store();
         run("SELECT pgque.create_job_queue('pj')");
         enqueue_n("pj", 8, "");
         // completed 2 days ago (> 1 day): pruned; completed 1 hour ago: kept;
@@ -1354,6 +1368,7 @@ mod tests {
     /// scan 21,400. Now: at most 101 and 10.)
     #[pg_test]
     fn generic_plans_made_on_a_tiny_table_stay_bounded() {
+        side_store();
         let limit = 50;
         let bound = 10.0 * limit as f64;
         run("SELECT pgque.create_job_queue('tiny')");

@@ -41,6 +41,12 @@ pub const DUTIES: &[Duty] = &[
         on_wake: false,
     },
     Duty {
+        name: "job_log",
+        sql: "SELECT pgque.rotate_job_log()",
+        period: gucs::job_maint_period,
+        on_wake: false,
+    },
+    Duty {
         name: "job_analyze",
         sql: "SELECT pgque.job_analyze()",
         period: gucs::analyze_interval,

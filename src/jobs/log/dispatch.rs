@@ -1,0 +1,274 @@
+//! Dispatch from the log.
+//!
+//! `dispatch` (src/jobs/dispatch.rs) runs, for queues that have lanes:
+//! 1. LOCK_LANES_SQL: the lanes' dispatch locks, in lane order;
+//! 2. LOG_DISPATCH_SQL: each lane's cursor (max(hi) of its claims, a backward
+//!    index probe), its next jobs (the log rows above the cursor, walked one
+//!    index probe at a time until `limit` jobs: O(limit) whatever the depth),
+//!    ranked as DISPATCH_SQL ranks a strict_fifo queue ((priority, id) per
+//!    queue, queues interleaved), the first `limit` claimed with one claim row
+//!    per lane. It claims nothing and says `blocked` when the call must merge
+//!    with pgque.jobs: a queue of the call has a ready job there, a lane's
+//!    queue is round_robin, or a lane has a hole above its cursor;
+//! 3. when blocked, LOG_SPILL_SQL copies the jobs of each lane that must be
+//!    ranked against pgque.jobs' ready jobs into pgque.jobs (as ready, in
+//!    their place: ready_seq = id), moves the lane cursor past them with a
+//!    claim row of state 's', and DISPATCH_SQL runs as for any pgque.jobs job.
+//!
+//! What is spilled is bounded so that the merge is exact and stops: with c
+//! ready jobs in pgque.jobs among the first `limit` of a queue, a lane spills
+//! at most limit - c jobs (c < limit), or, when c = limit, only the jobs that
+//! rank before the limit-th of those. DISPATCH_SQL then picks the first
+//! `limit` of the union, and every job left in the log ranks after them.
+
+/// The dispatch locks of the lanes of queues $1, in lane order. Returns the
+/// lane ids (empty: no queue of the call ever used the log).
+pub const LOCK_LANES_SQL: &str = r#"
+SELECT COALESCE(array_agg(x.lane_id ORDER BY x.lane_id), '{}'::int[])
+FROM (SELECT l.lane_id, pg_catalog.pg_advisory_xact_lock(1785684580, l.lane_id) AS lk
+      FROM pgque.job_lanes l
+      WHERE l.queue = ANY ($1::text[])
+      ORDER BY l.lane_id) x
+"#;
+
+/// The lanes of the call with their cursors; the first common part of the
+/// two statements ($1 queues, $5 lane ids).
+macro_rules! lanes_head {
+    () => {
+        r#"
+WITH RECURSIVE
+qs AS MATERIALIZED (
+    SELECT jq.queue_name, jq.mode, COALESCE($4::interval, jq.lease) AS lease, u.pos
+    FROM unnest($1::text[]) WITH ORDINALITY AS u(name, pos)
+    JOIN pgque.job_queues jq ON jq.queue_name = u.name
+    WHERE NOT jq.paused
+),
+lanes AS MATERIALIZED (
+    SELECT l.lane_id, l.queue, l.priority, l.shard, qs.pos, qs.mode, qs.lease,
+           GREATEST(l.cursor_floor,
+                    (SELECT c.hi FROM pgque.job_claims c WHERE c.lane_id = l.lane_id
+                     ORDER BY c.hi DESC LIMIT 1)) AS cur
+    FROM pgque.job_lanes l
+    JOIN qs ON qs.queue_name = l.queue
+    WHERE l.lane_id = ANY ($5::int[])
+),
+"#
+    };
+}
+
+/// The log rows of each lane from its cursor on, one index probe per row,
+/// until `$quota` jobs (a per-lane column `quota` of `lanes_q`).
+macro_rules! walk {
+    () => {
+        r#"
+walk (lane_id, id_hi, id_lo, n, ids, enqueued_at, max_attempts, kinds, args, run_ats, jma, fks, acc) AS (
+    SELECT l.lane_id, r.id_hi, r.id_lo, r.n, r.ids, r.enqueued_at, r.max_attempts, r.kinds, r.args,
+           r.run_ats, r.job_max_attempts, r.fairness_keys,
+           CASE WHEN r.id_lo > l.cur THEN r.n
+                WHEN r.ids IS NULL THEN (r.id_hi - l.cur)::int
+                ELSE (SELECT count(*)::int FROM unnest(r.ids) AS x WHERE x > l.cur) END
+    FROM lanes_q l
+    CROSS JOIN LATERAL (
+        SELECT r.* FROM pgque.job_log r
+        WHERE r.lane_id = l.lane_id AND r.id_hi > l.cur
+        ORDER BY r.id_hi LIMIT 1) r
+    WHERE l.quota > 0
+    UNION ALL
+    SELECT w.lane_id, r.id_hi, r.id_lo, r.n, r.ids, r.enqueued_at, r.max_attempts, r.kinds, r.args,
+           r.run_ats, r.job_max_attempts, r.fairness_keys, w.acc + r.n
+    FROM walk w
+    CROSS JOIN LATERAL (
+        SELECT r.* FROM pgque.job_log r
+        WHERE r.lane_id = w.lane_id AND r.id_hi > w.id_hi
+        ORDER BY r.id_hi LIMIT 1) r
+    WHERE w.acc < (SELECT l.quota FROM lanes_q l WHERE l.lane_id = w.lane_id)
+),
+-- the walked rows' jobs above the cursor, numbered per lane in id order
+cand AS MATERIALIZED (
+    SELECT x.*, row_number() OVER (PARTITION BY x.lane_id ORDER BY x.id) AS lrank
+    FROM (SELECT l.lane_id, l.queue, l.priority, l.shard, l.pos, l.lease, l.mode, l.quota,
+                 COALESCE(w.ids[u.ord], w.id_lo + u.ord - 1) AS id,
+                 u.kind, u.args, COALESCE(u.run_at, w.enqueued_at) AS run_at,
+                 COALESCE(u.ma, w.max_attempts) AS max_attempts, u.fk, w.enqueued_at, l.cur
+          FROM walk w
+          JOIN lanes_q l ON l.lane_id = w.lane_id
+          CROSS JOIN LATERAL unnest(w.kinds, w.args, w.run_ats, w.jma, w.fks)
+               WITH ORDINALITY AS u(kind, args, run_at, ma, fk, ord)) x
+    WHERE x.id > x.cur
+),
+"#
+    };
+}
+
+/// $1 queues, $2 limit, $3 worker, $4 lease (NULL: the queue's), $5 lane ids
+/// (locked by LOCK_LANES_SQL). Returns DISPATCH_SQL's 14 columns and
+/// `blocked`: the claimed jobs in dispatch order (blocked false), or one row
+/// with blocked true and nothing claimed.
+pub const LOG_DISPATCH_SQL: &str = concat!(
+    lanes_head!(),
+    r#"
+blocked AS MATERIALIZED (
+    SELECT EXISTS (SELECT 1 FROM lanes l WHERE l.mode <> 'strict_fifo')
+        OR EXISTS (SELECT 1 FROM qs CROSS JOIN LATERAL (
+                       SELECT 1 FROM pgque.jobs j
+                       WHERE j.queue = qs.queue_name AND j.state = 'ready'
+                       ORDER BY j.priority, j.ready_seq LIMIT 1) s)
+        OR EXISTS (SELECT 1 FROM lanes l CROSS JOIN LATERAL (
+                       SELECT 1 FROM pgque.job_log_holes h
+                       WHERE h.lane_id = l.lane_id AND h.job_id > l.cur LIMIT 1) h) AS b
+),
+lanes_q AS MATERIALIZED (
+    SELECT l.*, CASE WHEN (SELECT b.b FROM blocked b) THEN 0 ELSE $2 END AS quota FROM lanes l
+),
+"#,
+    walk!(),
+    r#"
+taken AS MATERIALIZED (
+    SELECT r.* FROM (
+        SELECT c.*, row_number() OVER (PARTITION BY c.queue ORDER BY c.priority, c.id) AS qrank
+        FROM cand c WHERE c.lrank <= $2) r
+    ORDER BY r.qrank, r.pos
+    LIMIT $2
+),
+ins AS (
+    INSERT INTO pgque.job_claims (seg, claim_id, lane_id, hi, job_ids, worker, dispatched_at,
+                                  lease_until, state)
+    SELECT "#,
+    crate::cur_seg!(),
+    r#", pg_catalog.nextval('pgque.job_lease_token_seq'), t.lane_id, max(t.id),
+           array_agg(t.id ORDER BY t.id), $3, now(), pg_catalog.clock_timestamp() + t.lease, 'a'
+    FROM taken t
+    GROUP BY t.lane_id, t.lease
+    RETURNING claim_id, lane_id, lease_until
+)
+(SELECT t.id, t.queue, t.kind, t.args, t.priority, 1, t.max_attempts, NULL::text, t.fk,
+        NULL::text, t.run_at, t.enqueued_at, i.claim_id, i.lease_until, false
+ FROM taken t JOIN ins i ON i.lane_id = t.lane_id
+ ORDER BY t.qrank, t.pos)
+UNION ALL
+SELECT NULL::bigint, NULL::text, NULL::text, NULL::jsonb, NULL::smallint, NULL::int, NULL::int,
+       NULL::text, NULL::text, NULL::text, NULL::timestamptz, NULL::timestamptz, NULL::bigint,
+       NULL::timestamptz, true
+FROM blocked WHERE blocked.b
+"#
+);
+
+/// $1 queues, $2 limit, $4 lease (unused but typed alike), $5 lane ids.
+/// Copies into pgque.jobs the jobs of each lane that DISPATCH_SQL must rank
+/// against pgque.jobs' ready jobs (module comment), skipping holes, and
+/// moves each lane's cursor past them (a claim row of state 's'). Returns
+/// how many jobs were copied.
+pub const LOG_SPILL_SQL: &str = concat!(
+    lanes_head!(),
+    r#"
+-- per queue: how many of its first $2 jobs in pgque.jobs are ready there, and
+-- the rank key of the last of them
+side AS MATERIALIZED (
+    SELECT qs.queue_name, x.c, x.lp, x.ls
+    FROM qs CROSS JOIN LATERAL (
+        SELECT count(*)::int AS c,
+               (array_agg(s.priority ORDER BY s.priority DESC, s.ready_seq DESC))[1] AS lp,
+               (array_agg(s.ready_seq ORDER BY s.priority DESC, s.ready_seq DESC))[1] AS ls
+        FROM (SELECT j.priority, j.ready_seq FROM pgque.jobs j
+              WHERE j.queue = qs.queue_name AND j.state = 'ready'
+              ORDER BY j.priority, j.ready_seq LIMIT $2) s) x
+),
+lanes_q AS MATERIALIZED (
+    SELECT l.*, CASE WHEN s.c < $2 THEN $2 - s.c ELSE $2 END AS quota,
+           CASE WHEN s.c < $2 THEN NULL ELSE s.lp END AS lp,
+           CASE WHEN s.c < $2 THEN NULL ELSE s.ls END AS ls
+    FROM lanes l JOIN side s ON s.queue_name = l.queue
+),
+"#,
+    walk!(),
+    r#"
+moved AS MATERIALIZED (
+    SELECT c.*, (h.job_id IS NOT NULL) AS hole
+    FROM cand c
+    JOIN lanes_q l ON l.lane_id = c.lane_id
+    LEFT JOIN pgque.job_log_holes h ON h.lane_id = c.lane_id AND h.job_id = c.id
+    WHERE c.lrank <= c.quota
+      AND (l.lp IS NULL OR (c.priority, c.id) < (l.lp, l.ls))
+),
+sp AS (
+    INSERT INTO pgque.jobs (id, queue, kind, args, priority, shard, state, ready_seq, run_at,
+                            max_attempts, fairness_key, rr_key, enqueued_at)
+    SELECT m.id, m.queue, m.kind, m.args, m.priority, m.shard, 'ready', m.id, m.run_at,
+           m.max_attempts, m.fk,
+           CASE WHEN m.mode = 'round_robin' THEN COALESCE(m.fk, '') END, m.enqueued_at
+    FROM moved m WHERE NOT m.hole
+    ORDER BY m.id
+    RETURNING 1
+),
+cl AS (
+    INSERT INTO pgque.job_claims (seg, claim_id, lane_id, hi, job_ids, worker, dispatched_at,
+                                  lease_until, state)
+    SELECT "#,
+    crate::cur_seg!(),
+    r#", pg_catalog.nextval('pgque.job_lease_token_seq'), m.lane_id, max(m.id),
+           COALESCE(array_agg(m.id ORDER BY m.id) FILTER (WHERE NOT m.hole), '{}'::bigint[]),
+           NULL, now(), now(), 's'
+    FROM moved m GROUP BY m.lane_id
+),
+holes AS (
+    DELETE FROM pgque.job_log_holes h
+    USING (SELECT m.lane_id, max(m.id) AS hi FROM moved m GROUP BY m.lane_id) x
+    WHERE h.lane_id = x.lane_id AND h.job_id <= x.hi
+)
+SELECT count(*)::int FROM sp
+"#
+);
+
+/// $1 queue: every job of the queue's lanes above the cursor moves to
+/// pgque.jobs as ready (in its place, grouped for round robin), and each
+/// lane's cursor passes them. Run by a switch to round_robin (the caller
+/// holds the lanes' dispatch locks), whose fair walk needs the whole backlog
+/// in pgque.jobs' round-robin index. Returns how many moved.
+pub const SPILL_ALL_SQL: &str = concat!(
+    r#"
+WITH lanes AS MATERIALIZED (
+    SELECT l.lane_id, l.queue, l.priority, l.shard, jq.mode,
+           GREATEST(l.cursor_floor, (SELECT max(c.hi) FROM pgque.job_claims c
+                                     WHERE c.lane_id = l.lane_id)) AS cur
+    FROM pgque.job_lanes l JOIN pgque.job_queues jq ON jq.queue_name = l.queue
+    WHERE l.queue = $1
+),
+moved AS MATERIALIZED (
+    SELECT x.*, EXISTS (SELECT 1 FROM pgque.job_log_holes h
+                        WHERE h.lane_id = x.lane_id AND h.job_id = x.id) AS hole
+    FROM (SELECT l.lane_id, l.queue, l.priority, l.shard, l.mode, l.cur,
+                 COALESCE(r.ids[u.ord], r.id_lo + u.ord - 1) AS id, u.kind, u.args,
+                 COALESCE(u.run_at, r.enqueued_at) AS run_at,
+                 COALESCE(u.ma, r.max_attempts) AS max_attempts, u.fk, r.enqueued_at
+          FROM lanes l
+          JOIN pgque.job_log r ON r.lane_id = l.lane_id AND r.id_hi > l.cur
+          CROSS JOIN LATERAL unnest(r.kinds, r.args, r.run_ats, r.job_max_attempts, r.fairness_keys)
+               WITH ORDINALITY AS u(kind, args, run_at, ma, fk, ord)) x
+    WHERE x.id > x.cur
+),
+sp AS (
+    INSERT INTO pgque.jobs (id, queue, kind, args, priority, shard, state, ready_seq, run_at,
+                            max_attempts, fairness_key, rr_key, enqueued_at)
+    SELECT m.id, m.queue, m.kind, m.args, m.priority, m.shard, 'ready', m.id, m.run_at,
+           m.max_attempts, m.fk,
+           CASE WHEN m.mode = 'round_robin' THEN COALESCE(m.fk, '') END, m.enqueued_at
+    FROM moved m WHERE NOT m.hole
+    ORDER BY m.id
+    RETURNING 1
+),
+cl AS (
+    INSERT INTO pgque.job_claims (seg, claim_id, lane_id, hi, job_ids, worker, dispatched_at,
+                                  lease_until, state)
+    SELECT "#,
+    crate::cur_seg!(),
+    r#", pg_catalog.nextval('pgque.job_lease_token_seq'), m.lane_id, max(m.id),
+           COALESCE(array_agg(m.id ORDER BY m.id) FILTER (WHERE NOT m.hole), '{}'::bigint[]),
+           NULL, now(), now(), 's'
+    FROM moved m GROUP BY m.lane_id
+),
+holes AS (
+    DELETE FROM pgque.job_log_holes h USING lanes l WHERE h.lane_id = l.lane_id
+)
+SELECT count(*)::int FROM sp
+"#
+);

@@ -1,0 +1,181 @@
+//! Enqueue into the log: one row per batch and lane.
+//!
+//! Used by enqueue_ready_rows / enqueue for a batch whose every job is
+//! ordinary (`eligible`): no unique key, no actor, no identity key, ready
+//! now, into a strict_fifo queue (checked by the statement), with
+//! `pgque.job_log` on. The statement takes the same locks as ENQUEUE_SQL (the
+//! queue's shared lock, the lanes' locks in hash order, before the first id),
+//! so log and pgque.jobs producers of one lane serialise on one lock and their
+//! ids are one order.
+use super::super::outcomes::Outcome;
+use super::super::stmt::{prepared, ty, with_generic_plans};
+use pgrx::datum::DatumWithOid;
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+
+/// $1..$10 as ENQUEUE_SQL (queue, kinds, args, priorities, run_at, actors,
+/// fairness_keys, identity_keys, unique_keys, max_attempts), $11 the ready
+/// lanes' priorities. Returns (ord, id, 'ready') per job; one row
+/// (0, NULL, 'nolane') when a lane has no job_lanes row yet (nothing was
+/// written: the caller creates the lanes and runs it again); no row when the
+/// queue does not exist or is not strict_fifo (the caller takes the
+/// pgque.jobs path, which reports a missing queue).
+///
+/// A batch in one lane of at most 256 jobs stores the argument arrays as
+/// they came (no unnest); a bigger batch or one over several priorities is
+/// split into rows of at most 256 jobs of one lane each (ROW_MAX: a dispatch
+/// unpacks at most limit + ROW_MAX jobs, whatever the batch sizes). Optional attributes are
+/// NULL arrays when the call passed none.
+/// The most jobs one log row holds.
+pub const ROW_MAX: usize = 256;
+
+pub const LOG_ENQUEUE_SQL: &str = concat!(
+    r#"
+WITH q AS MATERIALIZED (
+    SELECT jq.queue_name, jq.max_attempts,
+           pg_catalog.pg_advisory_xact_lock_shared(1785684593, pg_catalog.hashtext(jq.queue_name)) AS qlock,
+           CASE WHEN jq.shards > 1 THEN (pg_catalog.pg_backend_pid() % jq.shards)::smallint
+                ELSE 0::smallint END AS shard
+    FROM pgque.job_queues jq
+    WHERE jq.queue_name = $1 AND jq.mode = 'strict_fifo'
+),
+lanes AS MATERIALIZED (
+    SELECT k.priority, pg_catalog.pg_advisory_xact_lock(1785684588, k.lane_key) AS lock,
+           (SELECT l.lane_id FROM pgque.job_lanes l
+            WHERE l.queue = $1 AND l.priority = k.priority AND l.shard = k.shard) AS lane_id
+    FROM (SELECT p.priority, q.shard,
+                 pg_catalog.hashtext($1 || '/' || p.priority || '/' || q.shard) AS lane_key
+          FROM q CROSS JOIN unnest($11::smallint[]) AS p(priority)
+          ORDER BY 3) k
+),
+ok AS MATERIALIZED (
+    SELECT count(*) > 0 AND count(*) = count(l.lane_id) AS ok FROM lanes l
+),
+ids AS MATERIALIZED (
+    SELECT g.o AS ord, pg_catalog.nextval('pgque.jobs_id_seq') AS id,
+           COALESCE(($4::smallint[])[g.o], 0::smallint) AS priority
+    FROM (SELECT o FROM generate_series(1, cardinality($2::text[])) AS o
+          WHERE (SELECT ok.ok FROM ok)
+          ORDER BY o) g
+),
+split AS MATERIALIZED (
+    SELECT l.lane_id, (i.ord - 1) / 256 AS chunk,
+           array_agg(u.kind ORDER BY u.ord) AS kinds, array_agg(u.args ORDER BY u.ord) AS args,
+           array_agg(u.run_at ORDER BY u.ord) AS run_ats,
+           array_agg(u.ma ORDER BY u.ord) AS mas, array_agg(u.fk ORDER BY u.ord) AS fks
+    FROM unnest($2::text[], $3::jsonb[], $5::timestamptz[], $10::int[], $7::text[])
+         WITH ORDINALITY AS u(kind, args, run_at, ma, fk, ord)
+    JOIN ids i ON i.ord = u.ord
+    JOIN lanes l ON l.priority = i.priority
+    WHERE cardinality($11::smallint[]) > 1 OR cardinality($2::text[]) > 256
+    GROUP BY l.lane_id, (i.ord - 1) / 256
+),
+rows AS MATERIALIZED (
+    SELECT l.lane_id, (i.ord - 1) / 256 AS chunk,
+           min(i.id) AS id_lo, max(i.id) AS id_hi, count(*)::int AS n,
+           CASE WHEN max(i.id) - min(i.id) + 1 = count(*) THEN NULL
+                ELSE array_agg(i.id ORDER BY i.ord) END AS ids
+    FROM ids i JOIN lanes l ON l.priority = i.priority
+    GROUP BY l.lane_id, (i.ord - 1) / 256
+),
+ins AS (
+    INSERT INTO pgque.job_log (seg, lane_id, id_lo, id_hi, n, ids, enqueued_at, max_attempts,
+                               kinds, args, run_ats, job_max_attempts, fairness_keys)
+    SELECT "#,
+    crate::cur_seg!(),
+    r#", r.lane_id, r.id_lo, r.id_hi, r.n, r.ids, now(),
+           (SELECT q.max_attempts FROM q),
+           COALESCE(s.kinds, $2::text[]), COALESCE(s.args, $3::jsonb[]),
+           CASE WHEN s.lane_id IS NULL THEN $5::timestamptz[] ELSE s.run_ats END,
+           CASE WHEN s.lane_id IS NULL THEN $10::int[] ELSE s.mas END,
+           CASE WHEN s.lane_id IS NULL THEN $7::text[] ELSE s.fks END
+    FROM rows r LEFT JOIN split s ON s.lane_id = r.lane_id AND s.chunk = r.chunk
+)
+(SELECT i.ord::int, i.id, 'ready'::text FROM ids i
+ WHERE (SELECT count(pg_catalog.pg_notify('pgque_jobs_' || $1, ''))
+        FROM (SELECT 1 FROM ids LIMIT 1) r) >= 0
+ ORDER BY i.ord)
+UNION ALL
+SELECT 0, NULL::bigint, 'nolane'::text FROM ok WHERE NOT ok.ok AND EXISTS (SELECT 1 FROM q)
+"#
+);
+
+/// The lanes of `$2` (priorities) for this backend's shard of queue $1.
+const CREATE_LANES_SQL: &str = r#"
+INSERT INTO pgque.job_lanes (queue, priority, shard)
+SELECT $1, p.priority,
+       CASE WHEN jq.shards > 1 THEN (pg_catalog.pg_backend_pid() % jq.shards)::smallint
+            ELSE 0::smallint END
+FROM pgque.job_queues jq CROSS JOIN unnest($2::smallint[]) AS p(priority)
+WHERE jq.queue_name = $1
+ON CONFLICT DO NOTHING
+"#;
+
+pub fn arg_types() -> [pg_sys::PgOid; 11] {
+    [
+        ty(pg_sys::TEXTOID),
+        ty(pg_sys::TEXTARRAYOID),
+        ty(pg_sys::JSONBARRAYOID),
+        ty(pg_sys::INT2ARRAYOID),
+        ty(pg_sys::TIMESTAMPTZARRAYOID),
+        ty(pg_sys::TEXTARRAYOID),
+        ty(pg_sys::TEXTARRAYOID),
+        ty(pg_sys::TEXTARRAYOID),
+        ty(pg_sys::TEXTARRAYOID),
+        ty(pg_sys::INT4ARRAYOID),
+        ty(pg_sys::INT2ARRAYOID),
+    ]
+}
+
+/// Whether a batch can go to the log, from what the call passed: no unique
+/// key, actor or identity key, and every job ready now (`all_ready`).
+pub fn eligible(keyed: bool, has_actor: bool, has_identity: bool, all_ready: bool) -> bool {
+    crate::gucs::job_log() && !keyed && !has_actor && !has_identity && all_ready
+}
+
+/// Runs LOG_ENQUEUE_SQL with `args` (the 11 arguments); `lanes` are the
+/// priorities of $11. None when the queue is missing or not strict_fifo
+/// (or, at REPEATABLE READ, a lane is not visible yet): pgque.jobs' path then.
+pub fn run(args: &[DatumWithOid<'_>], queue: &str, lanes: &[i16]) -> Option<Vec<Outcome>> {
+    with_generic_plans(|| {
+        Spi::connect_mut(|client| {
+            let stmt = prepared(client, LOG_ENQUEUE_SQL, &arg_types());
+            for attempt in 0..2 {
+                let table = client
+                    .update(stmt, None, args)
+                    .unwrap_or_else(|e| pgrx::error!("{e}"));
+                let mut out = Vec::with_capacity(table.len());
+                let mut nolane = false;
+                for row in table {
+                    let state = row.get::<String>(3).ok().flatten().unwrap_or_default();
+                    if state == "nolane" {
+                        nolane = true;
+                        break;
+                    }
+                    out.push(Outcome {
+                        ord: row.get::<i32>(1).ok().flatten().unwrap_or(0),
+                        job_id: row.get::<i64>(2).ok().flatten(),
+                        state,
+                    });
+                }
+                if !nolane {
+                    return if out.is_empty() { None } else { Some(out) };
+                }
+                if attempt == 1 {
+                    // a lane another transaction created after this one's
+                    // snapshot (REPEATABLE READ): pgque.jobs takes the batch
+                    return None;
+                }
+                let create = prepared(
+                    client,
+                    CREATE_LANES_SQL,
+                    &[ty(pg_sys::TEXTOID), ty(pg_sys::INT2ARRAYOID)],
+                );
+                client
+                    .update(create, None, &[queue.into(), lanes.to_vec().into()])
+                    .unwrap_or_else(|e| pgrx::error!("{e}"));
+            }
+            None
+        })
+    })
+}

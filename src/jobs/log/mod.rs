@@ -1,0 +1,99 @@
+//! The job log (sql/31_job_log.sql, docs/design/job-log.md): ordinary jobs
+//! stored one row per enqueue batch, handed out one claim row per dispatch and
+//! lane, completed one done row per claim; no per-job row, no update, no
+//! delete on the hot path.
+//!
+//! - `enqueue`  the batch row (enqueue_ready_rows' path for eligible batches)
+//! - `dispatch` the lane windows, the claim rows, and the spill of a window
+//!   into pgque.jobs when a dispatch has to merge both stores
+//! - `release`  completion through done rows, heartbeats of claims, and
+//!   `to_side`: a claimed job copied into pgque.jobs (fail, snooze, cancel)
+//! - `rotate`   the segment ring: settling and rescuing claims whose lease is
+//!   over, evacuating running claims, truncating old segments
+//!
+//! Concurrency, in one place:
+//! - producers take ids under the lane's enqueue lock (LANE_LOCK_CLASS, held
+//!   to commit), so each snapshot sees a prefix of every lane;
+//! - dispatchers of a lane serialise on the lane's dispatch lock
+//!   (DISPATCH_LOCK_CLASS, held to commit), taken in its own statement so the
+//!   next statement reads the cursor in a snapshot taken after the previous
+//!   holder committed (READ COMMITTED; dispatch refuses other levels when it
+//!   reads the log, see `dispatch::require_read_committed`);
+//! - everything that changes what a claim's jobs are (complete, fail, snooze,
+//!   cancel, heartbeat, rescue, evacuation) takes the claim's lock
+//!   (CLAIM_LOCK_CLASS) in its own statement first, for the same reason.
+pub mod dispatch;
+pub mod enqueue;
+pub mod release;
+pub mod rotate;
+
+use super::stmt::{prepared, ty, with_generic_plans};
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+
+/// Advisory-lock class of a claim (two-key form: class, hashint8(claim id)).
+pub const CLAIM_LOCK_CLASS: i32 = 0x6A6F_6263; // "jobc"
+/// Advisory-lock class of a lane's dispatchers (class, lane_id).
+pub const DISPATCH_LOCK_CLASS: i32 = 0x6A6F_6264; // "jobd"
+
+/// The current segment, as every insert into the log tables reads it.
+#[macro_export]
+macro_rules! cur_seg {
+    () => {
+        "(SELECT s.seg FROM pgque.job_log_segments s WHERE s.opened_at IS NOT NULL AND s.sealed_at IS NULL)"
+    };
+}
+
+/// Locks those of `tokens` that are claims (the claim lock, in hash order,
+/// so two callers never deadlock on each other). Returns how many locks it
+/// took: 0 when no token is a claim (a job of pgque.jobs).
+const LOCK_CLAIMS_SQL: &str = "SELECT count(pg_catalog.pg_advisory_xact_lock(1785684579, x.h))::int
+FROM (SELECT DISTINCT pg_catalog.hashint8(c.claim_id) AS h FROM pgque.job_claims c
+      WHERE c.claim_id = ANY ($1::bigint[]) ORDER BY 1) x";
+
+pub fn lock_claims(tokens: &[i64]) -> i32 {
+    with_generic_plans(|| {
+        Spi::connect_mut(|client| {
+            let stmt = prepared(client, LOCK_CLAIMS_SQL, &[ty(pg_sys::INT8ARRAYOID)]);
+            client
+                .update(stmt, None, &[tokens.to_vec().into()])
+                .unwrap_or_else(|e| pgrx::error!("{e}"))
+                .first()
+                .get::<i32>(1)
+                .ok()
+                .flatten()
+                .unwrap_or(0)
+        })
+    })
+}
+
+/// Locks the claims among `tokens` and checks the isolation level; false
+/// when none is a claim (nothing for the log to do).
+pub fn claims_locked(tokens: &[i64], what: &str) -> bool {
+    if lock_claims(tokens) == 0 {
+        return false;
+    }
+    require_read_committed(what);
+    true
+}
+
+/// True when the transaction reads with one snapshot for all its statements
+/// (REPEATABLE READ, SERIALIZABLE): the lock-then-read protocol above needs a
+/// fresh snapshot per statement.
+pub fn xact_snapshot() -> bool {
+    unsafe { pg_sys::XactIsoLevel >= pg_sys::XACT_REPEATABLE_READ as i32 }
+}
+
+/// Raises 0A000 when the log must be read with a per-statement snapshot and
+/// the transaction has one snapshot for all.
+pub fn require_read_committed(what: &str) {
+    if xact_snapshot() {
+        crate::error::raise(
+            crate::error::FEATURE_NOT_SUPPORTED,
+            format!("{what} must run at READ COMMITTED isolation when the job log is involved"),
+        );
+    }
+}
+
+#[cfg(any(test, feature = "pg_test"))]
+mod tests;

@@ -1,0 +1,337 @@
+//! What happens to a job the log handed out: completion through done rows,
+//! heartbeats of claims, and `to_side`, which copies claimed jobs into
+//! pgque.jobs (as running, under the claim's token and lease) so that fail,
+//! snooze, cancel and the lease rescue act on them with pgque.jobs' own
+//! statements. Every entry point takes the claims' locks first (mod.rs).
+use super::super::stmt::{prepared, ty, with_generic_plans};
+use pgrx::datum::{Interval, TimestampWithTimeZone};
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+
+/// $1 job ids, $2 tokens: the pairs whose token is an active claim holding
+/// the job, not finished yet, get one done row per claim. Returns how many.
+pub const COMPLETE_SQL: &str = concat!(
+    r#"
+WITH p AS MATERIALIZED (
+    SELECT t.id, t.token FROM unnest($1::bigint[], $2::bigint[]) AS t(id, token)
+),
+c AS MATERIALIZED (
+    SELECT c.claim_id, c.job_ids FROM pgque.job_claims c
+    WHERE c.claim_id = ANY (ARRAY(SELECT DISTINCT p.token FROM p)) AND c.state = 'a'
+),
+d AS MATERIALIZED (
+    SELECT d.claim_id, m.id FROM pgque.job_done d CROSS JOIN LATERAL unnest(d.job_ids) AS m(id)
+    WHERE d.claim_id = ANY (ARRAY(SELECT c.claim_id FROM c))
+),
+acc AS MATERIALIZED (
+    SELECT DISTINCT p.id, p.token FROM p JOIN c ON c.claim_id = p.token
+    WHERE p.id = ANY (c.job_ids)
+      AND NOT EXISTS (SELECT 1 FROM d WHERE d.claim_id = p.token AND d.id = p.id)
+),
+ins AS (
+    INSERT INTO pgque.job_done (seg, claim_id, kind, job_ids, at)
+    SELECT "#,
+    crate::cur_seg!(),
+    r#", a.token, 'c', array_agg(a.id ORDER BY a.id), now()
+    FROM acc a GROUP BY a.token
+)
+SELECT count(*)::int FROM acc
+"#
+);
+
+/// Completes the pairs that belong to the log. Returns how many.
+pub fn complete(ids: &[i64], tokens: &[i64]) -> i32 {
+    with_generic_plans(|| {
+        Spi::connect_mut(|client| {
+            let stmt = prepared(
+                client,
+                COMPLETE_SQL,
+                &[ty(pg_sys::INT8ARRAYOID), ty(pg_sys::INT8ARRAYOID)],
+            );
+            client
+                .update(stmt, None, &[ids.to_vec().into(), tokens.to_vec().into()])
+                .unwrap_or_else(|e| pgrx::error!("{e}"))
+                .first()
+                .get::<i32>(1)
+                .ok()
+                .flatten()
+                .unwrap_or(0)
+        })
+    })
+}
+
+/// $1 ids, $2 tokens, $3 extend: the active claims holding an unfinished job
+/// of the pairs get lease_until = now + extend. Returns (job id, lease_until)
+/// per such pair.
+const HEARTBEAT_SQL: &str = r#"
+WITH p AS MATERIALIZED (
+    SELECT t.id, t.token FROM unnest($1::bigint[], $2::bigint[]) AS t(id, token)
+),
+c AS MATERIALIZED (
+    SELECT c.claim_id, c.job_ids FROM pgque.job_claims c
+    WHERE c.claim_id = ANY (ARRAY(SELECT DISTINCT p.token FROM p)) AND c.state = 'a'
+),
+d AS MATERIALIZED (
+    SELECT d.claim_id, m.id FROM pgque.job_done d CROSS JOIN LATERAL unnest(d.job_ids) AS m(id)
+    WHERE d.claim_id = ANY (ARRAY(SELECT c.claim_id FROM c))
+),
+acc AS MATERIALIZED (
+    SELECT DISTINCT p.id, p.token FROM p JOIN c ON c.claim_id = p.token
+    WHERE p.id = ANY (c.job_ids)
+      AND NOT EXISTS (SELECT 1 FROM d WHERE d.claim_id = p.token AND d.id = p.id)
+),
+upd AS (
+    UPDATE pgque.job_claims c SET lease_until = pg_catalog.clock_timestamp() + $3::interval
+    WHERE c.claim_id = ANY (ARRAY(SELECT DISTINCT a.token FROM acc a)) AND c.state = 'a'
+    RETURNING c.claim_id, c.lease_until
+)
+SELECT a.id, u.lease_until FROM acc a JOIN upd u ON u.claim_id = a.token ORDER BY a.id
+"#;
+
+pub fn heartbeat(
+    ids: &[i64],
+    tokens: &[i64],
+    extend: Interval,
+) -> Vec<(i64, TimestampWithTimeZone)> {
+    with_generic_plans(|| {
+        Spi::connect_mut(|client| {
+            let stmt = prepared(
+                client,
+                HEARTBEAT_SQL,
+                &[
+                    ty(pg_sys::INT8ARRAYOID),
+                    ty(pg_sys::INT8ARRAYOID),
+                    ty(pg_sys::INTERVALOID),
+                ],
+            );
+            client
+                .update(
+                    stmt,
+                    None,
+                    &[ids.to_vec().into(), tokens.to_vec().into(), extend.into()],
+                )
+                .unwrap_or_else(|e| pgrx::error!("{e}"))
+                .map(|row| {
+                    (
+                        row.get::<i64>(1).ok().flatten().unwrap(),
+                        row.get::<TimestampWithTimeZone>(2).ok().flatten().unwrap(),
+                    )
+                })
+                .collect()
+        })
+    })
+}
+
+/// $1 claim, $2 jobs (NULL: every unfinished job of the claim), $3 the
+/// claim's new state (NULL: unchanged), $4 true: the jobs leave the claim by
+/// a done row of kind 'o' (one job failing, snoozing, cancelled), false: the
+/// claim's state says where they went (rescue, evacuation).
+/// The jobs become pgque.jobs rows in state running with the claim's token,
+/// lease, worker and dispatch time, attempt 1, in their place (ready_seq =
+/// id). Only an active claim's unfinished jobs move. Returns how many moved.
+pub const TO_SIDE_SQL: &str = concat!(
+    r#"
+WITH c AS MATERIALIZED (
+    SELECT c.claim_id, c.lane_id, c.job_ids, c.worker, c.dispatched_at, c.lease_until,
+           l.queue, l.priority, l.shard, jq.mode
+    FROM pgque.job_claims c
+    JOIN pgque.job_lanes l ON l.lane_id = c.lane_id
+    LEFT JOIN pgque.job_queues jq ON jq.queue_name = l.queue
+    WHERE c.claim_id = $1 AND c.state = 'a'
+),
+done AS MATERIALIZED (
+    SELECT m.id FROM pgque.job_done d CROSS JOIN LATERAL unnest(d.job_ids) AS m(id)
+    WHERE d.claim_id = $1
+),
+todo AS MATERIALIZED (
+    SELECT m.id FROM c CROSS JOIN LATERAL unnest(c.job_ids) AS m(id)
+    WHERE ($2::bigint[] IS NULL OR m.id = ANY ($2::bigint[]))
+      AND NOT EXISTS (SELECT 1 FROM done WHERE done.id = m.id)
+),
+-- the log rows holding them: the lane's rows from the first one on, at most
+-- one more row than the claim has jobs (a claim is a run of its lane)
+src AS MATERIALIZED (
+    SELECT COALESCE(r.ids[u.ord], r.id_lo + u.ord - 1) AS id, u.kind, u.args,
+           COALESCE(u.run_at, r.enqueued_at) AS run_at, COALESCE(u.ma, r.max_attempts) AS ma,
+           u.fk, r.enqueued_at
+    FROM c
+    CROSS JOIN LATERAL (
+        SELECT r.* FROM pgque.job_log r
+        WHERE r.lane_id = c.lane_id AND r.id_hi >= (SELECT min(t.id) FROM todo t)
+        ORDER BY r.id_hi
+        LIMIT cardinality(c.job_ids) + 1) r
+    CROSS JOIN LATERAL unnest(r.kinds, r.args, r.run_ats, r.job_max_attempts, r.fairness_keys)
+         WITH ORDINALITY AS u(kind, args, run_at, ma, fk, ord)
+),
+ins AS (
+    INSERT INTO pgque.jobs (id, queue, kind, args, priority, shard, state, ready_seq, run_at,
+                            attempt, max_attempts, fairness_key, rr_key, enqueued_at, worker,
+                            lease_token, lease_until, dispatched_at)
+    SELECT s.id, c.queue, s.kind, s.args, c.priority, c.shard, 'running', s.id, s.run_at,
+           1, s.ma, s.fk, CASE WHEN c.mode = 'round_robin' THEN COALESCE(s.fk, '') END,
+           s.enqueued_at, c.worker, c.claim_id, c.lease_until, c.dispatched_at
+    FROM src s CROSS JOIN c
+    WHERE s.id IN (SELECT t.id FROM todo t)
+    ORDER BY s.id
+    RETURNING id
+),
+out AS (
+    INSERT INTO pgque.job_done (seg, claim_id, kind, job_ids, at)
+    SELECT "#,
+    crate::cur_seg!(),
+    r#", $1, 'o', array_agg(i.id ORDER BY i.id), now()
+    FROM ins i
+    WHERE $4
+    HAVING count(*) > 0
+),
+st AS (
+    UPDATE pgque.job_claims c SET state = $3
+    WHERE c.claim_id = $1 AND c.state = 'a' AND $3 IS NOT NULL
+      AND EXISTS (SELECT 1 FROM ins)
+)
+SELECT count(*)::int FROM ins
+"#
+);
+
+/// Runs TO_SIDE_SQL (the caller holds the claim's lock).
+pub fn to_side(claim: i64, jobs: Option<&[i64]>, new_state: Option<&str>, leave: bool) -> i32 {
+    with_generic_plans(|| {
+        Spi::connect_mut(|client| {
+            let stmt = prepared(
+                client,
+                TO_SIDE_SQL,
+                &[
+                    ty(pg_sys::INT8OID),
+                    ty(pg_sys::INT8ARRAYOID),
+                    ty(pg_sys::CHAROID),
+                    ty(pg_sys::BOOLOID),
+                ],
+            );
+            let state: Option<i8> = new_state.map(|s| s.as_bytes()[0] as i8);
+            client
+                .update(
+                    stmt,
+                    None,
+                    &[
+                        claim.into(),
+                        jobs.map(|j| j.to_vec()).into(),
+                        state.into(),
+                        leave.into(),
+                    ],
+                )
+                .unwrap_or_else(|e| pgrx::error!("{e}"))
+                .first()
+                .get::<i32>(1)
+                .ok()
+                .flatten()
+                .unwrap_or(0)
+        })
+    })
+}
+
+/// One job of a claim into pgque.jobs, leaving the claim (fail, snooze): a
+/// no-op unless `token` is an active claim holding the unfinished job `id`.
+/// Takes the claim's lock.
+pub fn leave_claim(id: i64, token: i64) -> bool {
+    super::claims_locked(&[token], "a call about a job of the job log")
+        && to_side(token, Some(&[id]), None, true) > 0
+}
+
+/// Where job `id` is in the log: its lane, when a log row holds it.
+const FIND_SQL: &str = r#"
+SELECT l.lane_id FROM pgque.job_lanes l
+CROSS JOIN LATERAL (
+    SELECT r.id_lo, r.ids FROM pgque.job_log r
+    WHERE r.lane_id = l.lane_id AND r.id_hi >= $1
+    ORDER BY r.id_hi LIMIT 1) r
+WHERE r.id_lo <= $1 AND (r.ids IS NULL OR $1 = ANY (r.ids))
+LIMIT 1
+"#;
+
+/// $1 lane, $2 job: the claim that handed the job out, if it is active and
+/// the job unfinished in it (claims tile their lane: it is the first whose
+/// last job is at or after the job).
+const RUNNING_CLAIM_SQL: &str = r#"
+SELECT c.claim_id FROM (
+    SELECT c.* FROM pgque.job_claims c WHERE c.lane_id = $1 AND c.hi >= $2
+    ORDER BY c.hi LIMIT 1) c
+WHERE c.state = 'a' AND $2 = ANY (c.job_ids)
+  AND NOT EXISTS (SELECT 1 FROM pgque.job_done d WHERE d.claim_id = c.claim_id AND $2 = ANY (d.job_ids))
+"#;
+
+/// $1 lane, $2 job: a job still above its lane's cursor becomes a ready row
+/// of pgque.jobs in its place, and a hole of the lane (dispatch passes over
+/// it). Returns 1, or 0 when the job is not above the cursor.
+const READY_TO_SIDE_SQL: &str = r#"
+WITH l AS MATERIALIZED (
+    SELECT l.*, jq.mode,
+           GREATEST(l.cursor_floor, (SELECT max(c.hi) FROM pgque.job_claims c WHERE c.lane_id = l.lane_id)) AS cur
+    FROM pgque.job_lanes l LEFT JOIN pgque.job_queues jq ON jq.queue_name = l.queue
+    WHERE l.lane_id = $1
+),
+src AS MATERIALIZED (
+    SELECT x.* FROM (
+        SELECT COALESCE(r.ids[u.ord], r.id_lo + u.ord - 1) AS id, u.kind, u.args,
+               COALESCE(u.run_at, r.enqueued_at) AS run_at, COALESCE(u.ma, r.max_attempts) AS ma,
+               u.fk, r.enqueued_at
+        FROM l
+        CROSS JOIN LATERAL (
+            SELECT r.* FROM pgque.job_log r WHERE r.lane_id = $1 AND r.id_hi >= $2
+            ORDER BY r.id_hi LIMIT 1) r
+        CROSS JOIN LATERAL unnest(r.kinds, r.args, r.run_ats, r.job_max_attempts, r.fairness_keys)
+             WITH ORDINALITY AS u(kind, args, run_at, ma, fk, ord)) x
+    WHERE x.id = $2 AND x.id > (SELECT l.cur FROM l)
+      AND NOT EXISTS (SELECT 1 FROM pgque.jobs j WHERE j.id = $2)
+),
+ins AS (
+    INSERT INTO pgque.jobs (id, queue, kind, args, priority, shard, state, ready_seq, run_at,
+                            max_attempts, fairness_key, rr_key, enqueued_at)
+    SELECT s.id, l.queue, s.kind, s.args, l.priority, l.shard, 'ready', s.id, s.run_at, s.ma,
+           s.fk, CASE WHEN l.mode = 'round_robin' THEN COALESCE(s.fk, '') END, s.enqueued_at
+    FROM src s CROSS JOIN l
+    RETURNING id
+),
+h AS (
+    INSERT INTO pgque.job_log_holes (lane_id, job_id) SELECT $1, i.id FROM ins i
+)
+SELECT count(*)::int FROM ins
+"#;
+
+/// Brings job `id` of the log into pgque.jobs for an admin action on one job
+/// (cancel): a ready job in its place (and a hole in its lane), a running one
+/// out of its claim. Returns whether the job is in the log at all (a
+/// completed log job is, and stays there).
+pub fn job_to_side(id: i64) -> bool {
+    let lane = with_generic_plans(|| {
+        Spi::connect(|client| {
+            let stmt = prepared(client, FIND_SQL, &[ty(pg_sys::INT8OID)]);
+            client
+                .select(stmt, None, &[id.into()])
+                .ok()
+                .and_then(|t| t.first().get::<i32>(1).ok().flatten())
+        })
+    });
+    let Some(lane) = lane else { return false };
+    super::require_read_committed("cancel");
+    // no dispatcher of the lane moves its cursor meanwhile
+    Spi::run_with_args(
+        "SELECT pg_catalog.pg_advisory_xact_lock(1785684580, $1)",
+        &[lane.into()],
+    )
+    .unwrap_or_else(|e| pgrx::error!("{e}"));
+    let args = [lane.into(), id.into()];
+    let moved = Spi::get_one_with_args::<i32>(READY_TO_SIDE_SQL, &args)
+        .ok()
+        .flatten()
+        .unwrap_or(0);
+    if moved == 0 {
+        let claim = Spi::get_one_with_args::<i64>(RUNNING_CLAIM_SQL, &args)
+            .ok()
+            .flatten();
+        if let Some(claim) = claim {
+            super::lock_claims(&[claim]);
+            to_side(claim, Some(&[id]), None, true);
+        }
+    }
+    true
+}

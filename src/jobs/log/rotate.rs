@@ -1,0 +1,215 @@
+//! The job log's maintenance: claims whose lease is over, and the segment ring.
+//!
+//! - `rescue_claims` (part of rescue_expired_leases): an active claim whose
+//!   lease expired is settled ('d') when all its jobs finished, else its
+//!   unfinished jobs move to pgque.jobs as running with the expired lease
+//!   ('r'), where pgque.jobs' rescue puts them back to ready or fails them.
+//! - `rotate_job_log()`: switches the current segment when it is older than
+//!   pgque.job_log_rotation_period and the next one is empty, and truncates
+//!   the oldest sealed segment once (a) every job in it was handed out,
+//!   (b) none of them still runs from it (running claims are evacuated to
+//!   pgque.jobs first, keeping their token and lease) and (c) it was sealed
+//!   pgque.completed_job_retention ago. The truncation holds every lane's
+//!   dispatch lock and an ACCESS EXCLUSIVE lock on the segment's three
+//!   partitions, both taken without waiting (a busy log is rotated on a later
+//!   run): no statement that reads the log runs meanwhile, so none can see
+//!   the partitions emptied with the old lane floors.
+use super::release::to_side;
+use crate::gucs;
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+
+const EXPIRED_CLAIMS_SQL: &str = "SELECT c.claim_id FROM pgque.job_claims c
+    WHERE c.state = 'a' AND c.lease_until < pg_catalog.clock_timestamp()
+    ORDER BY c.lease_until LIMIT $1";
+
+const SETTLE_SQL: &str = "UPDATE pgque.job_claims c SET state = 'd'
+    WHERE c.claim_id = $1 AND c.state = 'a' AND c.lease_until < pg_catalog.clock_timestamp()";
+
+/// Settles or rescues up to `max` claims whose lease expired. Returns how
+/// many jobs moved to pgque.jobs (the caller's rescue then handles them).
+pub fn rescue_claims(max: i32) -> i32 {
+    if super::xact_snapshot() {
+        // the claim protocol needs fresh snapshots; a duty runs at READ COMMITTED
+        return 0;
+    }
+    let claims: Vec<i64> = Spi::connect(|client| {
+        client
+            .select(EXPIRED_CLAIMS_SQL, None, &[max.into()])
+            .unwrap_or_else(|e| pgrx::error!("{e}"))
+            .filter_map(|r| r.get::<i64>(1).ok().flatten())
+            .collect()
+    });
+    let mut moved = 0;
+    for claim in claims {
+        super::lock_claims(&[claim]);
+        let n = to_side(claim, None, Some("r"), false);
+        if n == 0 {
+            Spi::run_with_args(SETTLE_SQL, &[claim.into()]).unwrap_or_else(|e| pgrx::error!("{e}"));
+        }
+        moved += n;
+    }
+    moved
+}
+
+fn seg_relids(seg: i16) -> [pg_sys::Oid; 3] {
+    ["job_log", "job_claims", "job_done"].map(|t| {
+        Spi::get_one::<pg_sys::Oid>(&format!("SELECT 'pgque.{t}_{seg}'::regclass::oid"))
+            .ok()
+            .flatten()
+            .unwrap_or_else(|| pgrx::error!("pgque: partition pgque.{t}_{seg} is missing"))
+    })
+}
+
+const SWITCH_SQL: &str = r#"
+WITH cur AS (
+    SELECT s.seg FROM pgque.job_log_segments s
+    WHERE s.opened_at IS NOT NULL AND s.sealed_at IS NULL
+      AND s.opened_at <= now() - $1::interval
+),
+nxt AS (
+    SELECT n.seg FROM pgque.job_log_segments n, cur
+    WHERE n.seg = (cur.seg + 1) % 3 AND n.opened_at IS NULL
+),
+sealed AS (
+    UPDATE pgque.job_log_segments s SET sealed_at = now()
+    FROM cur WHERE s.seg = cur.seg AND EXISTS (SELECT 1 FROM nxt)
+    RETURNING s.seg
+)
+UPDATE pgque.job_log_segments s SET opened_at = now()
+FROM nxt WHERE s.seg = nxt.seg AND EXISTS (SELECT 1 FROM sealed)
+RETURNING s.seg
+"#;
+
+const OLDEST_SEALED_SQL: &str = "SELECT s.seg FROM pgque.job_log_segments s
+    WHERE s.sealed_at IS NOT NULL AND s.sealed_at <= now() - $1::interval
+    ORDER BY s.sealed_at LIMIT 1";
+
+const LOCK_ALL_LANES_SQL: &str = "SELECT (count(*) FILTER (WHERE NOT x.ok))::int FROM (
+    SELECT pg_catalog.pg_try_advisory_xact_lock(1785684580, l.lane_id) AS ok
+    FROM (SELECT lane_id FROM pgque.job_lanes ORDER BY lane_id) l) x";
+
+/// Lanes with a job in segment $1 that was not handed out yet.
+const UNDISPATCHED_SQL: &str = r#"
+SELECT count(*)::int
+FROM (SELECT r.lane_id, max(r.id_hi) AS top FROM pgque.job_log r WHERE r.seg = $1
+      GROUP BY r.lane_id) x
+JOIN pgque.job_lanes l ON l.lane_id = x.lane_id
+WHERE x.top > GREATEST(l.cursor_floor, (SELECT max(c.hi) FROM pgque.job_claims c
+                                        WHERE c.lane_id = x.lane_id))
+"#;
+
+/// Active claims holding a job of segment $1, or stored in it.
+const RUNNING_IN_SQL: &str = r#"
+SELECT c.claim_id
+FROM pgque.job_claims c
+JOIN (SELECT r.lane_id, max(r.id_hi) AS top FROM pgque.job_log r WHERE r.seg = $1
+      GROUP BY r.lane_id) x ON x.lane_id = c.lane_id
+WHERE c.state = 'a' AND c.job_ids[1] <= x.top
+UNION
+SELECT c.claim_id FROM pgque.job_claims c WHERE c.seg = $1 AND c.state = 'a'
+"#;
+
+const FLOORS_SQL: &str = r#"
+UPDATE pgque.job_lanes l
+SET cursor_floor = x.cur
+FROM (SELECT l2.lane_id, (SELECT max(c.hi) FROM pgque.job_claims c WHERE c.lane_id = l2.lane_id) AS cur
+      FROM pgque.job_lanes l2) x
+WHERE l.lane_id = x.lane_id AND x.cur > l.cursor_floor
+"#;
+
+/// Runs one rotation step. Returns (switched, truncated segment or NULL,
+/// claims evacuated, busy: the truncation was due but the log was in use).
+pub fn rotate() -> (bool, Option<i16>, i32, bool) {
+    let period = format!("{} seconds", gucs::job_log_rotation_period_s());
+    let switched = Spi::connect_mut(|client| {
+        !client
+            .update(SWITCH_SQL, None, &[period.clone().into()])
+            .unwrap_or_else(|e| pgrx::error!("{e}"))
+            .is_empty()
+    });
+    let retention = format!("{} seconds", gucs::completed_job_retention().as_secs());
+    let Some(seg) = Spi::get_one_with_args::<i16>(OLDEST_SEALED_SQL, &[retention.into()])
+        .ok()
+        .flatten()
+    else {
+        return (switched, None, 0, false);
+    };
+    let busy_lanes = Spi::get_one::<i32>(LOCK_ALL_LANES_SQL)
+        .ok()
+        .flatten()
+        .unwrap_or(0);
+    if busy_lanes > 0 {
+        return (switched, None, 0, true);
+    }
+    for rel in seg_relids(seg) {
+        let got = unsafe {
+            pg_sys::ConditionalLockRelationOid(rel, pg_sys::AccessExclusiveLock as pg_sys::LOCKMODE)
+        };
+        if !got {
+            return (switched, None, 0, true);
+        }
+    }
+    let undispatched = Spi::get_one_with_args::<i32>(UNDISPATCHED_SQL, &[seg.into()])
+        .ok()
+        .flatten()
+        .unwrap_or(0);
+    if undispatched > 0 {
+        // a lane nobody dispatches holds the segment, as a lagging consumer
+        // holds an event table
+        return (switched, None, 0, false);
+    }
+    let running: Vec<i64> = Spi::connect(|client| {
+        client
+            .select(RUNNING_IN_SQL, None, &[seg.into()])
+            .unwrap_or_else(|e| pgrx::error!("{e}"))
+            .filter_map(|r| r.get::<i64>(1).ok().flatten())
+            .collect()
+    });
+    for &claim in &running {
+        if to_side(claim, None, Some("e"), false) == 0 {
+            // every job finished: nothing to keep
+            Spi::run_with_args(
+                "UPDATE pgque.job_claims SET state = 'd' WHERE claim_id = $1 AND state = 'a'",
+                &[claim.into()],
+            )
+            .unwrap_or_else(|e| pgrx::error!("{e}"));
+        }
+    }
+    Spi::run(FLOORS_SQL).unwrap_or_else(|e| pgrx::error!("{e}"));
+    Spi::run(&format!(
+        "TRUNCATE pgque.job_log_{seg}, pgque.job_claims_{seg}, pgque.job_done_{seg}"
+    ))
+    .unwrap_or_else(|e| pgrx::error!("{e}"));
+    Spi::run_with_args(
+        "UPDATE pgque.job_log_segments SET opened_at = NULL, sealed_at = NULL WHERE seg = $1",
+        &[seg.into()],
+    )
+    .unwrap_or_else(|e| pgrx::error!("{e}"));
+    Spi::run(
+        "DELETE FROM pgque.job_log_holes h USING pgque.job_lanes l
+         WHERE h.lane_id = l.lane_id AND h.job_id <= l.cursor_floor",
+    )
+    .unwrap_or_else(|e| pgrx::error!("{e}"));
+    (switched, Some(seg), running.len() as i32, false)
+}
+
+/// One step of the job log's segment ring (the worker runs it every
+/// pgque.job_maint_period_ms): switch the current segment when it is due,
+/// truncate the oldest sealed one when it may go (module comment). Returns
+/// one row: whether it switched, the segment truncated (NULL: none), the
+/// claims evacuated to pgque.jobs, and `busy` when a truncation was due but
+/// the log was in use (it is tried again on the next run).
+#[pg_extern(security_definer, parallel_unsafe)]
+#[search_path(pg_catalog, pgque, pg_temp)]
+fn rotate_job_log() -> TableIterator<
+    'static,
+    (
+        name!(switched, bool),
+        name!(truncated, Option<i16>),
+        name!(evacuated, i32),
+        name!(busy, bool),
+    ),
+> {
+    TableIterator::once(rotate())
+}
