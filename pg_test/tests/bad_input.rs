@@ -833,6 +833,7 @@ fn matrix() -> Vec<Row> {
             .with("NULL", "SELECT pgque.prune_jobs(NULL)", St("22004")),
         no_args("pgque.job_maint()", "no arguments"),
         no_args("pgque.job_analyze()", "no arguments"),
+        no_args("pgque.rotate_job_log()", "no arguments"),
     ]
 }
 

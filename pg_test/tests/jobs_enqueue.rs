@@ -44,10 +44,10 @@ fn enqueue_sql(queue: &str, tag: &str, n: usize, priority: i16) -> String {
     )
 }
 
-/// The lane's jobs in dispatch order (priority, ready_seq), as kinds.
+/// The lane's jobs in dispatch order (priority, id: ready_seq = id at enqueue), as kinds.
 fn lane_order(c: &mut Client, queue: &str) -> Vec<String> {
     c.query(
-        "SELECT kind FROM pgque.jobs WHERE queue = $1 AND state = 'ready' ORDER BY priority, ready_seq",
+        "SELECT kind FROM pgque.all_jobs WHERE queue = $1 AND state = 'ready' ORDER BY priority, id",
         &[&queue],
     )
     .unwrap()
@@ -117,7 +117,7 @@ fn jobs_lane_fifo_follows_commit_order_under_concurrent_producers() {
     d.batch_execute("COMMIT").unwrap();
     let lane5: Vec<String> = admin
         .query(
-            "SELECT kind FROM pgque.jobs WHERE queue = 'lf' AND priority = 5 ORDER BY ready_seq",
+            "SELECT kind FROM pgque.all_jobs WHERE queue = 'lf' AND priority = 5 ORDER BY id",
             &[],
         )
         .unwrap()

@@ -364,6 +364,12 @@ pub fn consume_all(c: &mut Client, f: &Filled) {
         .unwrap()
         .get(0);
     assert_eq!(st, "ready", "the scheduled job is promoted once due");
+    // New ordinary jobs go to the job log (0.4.0) and are dispatched after
+    // the older jobs that pgque.jobs holds: one FIFO over both stores.
+    c.batch_execute(
+        "SELECT count(*) FROM pgque.enqueue_ready_rows('jq', ARRAY['n1', 'n2'], ARRAY['{}', '{}']::jsonb[])",
+    )
+    .unwrap();
     let rows = c
         .query(
             "SELECT job_id, lease_token, kind FROM pgque.dispatch(ARRAY['jq'], 10, 'w2')",
@@ -373,7 +379,7 @@ pub fn consume_all(c: &mut Client, f: &Filled) {
     let kinds: Vec<String> = rows.iter().map(|r| r.get(2)).collect();
     assert_eq!(
         kinds,
-        vec!["r2", "r3", "s1"],
+        vec!["r2", "r3", "s1", "n1", "n2"],
         "dispatch order after the change"
     );
     for r in &rows {
@@ -399,7 +405,7 @@ pub fn consume_all(c: &mut Client, f: &Filled) {
             r.get::<_, i64>(2),
             r.get::<_, i64>(3)
         ),
-        (4, 0, 0, 0),
+        (6, 0, 0, 0),
         "completed, ready, scheduled, running at the end"
     );
 }
