@@ -34,6 +34,7 @@
 //! - paused queues are skipped; lanes stay FIFO because each queue is walked
 //!   in (priority, ready_seq) order and ready_seq follows commit order per lane.
 use super::log;
+use super::jobrows::{JobRow, JobRows};
 use super::rawjsonb::RawJsonb;
 use super::stmt::{prepared, ty, with_generic_plans};
 use crate::error::{self, raise, required};
@@ -307,7 +308,6 @@ pub fn arg_types() -> [pgrx::pg_sys::PgOid; 5] {
 /// identity or a concurrent dispatcher's lock can be made up for.
 /// Returns the claimed jobs in dispatch order; `lease_token` fences every
 /// later call about the attempt.
-#[allow(clippy::type_complexity)]
 #[pg_extern(security_definer, parallel_unsafe)]
 #[search_path(pg_catalog, pgque, pg_temp)]
 fn dispatch(
@@ -316,25 +316,7 @@ fn dispatch(
     worker: Option<&str>,
     lease: default!(Option<Interval>, "NULL"),
     oversample: default!(Option<i32>, 2),
-) -> TableIterator<
-    'static,
-    (
-        name!(job_id, i64),
-        name!(queue, String),
-        name!(kind, String),
-        name!(args, RawJsonb),
-        name!(priority, i16),
-        name!(attempt, i32),
-        name!(max_attempts, i32),
-        name!(actor, Option<String>),
-        name!(fairness_key, Option<String>),
-        name!(identity_key, Option<String>),
-        name!(run_at, TimestampWithTimeZone),
-        name!(enqueued_at, TimestampWithTimeZone),
-        name!(lease_token, i64),
-        name!(lease_until, TimestampWithTimeZone),
-    ),
-> {
+) -> JobRows {
     let queues = required(queues, "queues");
     if queues.is_empty() {
         raise(error::INVALID_PARAMETER_VALUE, "queues must not be empty");
@@ -445,7 +427,7 @@ fn dispatch(
     if out.is_empty() {
         check_queues_exist(&names);
     }
-    TableIterator::new(out)
+    JobRows(out)
 }
 
 /// LOG_DISPATCH_SQL's and LOG_SPILL_SQL's arguments: DISPATCH_SQL's, with
@@ -459,23 +441,6 @@ fn log_arg_types() -> [pgrx::pg_sys::PgOid; 5] {
         ty(pg_sys::INT4ARRAYOID),
     ]
 }
-
-type JobRow = (
-    i64,
-    String,
-    String,
-    RawJsonb,
-    i16,
-    i32,
-    i32,
-    Option<String>,
-    Option<String>,
-    Option<String>,
-    TimestampWithTimeZone,
-    TimestampWithTimeZone,
-    i64,
-    TimestampWithTimeZone,
-);
 
 /// The current row of a dispatch statement (DISPATCH_SQL's 14 columns),
 /// its args copied into `outer`.

@@ -5,6 +5,7 @@
 //! - `enqueue`   `enqueue_ready_rows` / `enqueue`: a whole batch in one statement
 //! - `dispatch`  `dispatch`: claim up to `limit` ready jobs in one statement
 //! - `rawjsonb`  a jsonb result column passed through as its datum
+//! - `jobrows`   dispatch's result rows, handed over in one call
 //! - `outcomes`  enqueue_ready_rows' result rows, handed over in one call
 //! - `lifecycle` complete / fail / heartbeat / snooze / cancel / retry_job
 //! - `sweeps`    lease rescue, promotion, event retention, pruning, ANALYZE
@@ -16,6 +17,7 @@ use pgrx::prelude::*;
 
 pub mod dispatch;
 pub mod enqueue;
+pub mod jobrows;
 pub mod lifecycle;
 pub mod log;
 pub mod outcomes;

@@ -19,6 +19,12 @@
 //!   next statement reads the cursor in a snapshot taken after the previous
 //!   holder committed (READ COMMITTED; dispatch refuses other levels when it
 //!   reads the log, see `dispatch::require_read_committed`);
+//! - a claim is looked up by its claim_id, and its state is then compared as
+//!   text (`state::text = 'a'`): every claim stays active until its lease is
+//!   over, so the partial index of active claims (for the rescue) holds
+//!   throughput x lease rows, and a plain `state = 'a'` let the planner walk
+//!   it instead of probing the claim_id index (measured: 2,900 buffers per
+//!   complete_many with two workers after a few seconds);
 //! - everything that changes what a claim's jobs are (complete, fail, snooze,
 //!   cancel, heartbeat, rescue, evacuation) takes the claim's lock
 //!   (CLAIM_LOCK_CLASS) in its own statement first, for the same reason.

@@ -17,7 +17,7 @@ WITH p AS MATERIALIZED (
 ),
 c AS MATERIALIZED (
     SELECT c.claim_id, c.job_ids FROM pgque.job_claims c
-    WHERE c.claim_id = ANY (ARRAY(SELECT DISTINCT p.token FROM p)) AND c.state = 'a'
+    WHERE c.claim_id = ANY (ARRAY(SELECT DISTINCT p.token FROM p)) AND c.state::text = 'a'
 ),
 d AS MATERIALIZED (
     SELECT d.claim_id, m.id FROM pgque.job_done d CROSS JOIN LATERAL unnest(d.job_ids) AS m(id)
@@ -69,7 +69,7 @@ WITH p AS MATERIALIZED (
 ),
 c AS MATERIALIZED (
     SELECT c.claim_id, c.job_ids FROM pgque.job_claims c
-    WHERE c.claim_id = ANY (ARRAY(SELECT DISTINCT p.token FROM p)) AND c.state = 'a'
+    WHERE c.claim_id = ANY (ARRAY(SELECT DISTINCT p.token FROM p)) AND c.state::text = 'a'
 ),
 d AS MATERIALIZED (
     SELECT d.claim_id, m.id FROM pgque.job_done d CROSS JOIN LATERAL unnest(d.job_ids) AS m(id)
@@ -82,7 +82,7 @@ acc AS MATERIALIZED (
 ),
 upd AS (
     UPDATE pgque.job_claims c SET lease_until = pg_catalog.clock_timestamp() + $3::interval
-    WHERE c.claim_id = ANY (ARRAY(SELECT DISTINCT a.token FROM acc a)) AND c.state = 'a'
+    WHERE c.claim_id = ANY (ARRAY(SELECT DISTINCT a.token FROM acc a)) AND c.state::text = 'a'
     RETURNING c.claim_id, c.lease_until
 )
 SELECT a.id, u.lease_until FROM acc a JOIN upd u ON u.claim_id = a.token ORDER BY a.id
@@ -137,7 +137,7 @@ WITH c AS MATERIALIZED (
     FROM pgque.job_claims c
     JOIN pgque.job_lanes l ON l.lane_id = c.lane_id
     LEFT JOIN pgque.job_queues jq ON jq.queue_name = l.queue
-    WHERE c.claim_id = $1 AND c.state = 'a'
+    WHERE c.claim_id = $1 AND c.state::text = 'a'
 ),
 done AS MATERIALIZED (
     SELECT m.id FROM pgque.job_done d CROSS JOIN LATERAL unnest(d.job_ids) AS m(id)
@@ -186,7 +186,7 @@ out AS (
 ),
 st AS (
     UPDATE pgque.job_claims c SET state = $3
-    WHERE c.claim_id = $1 AND c.state = 'a' AND $3 IS NOT NULL
+    WHERE c.claim_id = $1 AND c.state::text = 'a' AND $3 IS NOT NULL
       AND EXISTS (SELECT 1 FROM ins)
 )
 SELECT count(*)::int FROM ins

@@ -24,7 +24,7 @@ const EXPIRED_CLAIMS_SQL: &str = "SELECT c.claim_id FROM pgque.job_claims c
     ORDER BY c.lease_until LIMIT $1";
 
 const SETTLE_SQL: &str = "UPDATE pgque.job_claims c SET state = 'd'
-    WHERE c.claim_id = $1 AND c.state = 'a' AND c.lease_until < pg_catalog.clock_timestamp()";
+    WHERE c.claim_id = $1 AND c.state::text = 'a' AND c.lease_until < pg_catalog.clock_timestamp()";
 
 /// Settles or rescues up to `max` claims whose lease expired. Returns how
 /// many jobs moved to pgque.jobs (the caller's rescue then handles them).
@@ -170,7 +170,7 @@ pub fn rotate() -> (bool, Option<i16>, i32, bool) {
         if to_side(claim, None, Some("e"), false) == 0 {
             // every job finished: nothing to keep
             Spi::run_with_args(
-                "UPDATE pgque.job_claims SET state = 'd' WHERE claim_id = $1 AND state = 'a'",
+                "UPDATE pgque.job_claims SET state = 'd' WHERE claim_id = $1 AND state::text = 'a'",
                 &[claim.into()],
             )
             .unwrap_or_else(|e| pgrx::error!("{e}"));

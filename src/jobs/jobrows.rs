@@ -1,0 +1,91 @@
+//! `dispatch`'s result set, returned in materialize mode: all rows handed
+//! over in one call, in a tuplestore.
+//!
+//! As for `enqueue_ready_rows` (outcomes.rs): pgrx's `TableIterator` returns
+//! a set value-per-call, and every call of a SECURITY DEFINER function with
+//! pinned settings applies and rolls back those settings
+//! (fmgr_security_definer); for a dispatch of 100 jobs that was 100 rounds of
+//! GUC work. The SQL signature is unchanged, and so is the C symbol.
+use super::rawjsonb::RawJsonb;
+use crate::api::srf::materialize_target;
+use pgrx::callconv::RetAbi;
+use pgrx::datum::TimestampWithTimeZone;
+use pgrx::pg_sys;
+use pgrx::pgrx_sql_entity_graph::metadata::{
+    ArgumentError, ReturnsError, ReturnsRef, SqlMappingRef, SqlTranslatable, TypeOrigin,
+};
+use pgrx::IntoDatum;
+
+/// One dispatched job, in the column order of `dispatch`'s result.
+pub type JobRow = (
+    i64,
+    String,
+    String,
+    RawJsonb,
+    i16,
+    i32,
+    i32,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    TimestampWithTimeZone,
+    TimestampWithTimeZone,
+    i64,
+    TimestampWithTimeZone,
+);
+
+/// The jobs of one dispatch, in dispatch order.
+pub struct JobRows(pub Vec<JobRow>);
+
+unsafe impl SqlTranslatable for JobRows {
+    const TYPE_IDENT: &'static str = pgrx::pgrx_resolved_type!(JobRows);
+    const TYPE_ORIGIN: TypeOrigin = TypeOrigin::External;
+    const ARGUMENT_SQL: Result<SqlMappingRef, ArgumentError> = Err(ArgumentError::SetOf);
+    // The columns of the released signature, as pgrx spelled them for the
+    // TableIterator this replaces.
+    const RETURN_SQL: Result<ReturnsRef, ReturnsError> =
+        Ok(ReturnsRef::One(SqlMappingRef::literal(
+            "TABLE (\n\t\"job_id\" bigint,\n\t\"queue\" TEXT,\n\t\"kind\" TEXT,\n\t\"args\" jsonb,\n\t\"priority\" smallint,\n\t\"attempt\" INT,\n\t\"max_attempts\" INT,\n\t\"actor\" TEXT,\n\t\"fairness_key\" TEXT,\n\t\"identity_key\" TEXT,\n\t\"run_at\" timestamp with time zone,\n\t\"enqueued_at\" timestamp with time zone,\n\t\"lease_token\" bigint,\n\t\"lease_until\" timestamp with time zone\n)",
+        )));
+}
+
+unsafe impl RetAbi for JobRows {
+    type Item = JobRows;
+    type Ret = JobRows;
+
+    fn to_ret(self) -> Self::Ret {
+        self
+    }
+
+    unsafe fn box_ret_in_fcinfo(fcinfo: pg_sys::FunctionCallInfo, ret: Self::Ret) -> pg_sys::Datum {
+        unsafe {
+            let (store, desc) = materialize_target(fcinfo);
+            for r in ret.0 {
+                let cols = [
+                    r.0.into_datum(),
+                    r.1.into_datum(),
+                    r.2.into_datum(),
+                    r.3.into_datum(),
+                    r.4.into_datum(),
+                    r.5.into_datum(),
+                    r.6.into_datum(),
+                    r.7.into_datum(),
+                    r.8.into_datum(),
+                    r.9.into_datum(),
+                    r.10.into_datum(),
+                    r.11.into_datum(),
+                    r.12.into_datum(),
+                    r.13.into_datum(),
+                ];
+                let mut nulls = cols.map(|c| c.is_none());
+                let mut datums = cols.map(|c| c.unwrap_or(pg_sys::Datum::from(0)));
+                pg_sys::tuplestore_putvalues(store, desc, datums.as_mut_ptr(), nulls.as_mut_ptr());
+            }
+            pg_sys::Datum::from(0)
+        }
+    }
+
+    unsafe fn move_into_fcinfo_fcx(self, _fcinfo: pg_sys::FunctionCallInfo) {}
+
+    unsafe fn fill_fcinfo_fcx(&self, _fcinfo: pg_sys::FunctionCallInfo) {}
+}
