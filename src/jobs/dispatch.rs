@@ -33,8 +33,8 @@
 //!   concurrent claimer's outcome: two dispatchers never both win.
 //! - paused queues are skipped; lanes stay FIFO because each queue is walked
 //!   in (priority, ready_seq) order and ready_seq follows commit order per lane.
-use super::log;
 use super::jobrows::{JobRow, JobRows};
+use super::log;
 use super::rawjsonb::RawJsonb;
 use super::stmt::{prepared, ty, with_generic_plans};
 use crate::error::{self, raise, required};
@@ -392,7 +392,12 @@ fn dispatch(
                 .unwrap_or_default();
             if !lanes.is_empty() {
                 log::require_read_committed("dispatch");
-                let stmt = prepared(client, log::dispatch::LOG_DISPATCH_SQL, &log_arg_types());
+                let sql = if lanes.len() == 1 {
+                    log::dispatch::LOG_DISPATCH_ONE_SQL
+                } else {
+                    log::dispatch::LOG_DISPATCH_SQL
+                };
+                let stmt = prepared(client, sql, &log_arg_types());
                 let mut table = client
                     .update(stmt, None, &args(Some(lanes.clone())))
                     .unwrap_or_else(|e| pgrx::error!("{e}"));

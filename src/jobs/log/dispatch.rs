@@ -56,6 +56,24 @@ lanes AS MATERIALIZED (
     };
 }
 
+/// Whether the call must merge with pgque.jobs (module comment).
+macro_rules! blocked {
+    () => {
+        r#"
+blocked AS MATERIALIZED (
+    SELECT EXISTS (SELECT 1 FROM lanes l WHERE l.mode <> 'strict_fifo')
+        OR EXISTS (SELECT 1 FROM qs CROSS JOIN LATERAL (
+                       SELECT 1 FROM pgque.jobs j
+                       WHERE j.queue = qs.queue_name AND j.state = 'ready'
+                       ORDER BY j.priority, j.ready_seq LIMIT 1) s)
+        OR EXISTS (SELECT 1 FROM lanes l CROSS JOIN LATERAL (
+                       SELECT 1 FROM pgque.job_log_holes h
+                       WHERE h.lane_id = l.lane_id AND h.job_id > l.cur LIMIT 1) h) AS b
+),
+"#
+    };
+}
+
 /// The log rows of each lane from its cursor on, one index probe per row,
 /// until `$quota` jobs (a per-lane column `quota` of `lanes_q`).
 macro_rules! walk {
@@ -100,6 +118,70 @@ cand AS MATERIALIZED (
     };
 }
 
+/// LOG_DISPATCH_SQL for a call whose queues have one lane (the common case):
+/// the next `limit` jobs of the lane in id order, without the ranking across
+/// lanes and queues. The walk carries only the rows' keys; the rows are read
+/// once, for the jobs taken. Same arguments and result as LOG_DISPATCH_SQL.
+pub const LOG_DISPATCH_ONE_SQL: &str = concat!(
+    lanes_head!(),
+    blocked!(),
+    r#"
+walk (lane_id, id_hi, acc) AS (
+    SELECT l.lane_id, r.id_hi,
+           CASE WHEN r.id_lo > l.cur THEN r.n
+                WHEN r.ids IS NULL THEN (r.id_hi - l.cur)::int
+                ELSE (SELECT count(*)::int FROM unnest(r.ids) AS x WHERE x > l.cur) END
+    FROM lanes l
+    CROSS JOIN LATERAL (
+        SELECT r.id_hi, r.id_lo, r.n, r.ids FROM pgque.job_log r
+        WHERE r.lane_id = l.lane_id AND r.id_hi > l.cur
+        ORDER BY r.id_hi LIMIT 1) r
+    WHERE NOT (SELECT b.b FROM blocked b)
+    UNION ALL
+    SELECT w.lane_id, r.id_hi, w.acc + r.n
+    FROM walk w
+    CROSS JOIN LATERAL (
+        SELECT r.id_hi, r.n FROM pgque.job_log r
+        WHERE r.lane_id = w.lane_id AND r.id_hi > w.id_hi
+        ORDER BY r.id_hi LIMIT 1) r
+    WHERE w.acc < $2
+),
+taken AS MATERIALIZED (
+    SELECT x.* FROM (
+        SELECT COALESCE(r.ids[u.ord], r.id_lo + u.ord - 1) AS id, u.kind, u.args,
+               COALESCE(u.run_at, r.enqueued_at) AS run_at,
+               COALESCE(u.ma, r.max_attempts) AS max_attempts, u.fk, r.enqueued_at
+        FROM walk w
+        JOIN pgque.job_log r ON r.lane_id = w.lane_id AND r.id_hi = w.id_hi
+        CROSS JOIN LATERAL unnest(r.kinds, r.args, r.run_ats, r.job_max_attempts, r.fairness_keys)
+             WITH ORDINALITY AS u(kind, args, run_at, ma, fk, ord)) x
+    WHERE x.id > (SELECT l.cur FROM lanes l)
+    ORDER BY x.id
+    LIMIT $2
+),
+ins AS (
+    INSERT INTO pgque.job_claims (seg, claim_id, lane_id, hi, job_ids, worker, dispatched_at,
+                                  lease_until, state)
+    SELECT "#,
+    crate::cur_seg!(),
+    r#", pg_catalog.nextval('pgque.job_lease_token_seq'), l.lane_id, max(t.id),
+           array_agg(t.id ORDER BY t.id), $3, now(), pg_catalog.clock_timestamp() + l.lease, 'a'
+    FROM taken t CROSS JOIN lanes l
+    GROUP BY l.lane_id, l.lease
+    RETURNING claim_id, lease_until
+)
+(SELECT t.id, l.queue, t.kind, t.args, l.priority, 1, t.max_attempts, NULL::text, t.fk,
+        NULL::text, t.run_at, t.enqueued_at, i.claim_id, i.lease_until, false
+ FROM taken t CROSS JOIN lanes l CROSS JOIN ins i
+ ORDER BY t.id)
+UNION ALL
+SELECT NULL::bigint, NULL::text, NULL::text, NULL::jsonb, NULL::smallint, NULL::int, NULL::int,
+       NULL::text, NULL::text, NULL::text, NULL::timestamptz, NULL::timestamptz, NULL::bigint,
+       NULL::timestamptz, true
+FROM blocked WHERE blocked.b
+"#
+);
+
 /// $1 queues, $2 limit, $3 worker, $4 lease (NULL: the queue's), $5 lane ids
 /// (locked by LOCK_LANES_SQL). Returns DISPATCH_SQL's 14 columns and
 /// `blocked`: the claimed jobs in dispatch order (blocked false), or one row
@@ -107,17 +189,9 @@ cand AS MATERIALIZED (
 pub const LOG_DISPATCH_SQL: &str = concat!(
     lanes_head!(),
     r#"
-blocked AS MATERIALIZED (
-    SELECT EXISTS (SELECT 1 FROM lanes l WHERE l.mode <> 'strict_fifo')
-        OR EXISTS (SELECT 1 FROM qs CROSS JOIN LATERAL (
-                       SELECT 1 FROM pgque.jobs j
-                       WHERE j.queue = qs.queue_name AND j.state = 'ready'
-                       ORDER BY j.priority, j.ready_seq LIMIT 1) s)
-        OR EXISTS (SELECT 1 FROM lanes l CROSS JOIN LATERAL (
-                       SELECT 1 FROM pgque.job_log_holes h
-                       WHERE h.lane_id = l.lane_id AND h.job_id > l.cur LIMIT 1) h) AS b
-),
-lanes_q AS MATERIALIZED (
+"#,
+    blocked!(),
+    r#"lanes_q AS MATERIALIZED (
     SELECT l.*, CASE WHEN (SELECT b.b FROM blocked b) THEN 0 ELSE $2 END AS quota FROM lanes l
 ),
 "#,
