@@ -301,7 +301,7 @@ pub fn run(queue: &str, batch: Batch<'_>, on_duplicate: OnDuplicate) -> Vec<Outc
         return Vec::new();
     }
     if let Some(lanes) = &batch.log_lanes {
-        if let Some(out) = super::log::enqueue::run(&batch.args, queue, lanes) {
+        if let Some(out) = super::log::enqueue::run(&batch.args, queue, batch.n, lanes) {
             return out;
         }
     }

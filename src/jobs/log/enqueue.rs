@@ -100,6 +100,54 @@ SELECT 0, NULL::bigint, 'nolane'::text FROM ok WHERE NOT ok.ok AND EXISTS (SELEC
 "#
 );
 
+/// LOG_ENQUEUE_SQL for the common batch: one lane, at most ROW_MAX jobs.
+/// Same arguments, locks and result; the arrays are stored as they came, so
+/// nothing is unnested or regrouped.
+pub const LOG_ENQUEUE_ONE_SQL: &str = concat!(
+    r#"
+WITH q AS MATERIALIZED (
+    SELECT jq.queue_name, jq.max_attempts,
+           pg_catalog.pg_advisory_xact_lock_shared(1785684593, pg_catalog.hashtext(jq.queue_name)) AS qlock,
+           CASE WHEN jq.shards > 1 THEN (pg_catalog.pg_backend_pid() % jq.shards)::smallint
+                ELSE 0::smallint END AS shard
+    FROM pgque.job_queues jq
+    WHERE jq.queue_name = $1 AND jq.mode = 'strict_fifo'
+),
+lane AS MATERIALIZED (
+    SELECT pg_catalog.pg_advisory_xact_lock(1785684588,
+               pg_catalog.hashtext($1 || '/' || ($11::smallint[])[1] || '/' || q.shard)) AS lock,
+           (SELECT l.lane_id FROM pgque.job_lanes l
+            WHERE l.queue = $1 AND l.priority = ($11::smallint[])[1] AND l.shard = q.shard) AS lane_id
+    FROM q
+),
+ids AS MATERIALIZED (
+    SELECT g.o AS ord, pg_catalog.nextval('pgque.jobs_id_seq') AS id
+    FROM (SELECT o FROM generate_series(1, cardinality($2::text[])) AS o
+          WHERE (SELECT lane.lane_id IS NOT NULL FROM lane)
+          ORDER BY o) g
+),
+ins AS (
+    INSERT INTO pgque.job_log (seg, lane_id, id_lo, id_hi, n, ids, enqueued_at, max_attempts,
+                               kinds, args, run_ats, job_max_attempts, fairness_keys)
+    SELECT "#,
+    crate::cur_seg!(),
+    r#", (SELECT lane.lane_id FROM lane), min(i.id), max(i.id), count(*)::int,
+           CASE WHEN max(i.id) - min(i.id) + 1 = count(*) THEN NULL
+                ELSE array_agg(i.id ORDER BY i.ord) END,
+           now(), (SELECT q.max_attempts FROM q),
+           $2::text[], $3::jsonb[], $5::timestamptz[], $10::int[], $7::text[]
+    FROM ids i
+    HAVING count(*) > 0
+)
+(SELECT i.ord::int, i.id, 'ready'::text FROM ids i
+ WHERE (SELECT count(pg_catalog.pg_notify('pgque_jobs_' || $1, ''))
+        FROM (SELECT 1 FROM ids LIMIT 1) r) >= 0
+ ORDER BY i.ord)
+UNION ALL
+SELECT 0, NULL::bigint, 'nolane'::text FROM lane WHERE lane.lane_id IS NULL
+"#
+);
+
 /// The lanes of `$2` (priorities) for this backend's shard of queue $1.
 const CREATE_LANES_SQL: &str = r#"
 INSERT INTO pgque.job_lanes (queue, priority, shard)
@@ -133,13 +181,23 @@ pub fn eligible(keyed: bool, has_actor: bool, has_identity: bool, all_ready: boo
     crate::gucs::job_log() && !keyed && !has_actor && !has_identity && all_ready
 }
 
-/// Runs LOG_ENQUEUE_SQL with `args` (the 11 arguments); `lanes` are the
-/// priorities of $11. None when the queue is missing or not strict_fifo
+/// Runs LOG_ENQUEUE_ONE_SQL or LOG_ENQUEUE_SQL with `args` (the 11
+/// arguments of a batch of `n` jobs); `lanes` are the priorities of $11. None when the queue is missing or not strict_fifo
 /// (or, at REPEATABLE READ, a lane is not visible yet): pgque.jobs' path then.
-pub fn run(args: &[DatumWithOid<'_>], queue: &str, lanes: &[i16]) -> Option<Vec<Outcome>> {
+pub fn run(
+    args: &[DatumWithOid<'_>],
+    queue: &str,
+    n: usize,
+    lanes: &[i16],
+) -> Option<Vec<Outcome>> {
+    let sql = if lanes.len() == 1 && n <= ROW_MAX {
+        LOG_ENQUEUE_ONE_SQL
+    } else {
+        LOG_ENQUEUE_SQL
+    };
     with_generic_plans(|| {
         Spi::connect_mut(|client| {
-            let stmt = prepared(client, LOG_ENQUEUE_SQL, &arg_types());
+            let stmt = prepared(client, sql, &arg_types());
             for attempt in 0..2 {
                 let table = client
                     .update(stmt, None, args)
