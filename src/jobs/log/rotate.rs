@@ -19,33 +19,63 @@ use crate::gucs;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
-const EXPIRED_CLAIMS_SQL: &str = "SELECT c.claim_id FROM pgque.job_claims c
+/// Up to $1 active claims whose lease expired, oldest first: those whose jobs
+/// all finished are settled ('d') in this statement; returns the others' ids.
+/// A claim's jobs all finished when its done rows name as many jobs as it
+/// has: done rows only ever name unfinished members of their claim, once. No
+/// claim lock is needed to settle: a claim with nothing left to finish cannot
+/// change any more.
+const SETTLE_EXPIRED_SQL: &str = r#"
+WITH exp AS MATERIALIZED (
+    SELECT c.claim_id, c.job_ids FROM pgque.job_claims c
     WHERE c.state = 'a' AND c.lease_until < pg_catalog.clock_timestamp()
-    ORDER BY c.lease_until LIMIT $1";
+    ORDER BY c.lease_until
+    LIMIT $1
+),
+fin AS MATERIALIZED (
+    SELECT e.claim_id FROM exp e
+    WHERE cardinality(e.job_ids) = (SELECT COALESCE(sum(cardinality(d.job_ids)), 0)
+                                    FROM pgque.job_done d WHERE d.claim_id = e.claim_id)
+),
+upd AS (
+    UPDATE pgque.job_claims c SET state = 'd'
+    WHERE c.claim_id = ANY (ARRAY(SELECT f.claim_id FROM fin f)) AND c.state::text = 'a'
+)
+SELECT e.claim_id FROM exp e WHERE e.claim_id NOT IN (SELECT f.claim_id FROM fin f)
+"#;
 
-const SETTLE_SQL: &str = "UPDATE pgque.job_claims c SET state = 'd'
-    WHERE c.claim_id = $1 AND c.state::text = 'a' AND c.lease_until < pg_catalog.clock_timestamp()";
+/// Marks an active claim with nothing left to finish as settled.
+fn settle(claim: i64) {
+    Spi::run_with_args(
+        "UPDATE pgque.job_claims SET state = 'd' WHERE claim_id = $1 AND state::text = 'a'",
+        &[claim.into()],
+    )
+    .unwrap_or_else(|e| pgrx::error!("{e}"));
+}
 
-/// Settles or rescues up to `max` claims whose lease expired. Returns how
-/// many jobs moved to pgque.jobs (the caller's rescue then handles them).
+/// Settles the expired claims whose jobs all finished and rescues the
+/// others (up to `max` claims). Returns how many jobs moved to pgque.jobs
+/// (the caller's rescue then handles them).
 pub fn rescue_claims(max: i32) -> i32 {
     if super::xact_snapshot() {
         // the claim protocol needs fresh snapshots; a duty runs at READ COMMITTED
         return 0;
     }
-    let claims: Vec<i64> = Spi::connect(|client| {
+    let unfinished: Vec<i64> = Spi::connect_mut(|client| {
         client
-            .select(EXPIRED_CLAIMS_SQL, None, &[max.into()])
+            .update(SETTLE_EXPIRED_SQL, None, &[max.into()])
             .unwrap_or_else(|e| pgrx::error!("{e}"))
             .filter_map(|r| r.get::<i64>(1).ok().flatten())
             .collect()
     });
     let mut moved = 0;
-    for claim in claims {
+    for claim in unfinished {
         super::lock_claims(&[claim]);
+        // under the lock: what is still unfinished moves (a completion that
+        // committed meanwhile is seen here); nothing left: settled
         let n = to_side(claim, None, Some("r"), false);
         if n == 0 {
-            Spi::run_with_args(SETTLE_SQL, &[claim.into()]).unwrap_or_else(|e| pgrx::error!("{e}"));
+            settle(claim);
         }
         moved += n;
     }
