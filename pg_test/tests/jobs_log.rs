@@ -882,3 +882,66 @@ fn log_dispatch_refuses_a_transaction_snapshot() {
     assert_eq!(complete_many(&mut c, &jobs), 5);
     assert_eq!(snapshot(&mut c), (1, 1, 5));
 }
+
+/// `rotate_job_log()` until it is not busy (up to 10 s): (switched, truncated, evacuated).
+fn rotate(c: &mut Client) -> (bool, Option<i16>, i32) {
+    let start = Instant::now();
+    loop {
+        let r = c
+            .query_one("SELECT * FROM pgque.rotate_job_log()", &[])
+            .unwrap();
+        if !r.get::<_, bool>(3) || start.elapsed() > Duration::from_secs(10) {
+            return (r.get(0), r.get(1), r.get(2));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn log_rotation_truncates_in_ring_order_when_the_clock_stepped_back() {
+    // A claim lives in the segment current at dispatch, its done rows in the
+    // one current at completion (the same or a later one): truncating a
+    // later segment before an earlier one would drop done rows of claims
+    // that stay. sealed_at is wall-clock time; a clock stepped back between
+    // two seals makes the later segment look older.
+    let db = new_db("jlog_ring_order");
+    let mut c = db.connect();
+    c.batch_execute(
+        "SET pgque.job_log_rotation_period = 0;
+         SELECT pgque.create_job_queue('ck');",
+    )
+    .unwrap();
+    enqueue(&mut c, "ck", "k", 5);
+    let jobs = dispatch(&mut c, "ck", 5, "w", Some("1 second"));
+    assert_eq!(jobs.len(), 5);
+    assert_eq!(rotate(&mut c), (true, None, 0), "seal 0, open 1");
+    assert_eq!(complete_many(&mut c, &jobs), 5);
+    assert_eq!(count(&mut c, "SELECT count(*) FROM pgque.job_done_1"), 1);
+    assert_eq!(rotate(&mut c), (true, None, 0), "seal 1, open 2");
+    // segment 1 was sealed after segment 0, but the clock says before
+    c.batch_execute(
+        "UPDATE pgque.job_log_segments SET sealed_at = now() - interval '2 days' WHERE seg = 0;
+         UPDATE pgque.job_log_segments SET sealed_at = now() - interval '3 days' WHERE seg = 1;",
+    )
+    .unwrap();
+    let (_, truncated, _) = rotate(&mut c);
+    let ids: Vec<i64> = jobs.iter().map(|j| j.id).collect();
+    let not_done = count_ids(
+        &mut c,
+        "SELECT count(*) FROM pgque.all_jobs WHERE id = ANY ($1) AND state <> 'completed'",
+        &ids,
+    );
+    assert_eq!(not_done, 0, "completed jobs came back to life (truncated {truncated:?})");
+    std::thread::sleep(Duration::from_millis(1100));
+    let rescued: i32 = c
+        .query_one("SELECT pgque.rescue_expired_leases()", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(rescued, 0, "completed jobs were rescued");
+    assert!(dispatch(&mut c, "ck", 5, "w", None).is_empty(), "completed jobs dispatched again");
+    assert_eq!(truncated, Some(0), "the oldest segment in ring order goes first");
+}
+
+fn count_ids(c: &mut Client, sql: &str, ids: &[i64]) -> i64 {
+    c.query_one(sql, &[&ids]).unwrap().get(0)
+}
