@@ -176,8 +176,13 @@ pub fn rotate() -> (bool, Option<i16>, i32, bool) {
             .filter_map(|r| r.get::<i64>(1).ok().flatten())
             .collect()
     });
+    let mut evacuated = 0;
     for &claim in &running {
-        if to_side(claim, None, Some("e"), false) == 0 {
+        // the claims are all the active ones that reach into the segment;
+        // only those with an unfinished job are evacuated (and counted)
+        if to_side(claim, None, Some("e"), false) > 0 {
+            evacuated += 1;
+        } else {
             // every job finished: nothing to keep
             Spi::run_with_args(
                 "UPDATE pgque.job_claims SET state = 'd' WHERE claim_id = $1 AND state = 'a'",
@@ -201,7 +206,7 @@ pub fn rotate() -> (bool, Option<i16>, i32, bool) {
          WHERE h.lane_id = l.lane_id AND h.job_id <= l.cursor_floor",
     )
     .unwrap_or_else(|e| pgrx::error!("{e}"));
-    (switched, Some(seg), running.len() as i32, false)
+    (switched, Some(seg), evacuated, false)
 }
 
 /// One step of the job log's segment ring (the worker runs it every
