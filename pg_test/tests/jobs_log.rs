@@ -931,17 +931,84 @@ fn log_rotation_truncates_in_ring_order_when_the_clock_stepped_back() {
         "SELECT count(*) FROM pgque.all_jobs WHERE id = ANY ($1) AND state <> 'completed'",
         &ids,
     );
-    assert_eq!(not_done, 0, "completed jobs came back to life (truncated {truncated:?})");
+    assert_eq!(
+        not_done, 0,
+        "completed jobs came back to life (truncated {truncated:?})"
+    );
     std::thread::sleep(Duration::from_millis(1100));
     let rescued: i32 = c
         .query_one("SELECT pgque.rescue_expired_leases()", &[])
         .unwrap()
         .get(0);
     assert_eq!(rescued, 0, "completed jobs were rescued");
-    assert!(dispatch(&mut c, "ck", 5, "w", None).is_empty(), "completed jobs dispatched again");
-    assert_eq!(truncated, Some(0), "the oldest segment in ring order goes first");
+    assert!(
+        dispatch(&mut c, "ck", 5, "w", None).is_empty(),
+        "completed jobs dispatched again"
+    );
+    assert_eq!(
+        truncated,
+        Some(0),
+        "the oldest segment in ring order goes first"
+    );
 }
 
 fn count_ids(c: &mut Client, sql: &str, ids: &[i64]) -> i64 {
     c.query_one(sql, &[&ids]).unwrap().get(0)
+}
+
+#[test]
+fn log_rotation_evacuates_and_counts_only_claims_with_running_jobs() {
+    let db = new_db("jlog_evac_count");
+    let mut c = db.connect();
+    c.batch_execute(
+        "SET pgque.job_log_rotation_period = 0;
+         SELECT pgque.create_job_queue('ev');",
+    )
+    .unwrap();
+    enqueue(&mut c, "ev", "k", 15);
+    // three claims of segment 0: one finished, one half finished, one running
+    let a = dispatch(&mut c, "ev", 5, "w", None);
+    let b = dispatch(&mut c, "ev", 5, "w", None);
+    let d = dispatch(&mut c, "ev", 5, "w", None);
+    assert_eq!(complete_many(&mut c, &a), 5);
+    assert_eq!(complete_many(&mut c, &b[..2]), 2);
+    assert_eq!(rotate(&mut c), (true, None, 0), "seal 0, open 1");
+    c.batch_execute(
+        "UPDATE pgque.job_log_segments SET sealed_at = now() - interval '2 days' WHERE seg = 0",
+    )
+    .unwrap();
+    assert_eq!(
+        rotate(&mut c),
+        (true, Some(0), 2),
+        "b and d evacuated, a not"
+    );
+    let side: Vec<(i64, String, i64)> = c
+        .query(
+            "SELECT id, state, lease_token FROM pgque.jobs ORDER BY id",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    let want: Vec<(i64, String, i64)> = b[2..]
+        .iter()
+        .chain(d.iter())
+        .map(|j| (j.id, "running".to_string(), j.token))
+        .collect();
+    assert_eq!(
+        side, want,
+        "the unfinished jobs, running under their claim's token"
+    );
+    // they complete with the token they hold; a's and b's finished jobs stay finished
+    assert_eq!(complete_many(&mut c, &b), 3);
+    assert_eq!(complete_many(&mut c, &d), 5);
+    assert_eq!(complete_many(&mut c, &a), 0);
+    assert_eq!(
+        count(
+            &mut c,
+            "SELECT count(*) FROM pgque.jobs WHERE state = 'completed'"
+        ),
+        8
+    );
 }
