@@ -241,7 +241,12 @@ fn check_once(produced: &[Produced], dispatched: &[Dispatched]) -> (HashSet<i64>
         }
     }
     let twice: Vec<_> = seen.iter().filter(|(_, n)| **n > 1).collect();
-    assert!(twice.is_empty(), "dispatched more than once: {twice:?}");
+    assert!(
+        twice.is_empty(),
+        "{} jobs dispatched more than once, e.g. (id, times) {:?}",
+        twice.len(),
+        &twice[..twice.len().min(10)]
+    );
     let all: HashSet<i64> = kind_of.keys().copied().collect();
     let got: HashSet<i64> = seen.keys().copied().collect();
     let lost: Vec<_> = all.difference(&got).take(10).collect();
@@ -585,7 +590,8 @@ fn log_rotation_under_load_loses_and_repeats_nothing() {
         Duration::from_millis(20),
         3,
         37,
-        Duration::from_millis(3),
+        // claims stay running a while, so truncations meet running claims
+        Duration::from_millis(10),
         |done| {
             // runs until the producers stop; (runs, switched, truncated, evacuated, busy)
             while !done.load(Ordering::SeqCst) {
@@ -625,6 +631,10 @@ fn log_rotation_under_load_loses_and_repeats_nothing() {
         truncated >= 1,
         "no segment was truncated in {runs} rotations ({busy} busy)"
     );
+    assert!(
+        evacuated >= 1,
+        "no truncation met a running claim: the evacuation path was not exercised"
+    );
     // Whatever the rotations moved to pgque.jobs was completed there, and
     // no job is left ready or running anywhere.
     let left = c
@@ -653,6 +663,12 @@ fn log_rotation_under_load_loses_and_repeats_nothing() {
         .map(|r| r.get(0))
         .collect();
     assert!(side.iter().all(|id| all.contains(id)));
+    // an evacuated claim had at least one unfinished job, which went there
+    assert!(
+        side.len() as i64 >= evacuated,
+        "{} jobs in pgque.jobs",
+        side.len()
+    );
 }
 
 #[test]
