@@ -111,9 +111,19 @@ FROM nxt WHERE s.seg = nxt.seg AND EXISTS (SELECT 1 FROM sealed)
 RETURNING s.seg
 "#;
 
-const OLDEST_SEALED_SQL: &str = "SELECT s.seg FROM pgque.job_log_segments s
-    WHERE s.sealed_at IS NOT NULL AND s.sealed_at <= now() - $1::interval
-    ORDER BY s.sealed_at LIMIT 1";
+/// The oldest sealed segment, if it was sealed $1 ago. Oldest in ring order
+/// (the one after the current segment, else the one before it), not by
+/// sealed_at: a claim's done rows are in its segment or a later one, so
+/// segments must go in the order they were sealed, and sealed_at is wall-clock
+/// time (a clock stepped back between two seals would make the later one look
+/// older, and truncating it first would drop done rows of claims that stay).
+const OLDEST_SEALED_SQL: &str = "SELECT o.seg FROM (
+    SELECT s.seg, s.sealed_at FROM pgque.job_log_segments s,
+         (SELECT c.seg FROM pgque.job_log_segments c
+          WHERE c.opened_at IS NOT NULL AND c.sealed_at IS NULL) cur
+    WHERE s.sealed_at IS NOT NULL
+    ORDER BY (s.seg - cur.seg + 3) % 3 LIMIT 1) o
+    WHERE o.sealed_at <= now() - $1::interval";
 
 const LOCK_ALL_LANES_SQL: &str = "SELECT (count(*) FILTER (WHERE NOT x.ok))::int FROM (
     SELECT pg_catalog.pg_try_advisory_xact_lock(1785684580, l.lane_id) AS ok
@@ -196,8 +206,13 @@ pub fn rotate() -> (bool, Option<i16>, i32, bool) {
             .filter_map(|r| r.get::<i64>(1).ok().flatten())
             .collect()
     });
+    let mut evacuated = 0;
     for &claim in &running {
-        if to_side(claim, None, Some("e"), false) == 0 {
+        // the claims are all the active ones that reach into the segment;
+        // only those with an unfinished job are evacuated (and counted)
+        if to_side(claim, None, Some("e"), false) > 0 {
+            evacuated += 1;
+        } else {
             // every job finished: nothing to keep
             Spi::run_with_args(
                 "UPDATE pgque.job_claims SET state = 'd' WHERE claim_id = $1 AND state::text = 'a'",
@@ -221,7 +236,7 @@ pub fn rotate() -> (bool, Option<i16>, i32, bool) {
          WHERE h.lane_id = l.lane_id AND h.job_id <= l.cursor_floor",
     )
     .unwrap_or_else(|e| pgrx::error!("{e}"));
-    (switched, Some(seg), running.len() as i32, false)
+    (switched, Some(seg), evacuated, false)
 }
 
 /// One step of the job log's segment ring (the worker runs it every
