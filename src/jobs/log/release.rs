@@ -125,7 +125,8 @@ pub fn heartbeat(
 /// $1 claim, $2 jobs (NULL: every unfinished job of the claim), $3 the
 /// claim's new state (NULL: unchanged), $4 true: the jobs leave the claim by
 /// a done row of kind 'o' (one job failing, snoozing, cancelled), false: the
-/// claim's state says where they went (rescue, evacuation).
+/// claim's state says where they went (rescue, evacuation); $5 true: only
+/// if the claim's lease is over (the rescue, re-checking under the lock).
 /// The jobs become pgque.jobs rows in state running with the claim's token,
 /// lease, worker and dispatch time, attempt 1, in their place (ready_seq =
 /// id). Only an active claim's unfinished jobs move. Returns how many moved.
@@ -138,6 +139,7 @@ WITH c AS MATERIALIZED (
     JOIN pgque.job_lanes l ON l.lane_id = c.lane_id
     LEFT JOIN pgque.job_queues jq ON jq.queue_name = l.queue
     WHERE c.claim_id = $1 AND c.state::text = 'a'
+      AND (NOT $5 OR c.lease_until < pg_catalog.clock_timestamp())
 ),
 done AS MATERIALIZED (
     SELECT m.id FROM pgque.job_done d CROSS JOIN LATERAL unnest(d.job_ids) AS m(id)
@@ -194,7 +196,13 @@ SELECT count(*)::int FROM ins
 );
 
 /// Runs TO_SIDE_SQL (the caller holds the claim's lock).
-pub fn to_side(claim: i64, jobs: Option<&[i64]>, new_state: Option<&str>, leave: bool) -> i32 {
+pub fn to_side(
+    claim: i64,
+    jobs: Option<&[i64]>,
+    new_state: Option<&str>,
+    leave: bool,
+    expired_only: bool,
+) -> i32 {
     with_generic_plans(|| {
         Spi::connect_mut(|client| {
             let stmt = prepared(
@@ -204,6 +212,7 @@ pub fn to_side(claim: i64, jobs: Option<&[i64]>, new_state: Option<&str>, leave:
                     ty(pg_sys::INT8OID),
                     ty(pg_sys::INT8ARRAYOID),
                     ty(pg_sys::CHAROID),
+                    ty(pg_sys::BOOLOID),
                     ty(pg_sys::BOOLOID),
                 ],
             );
@@ -217,6 +226,7 @@ pub fn to_side(claim: i64, jobs: Option<&[i64]>, new_state: Option<&str>, leave:
                         jobs.map(|j| j.to_vec()).into(),
                         state.into(),
                         leave.into(),
+                        expired_only.into(),
                     ],
                 )
                 .unwrap_or_else(|e| pgrx::error!("{e}"))
@@ -234,7 +244,7 @@ pub fn to_side(claim: i64, jobs: Option<&[i64]>, new_state: Option<&str>, leave:
 /// Takes the claim's lock.
 pub fn leave_claim(id: i64, token: i64) -> bool {
     super::claims_locked(&[token], "a call about a job of the job log")
-        && to_side(token, Some(&[id]), None, true) > 0
+        && to_side(token, Some(&[id]), None, true, false) > 0
 }
 
 /// Where job `id` is in the log: its lane, when a log row holds it.
@@ -330,7 +340,7 @@ pub fn job_to_side(id: i64) -> bool {
             .flatten();
         if let Some(claim) = claim {
             super::lock_claims(&[claim]);
-            to_side(claim, Some(&[id]), None, true);
+            to_side(claim, Some(&[id]), None, true, false);
         }
     }
     true

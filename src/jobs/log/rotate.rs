@@ -44,10 +44,13 @@ upd AS (
 SELECT e.claim_id FROM exp e WHERE e.claim_id NOT IN (SELECT f.claim_id FROM fin f)
 "#;
 
-/// Marks an active claim with nothing left to finish as settled.
+/// Marks an active claim as settled if nothing of it is left to finish.
 fn settle(claim: i64) {
     Spi::run_with_args(
-        "UPDATE pgque.job_claims SET state = 'd' WHERE claim_id = $1 AND state::text = 'a'",
+        "UPDATE pgque.job_claims c SET state = 'd'
+         WHERE c.claim_id = $1 AND c.state::text = 'a'
+           AND cardinality(c.job_ids) = (SELECT COALESCE(sum(cardinality(d.job_ids)), 0)
+                                         FROM pgque.job_done d WHERE d.claim_id = $1)",
         &[claim.into()],
     )
     .unwrap_or_else(|e| pgrx::error!("{e}"));
@@ -72,8 +75,9 @@ pub fn rescue_claims(max: i32) -> i32 {
     for claim in unfinished {
         super::lock_claims(&[claim]);
         // under the lock: what is still unfinished moves (a completion that
-        // committed meanwhile is seen here); nothing left: settled
-        let n = to_side(claim, None, Some("r"), false);
+        // committed meanwhile is seen here; a heartbeat that extended the
+        // lease meanwhile keeps the claim); nothing left: settled
+        let n = to_side(claim, None, Some("r"), false, true);
         if n == 0 {
             settle(claim);
         }
@@ -206,19 +210,21 @@ pub fn rotate() -> (bool, Option<i16>, i32, bool) {
             .filter_map(|r| r.get::<i64>(1).ok().flatten())
             .collect()
     });
+    // No claim locks here: every statement that reads or changes a claim
+    // (complete, fail, heartbeat, rescue) reads job_claims / job_done
+    // through their parents, which locks every partition, so none of them
+    // runs while this transaction holds the segment's partitions exclusively;
+    // and taking claim locks while holding those would invert the order the
+    // callers take them in.
     let mut evacuated = 0;
     for &claim in &running {
         // the claims are all the active ones that reach into the segment;
         // only those with an unfinished job are evacuated (and counted)
-        if to_side(claim, None, Some("e"), false) > 0 {
+        if to_side(claim, None, Some("e"), false, false) > 0 {
             evacuated += 1;
         } else {
             // every job finished: nothing to keep
-            Spi::run_with_args(
-                "UPDATE pgque.job_claims SET state = 'd' WHERE claim_id = $1 AND state::text = 'a'",
-                &[claim.into()],
-            )
-            .unwrap_or_else(|e| pgrx::error!("{e}"));
+            settle(claim);
         }
     }
     Spi::run(FLOORS_SQL).unwrap_or_else(|e| pgrx::error!("{e}"));
