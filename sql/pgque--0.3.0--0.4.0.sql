@@ -76,6 +76,23 @@ CREATE TABLE pgque.job_log_2 PARTITION OF pgque.job_log FOR VALUES IN (2);
 
 CREATE INDEX job_log_lane_idx ON pgque.job_log (lane_id, id_hi);
 
+-- The batch arrays are compressed with lz4 where the server was built with it
+-- (pglz otherwise): ~15% larger than pglz for job arguments, measured about a
+-- third of pglz's CPU, which was ~5% of a backend's CPU in the end-to-end loop.
+DO $lz4$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_settings s
+               WHERE s.name = 'default_toast_compression' AND 'lz4' = ANY (s.enumvals)) THEN
+        ALTER TABLE pgque.job_log_0 ALTER COLUMN kinds SET COMPRESSION lz4,
+                                    ALTER COLUMN args SET COMPRESSION lz4;
+        ALTER TABLE pgque.job_log_1 ALTER COLUMN kinds SET COMPRESSION lz4,
+                                    ALTER COLUMN args SET COMPRESSION lz4;
+        ALTER TABLE pgque.job_log_2 ALTER COLUMN kinds SET COMPRESSION lz4,
+                                    ALTER COLUMN args SET COMPRESSION lz4;
+    END IF;
+END
+$lz4$;
+
 CREATE TABLE pgque.job_claims (
     seg           smallint NOT NULL,
     claim_id      bigint NOT NULL,

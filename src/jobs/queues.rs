@@ -59,7 +59,13 @@ fn create_job_queue(
              INSERT INTO pgque.job_queues (queue_name, mode, shards) VALUES ($1, $2, $3)
              ON CONFLICT (queue_name) DO NOTHING RETURNING queue_name),
          c AS (INSERT INTO pgque.job_rr_cursors (queue_name) SELECT queue_name FROM q
-               ON CONFLICT (queue_name) DO NOTHING)
+               ON CONFLICT (queue_name) DO NOTHING),
+         -- the job log's lanes of priority 0, so that the first enqueue of
+         -- the common kind is one statement too (other lanes are created
+         -- by the first enqueue into them)
+         l AS (INSERT INTO pgque.job_lanes (queue, priority, shard)
+               SELECT q.queue_name, 0, s.shard FROM q, generate_series(0, $3 - 1) AS s(shard)
+               ON CONFLICT DO NOTHING)
          SELECT count(*)::int FROM q",
         &[queue.into(), mode.into(), shards.into()],
     )

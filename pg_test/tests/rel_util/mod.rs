@@ -552,12 +552,15 @@ pub fn diff(
 /// '1 hour') taking r1. Mirrors 0.1.0's statements (git show
 /// 8f5549c:src/jobs/enqueue.rs, dispatch.rs): ids from jobs_id_seq, ready_seq
 /// = id, job_events 'enqueued'/'scheduled'/'dispatched', an actor row with its
-/// running count. Returns r1's (id, lease token).
+/// running count. The queue's rows too, as create_job_queue wrote them up to
+/// 0.3.0 (the current one also creates the job log's lanes). Returns r1's
+/// (id, lease token).
 fn jobs_rows_as_0_1_0(c: &mut Client) -> (i64, i64) {
     run_each(
         c,
         &[
-            "SELECT pgque.create_job_queue('jq')",
+            "INSERT INTO pgque.job_queues (queue_name) VALUES ('jq')",
+            "INSERT INTO pgque.job_rr_cursors (queue_name) VALUES ('jq')",
             "INSERT INTO pgque.job_actors (actor) VALUES ('acme')",
             "WITH n AS (SELECT nextval('pgque.jobs_id_seq') AS id, k.kind, k.args, k.actor, k.sched, k.ord \
                           FROM (VALUES ('r1', '{\"n\": 1}'::jsonb, NULL::text, false, 1), \
