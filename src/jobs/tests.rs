@@ -1326,7 +1326,7 @@ pub mod tests {
     /// `EXPLAIN (ANALYZE) <q>`, and the rows the top node returned. Counting
     /// the filtered rows is what catches a scan that reads a whole table to
     /// return one row per loop.
-    fn explain_widest(q: &str) -> (f64, f64) {
+    pub fn explain_widest(q: &str) -> (f64, f64) {
         if one::<bool>(
             "SELECT NOT EXISTS (SELECT 1 FROM pg_proc
                                 WHERE proname = 'explain_json' AND pronamespace = pg_my_temp_schema())",

@@ -227,6 +227,37 @@ FROM blocked WHERE blocked.b
 "#
 );
 
+/// Given `moved` (the jobs to move, with lane_id, id, kind, args, ..., and
+/// `hole`), `sp` copies them into pgque.jobs as ready, in their places, and
+/// `cl` moves each lane's cursor past them with a claim of state 's'.
+macro_rules! spill_moved {
+    () => {
+        concat!(
+            r#"
+sp AS (
+    INSERT INTO pgque.jobs (id, queue, kind, args, priority, shard, state, ready_seq, run_at,
+                            max_attempts, fairness_key, rr_key, enqueued_at)
+    SELECT m.id, m.queue, m.kind, m.args, m.priority, m.shard, 'ready', m.id, m.run_at,
+           m.max_attempts, m.fk,
+           CASE WHEN m.mode = 'round_robin' THEN COALESCE(m.fk, '') END, m.enqueued_at
+    FROM moved m WHERE NOT m.hole
+    ORDER BY m.id
+    RETURNING 1
+),
+cl AS (
+    INSERT INTO pgque.job_claims (seg, claim_id, lane_id, hi, job_ids, worker, dispatched_at,
+                                  lease_until, state)
+    SELECT "#,
+            crate::cur_seg!(),
+            r#", pg_catalog.nextval('pgque.job_lease_token_seq'), m.lane_id, max(m.id),
+           COALESCE(array_agg(m.id ORDER BY m.id) FILTER (WHERE NOT m.hole), '{}'::bigint[]),
+           NULL, now(), now(), 's'
+    FROM moved m GROUP BY m.lane_id
+),"#
+        )
+    };
+}
+
 /// $1 queues, $2 limit, $4 lease (unused but typed alike), $5 lane ids.
 /// Copies into pgque.jobs the jobs of each lane that DISPATCH_SQL must rank
 /// against pgque.jobs' ready jobs (module comment), skipping holes, and
@@ -264,26 +295,9 @@ moved AS MATERIALIZED (
     WHERE c.lrank <= c.quota
       AND (l.lp IS NULL OR (c.priority, c.id) < (l.lp, l.ls))
 ),
-sp AS (
-    INSERT INTO pgque.jobs (id, queue, kind, args, priority, shard, state, ready_seq, run_at,
-                            max_attempts, fairness_key, rr_key, enqueued_at)
-    SELECT m.id, m.queue, m.kind, m.args, m.priority, m.shard, 'ready', m.id, m.run_at,
-           m.max_attempts, m.fk,
-           CASE WHEN m.mode = 'round_robin' THEN COALESCE(m.fk, '') END, m.enqueued_at
-    FROM moved m WHERE NOT m.hole
-    ORDER BY m.id
-    RETURNING 1
-),
-cl AS (
-    INSERT INTO pgque.job_claims (seg, claim_id, lane_id, hi, job_ids, worker, dispatched_at,
-                                  lease_until, state)
-    SELECT "#,
-    crate::cur_seg!(),
-    r#", pg_catalog.nextval('pgque.job_lease_token_seq'), m.lane_id, max(m.id),
-           COALESCE(array_agg(m.id ORDER BY m.id) FILTER (WHERE NOT m.hole), '{}'::bigint[]),
-           NULL, now(), now(), 's'
-    FROM moved m GROUP BY m.lane_id
-),
+"#,
+    spill_moved!(),
+    r#"
 holes AS (
     DELETE FROM pgque.job_log_holes h
     USING (SELECT m.lane_id, max(m.id) AS hi FROM moved m GROUP BY m.lane_id) x
@@ -320,26 +334,9 @@ moved AS MATERIALIZED (
                WITH ORDINALITY AS u(kind, args, run_at, ma, fk, ord)) x
     WHERE x.id > x.cur
 ),
-sp AS (
-    INSERT INTO pgque.jobs (id, queue, kind, args, priority, shard, state, ready_seq, run_at,
-                            max_attempts, fairness_key, rr_key, enqueued_at)
-    SELECT m.id, m.queue, m.kind, m.args, m.priority, m.shard, 'ready', m.id, m.run_at,
-           m.max_attempts, m.fk,
-           CASE WHEN m.mode = 'round_robin' THEN COALESCE(m.fk, '') END, m.enqueued_at
-    FROM moved m WHERE NOT m.hole
-    ORDER BY m.id
-    RETURNING 1
-),
-cl AS (
-    INSERT INTO pgque.job_claims (seg, claim_id, lane_id, hi, job_ids, worker, dispatched_at,
-                                  lease_until, state)
-    SELECT "#,
-    crate::cur_seg!(),
-    r#", pg_catalog.nextval('pgque.job_lease_token_seq'), m.lane_id, max(m.id),
-           COALESCE(array_agg(m.id ORDER BY m.id) FILTER (WHERE NOT m.hole), '{}'::bigint[]),
-           NULL, now(), now(), 's'
-    FROM moved m GROUP BY m.lane_id
-),
+"#,
+    spill_moved!(),
+    r#"
 holes AS (
     DELETE FROM pgque.job_log_holes h USING lanes l WHERE h.lane_id = l.lane_id
 )

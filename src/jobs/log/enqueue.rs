@@ -13,6 +13,25 @@ use pgrx::datum::DatumWithOid;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
+/// The most jobs one log row holds.
+pub const ROW_MAX: usize = 256;
+
+/// The queue $1 if it is strict_fifo, locked shared (drop waits), with
+/// this backend's shard: the common head of the two statements.
+macro_rules! fifo_queue {
+    () => {
+        r#"
+WITH q AS MATERIALIZED (
+    SELECT jq.queue_name, jq.max_attempts,
+           pg_catalog.pg_advisory_xact_lock_shared(1785684593, pg_catalog.hashtext(jq.queue_name)) AS qlock,
+           CASE WHEN jq.shards > 1 THEN (pg_catalog.pg_backend_pid() % jq.shards)::smallint
+                ELSE 0::smallint END AS shard
+    FROM pgque.job_queues jq
+    WHERE jq.queue_name = $1 AND jq.mode = 'strict_fifo'
+),"#
+    };
+}
+
 /// $1..$10 as ENQUEUE_SQL (queue, kinds, args, priorities, run_at, actors,
 /// fairness_keys, identity_keys, unique_keys, max_attempts), $11 the ready
 /// lanes' priorities. Returns (ord, id, 'ready') per job; one row
@@ -24,21 +43,11 @@ use pgrx::prelude::*;
 /// A batch in one lane of at most 256 jobs stores the argument arrays as
 /// they came (no unnest); a bigger batch or one over several priorities is
 /// split into rows of at most 256 jobs of one lane each (ROW_MAX: a dispatch
-/// unpacks at most limit + ROW_MAX jobs, whatever the batch sizes). Optional attributes are
-/// NULL arrays when the call passed none.
-/// The most jobs one log row holds.
-pub const ROW_MAX: usize = 256;
-
+/// unpacks at most limit + ROW_MAX jobs, whatever the batch sizes). Optional
+/// attributes are NULL arrays when the call passed none.
 pub const LOG_ENQUEUE_SQL: &str = concat!(
+    fifo_queue!(),
     r#"
-WITH q AS MATERIALIZED (
-    SELECT jq.queue_name, jq.max_attempts,
-           pg_catalog.pg_advisory_xact_lock_shared(1785684593, pg_catalog.hashtext(jq.queue_name)) AS qlock,
-           CASE WHEN jq.shards > 1 THEN (pg_catalog.pg_backend_pid() % jq.shards)::smallint
-                ELSE 0::smallint END AS shard
-    FROM pgque.job_queues jq
-    WHERE jq.queue_name = $1 AND jq.mode = 'strict_fifo'
-),
 lanes AS MATERIALIZED (
     SELECT k.priority, pg_catalog.pg_advisory_xact_lock(1785684588, k.lane_key) AS lock,
            (SELECT l.lane_id FROM pgque.job_lanes l
@@ -104,15 +113,8 @@ SELECT 0, NULL::bigint, 'nolane'::text FROM ok WHERE NOT ok.ok AND EXISTS (SELEC
 /// Same arguments, locks and result; the arrays are stored as they came, so
 /// nothing is unnested or regrouped.
 pub const LOG_ENQUEUE_ONE_SQL: &str = concat!(
+    fifo_queue!(),
     r#"
-WITH q AS MATERIALIZED (
-    SELECT jq.queue_name, jq.max_attempts,
-           pg_catalog.pg_advisory_xact_lock_shared(1785684593, pg_catalog.hashtext(jq.queue_name)) AS qlock,
-           CASE WHEN jq.shards > 1 THEN (pg_catalog.pg_backend_pid() % jq.shards)::smallint
-                ELSE 0::smallint END AS shard
-    FROM pgque.job_queues jq
-    WHERE jq.queue_name = $1 AND jq.mode = 'strict_fifo'
-),
 lane AS MATERIALIZED (
     SELECT pg_catalog.pg_advisory_xact_lock(1785684588,
                pg_catalog.hashtext($1 || '/' || ($11::smallint[])[1] || '/' || q.shard)) AS lock,

@@ -33,9 +33,8 @@ pub mod enqueue;
 pub mod release;
 pub mod rotate;
 
-use super::stmt::{prepared, ty, with_generic_plans};
+use super::stmt::{run_int, ty};
 use pgrx::pg_sys;
-use pgrx::prelude::*;
 
 /// Advisory-lock class of a claim (two-key form: class, hashint8(claim id)).
 pub const CLAIM_LOCK_CLASS: i32 = 0x6A6F_6263; // "jobc"
@@ -58,19 +57,11 @@ FROM (SELECT DISTINCT pg_catalog.hashint8(c.claim_id) AS h FROM pgque.job_claims
       WHERE c.claim_id = ANY ($1::bigint[]) ORDER BY 1) x";
 
 pub fn lock_claims(tokens: &[i64]) -> i32 {
-    with_generic_plans(|| {
-        Spi::connect_mut(|client| {
-            let stmt = prepared(client, LOCK_CLAIMS_SQL, &[ty(pg_sys::INT8ARRAYOID)]);
-            client
-                .update(stmt, None, &[tokens.to_vec().into()])
-                .unwrap_or_else(|e| pgrx::error!("{e}"))
-                .first()
-                .get::<i32>(1)
-                .ok()
-                .flatten()
-                .unwrap_or(0)
-        })
-    })
+    run_int(
+        LOCK_CLAIMS_SQL,
+        &[ty(pg_sys::INT8ARRAYOID)],
+        vec![tokens.to_vec().into()],
+    )
 }
 
 /// Locks the claims among `tokens` and checks the isolation level; false

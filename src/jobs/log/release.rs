@@ -3,15 +3,17 @@
 //! pgque.jobs (as running, under the claim's token and lease) so that fail,
 //! snooze, cancel and the lease rescue act on them with pgque.jobs' own
 //! statements. Every entry point takes the claims' locks first (mod.rs).
-use super::super::stmt::{prepared, ty, with_generic_plans};
+use super::super::stmt::{prepared, run_int, ty, with_generic_plans};
 use pgrx::datum::{Interval, TimestampWithTimeZone};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
-/// $1 job ids, $2 tokens: the pairs whose token is an active claim holding
-/// the job, not finished yet, get one done row per claim. Returns how many.
-pub const COMPLETE_SQL: &str = concat!(
-    r#"
+/// $1 job ids, $2 tokens: `acc`, the pairs whose token is an active claim
+/// holding the job, not finished yet (the common head of COMPLETE_SQL and
+/// HEARTBEAT_SQL).
+macro_rules! accepted_pairs {
+    () => {
+        r#"
 WITH p AS MATERIALIZED (
     SELECT t.id, t.token FROM unnest($1::bigint[], $2::bigint[]) AS t(id, token)
 ),
@@ -27,7 +29,15 @@ acc AS MATERIALIZED (
     SELECT DISTINCT p.id, p.token FROM p JOIN c ON c.claim_id = p.token
     WHERE p.id = ANY (c.job_ids)
       AND NOT EXISTS (SELECT 1 FROM d WHERE d.claim_id = p.token AND d.id = p.id)
-),
+),"#
+    };
+}
+
+/// $1 job ids, $2 tokens: the accepted pairs get one done row per claim.
+/// Returns how many.
+pub const COMPLETE_SQL: &str = concat!(
+    accepted_pairs!(),
+    r#"
 ins AS (
     INSERT INTO pgque.job_done (seg, claim_id, kind, job_ids, at)
     SELECT "#,
@@ -41,52 +51,27 @@ SELECT count(*)::int FROM acc
 
 /// Completes the pairs that belong to the log. Returns how many.
 pub fn complete(ids: &[i64], tokens: &[i64]) -> i32 {
-    with_generic_plans(|| {
-        Spi::connect_mut(|client| {
-            let stmt = prepared(
-                client,
-                COMPLETE_SQL,
-                &[ty(pg_sys::INT8ARRAYOID), ty(pg_sys::INT8ARRAYOID)],
-            );
-            client
-                .update(stmt, None, &[ids.to_vec().into(), tokens.to_vec().into()])
-                .unwrap_or_else(|e| pgrx::error!("{e}"))
-                .first()
-                .get::<i32>(1)
-                .ok()
-                .flatten()
-                .unwrap_or(0)
-        })
-    })
+    run_int(
+        COMPLETE_SQL,
+        &[ty(pg_sys::INT8ARRAYOID), ty(pg_sys::INT8ARRAYOID)],
+        vec![ids.to_vec().into(), tokens.to_vec().into()],
+    )
 }
 
 /// $1 ids, $2 tokens, $3 extend: the active claims holding an unfinished job
 /// of the pairs get lease_until = now + extend. Returns (job id, lease_until)
 /// per such pair.
-const HEARTBEAT_SQL: &str = r#"
-WITH p AS MATERIALIZED (
-    SELECT t.id, t.token FROM unnest($1::bigint[], $2::bigint[]) AS t(id, token)
-),
-c AS MATERIALIZED (
-    SELECT c.claim_id, c.job_ids FROM pgque.job_claims c
-    WHERE c.claim_id = ANY (ARRAY(SELECT DISTINCT p.token FROM p)) AND c.state::text = 'a'
-),
-d AS MATERIALIZED (
-    SELECT d.claim_id, m.id FROM pgque.job_done d CROSS JOIN LATERAL unnest(d.job_ids) AS m(id)
-    WHERE d.claim_id = ANY (ARRAY(SELECT c.claim_id FROM c))
-),
-acc AS MATERIALIZED (
-    SELECT DISTINCT p.id, p.token FROM p JOIN c ON c.claim_id = p.token
-    WHERE p.id = ANY (c.job_ids)
-      AND NOT EXISTS (SELECT 1 FROM d WHERE d.claim_id = p.token AND d.id = p.id)
-),
+const HEARTBEAT_SQL: &str = concat!(
+    accepted_pairs!(),
+    r#"
 upd AS (
     UPDATE pgque.job_claims c SET lease_until = pg_catalog.clock_timestamp() + $3::interval
     WHERE c.claim_id = ANY (ARRAY(SELECT DISTINCT a.token FROM acc a)) AND c.state::text = 'a'
     RETURNING c.claim_id, c.lease_until
 )
 SELECT a.id, u.lease_until FROM acc a JOIN upd u ON u.claim_id = a.token ORDER BY a.id
-"#;
+"#
+);
 
 pub fn heartbeat(
     ids: &[i64],
