@@ -50,5 +50,6 @@ SELECT consumer_name, lag, pending_events FROM pgque.get_consumer_info('demo');
 SELECT coalesce(sum(n_dead_tup), 0) AS dead_tuples FROM pg_stat_user_tables
  WHERE schemaname = 'pgque' AND relname LIKE 'event\_%';
 \ir demo_events.sql
+\ir demo_jobs.sql
 \echo 'The worker and its duties (pgque.status()):'
 SELECT component, status, left(detail, 80) AS detail FROM pgque.status();

@@ -1,0 +1,36 @@
+-- The job-queue part of `make run`: 10,000 jobs through the job log
+-- (enqueue batches of 100, dispatch 100, complete_many), then its footprint.
+\o /dev/null
+SELECT pgque.drop_job_queue('demo_jobs', true) FROM pgque.job_queues WHERE queue_name = 'demo_jobs';
+\o
+SELECT pgque.create_job_queue('demo_jobs') AS job_queue_created;
+\echo 'Enqueuing 10,000 jobs (100 calls of enqueue_ready_rows with 100 jobs each) ...'
+SELECT clock_timestamp() AS t2 \gset
+\o /dev/null
+SELECT format($f$SELECT count(*) FROM pgque.enqueue_ready_rows('demo_jobs',
+         array_fill('demo.job'::text, ARRAY[100]),
+         (SELECT array_agg(jsonb_build_object('n', g, 'call', %s)) FROM generate_series(1, 100) g))$f$, r)
+  FROM generate_series(1, 100) r \gexec
+\o
+SELECT round(10000 / extract(epoch FROM clock_timestamp() - :'t2'::timestamptz)) AS "enqueued per second";
+\echo 'Dispatching and completing them, 100 at a time:'
+SELECT clock_timestamp() AS t3 \gset
+DO $$
+DECLARE ids bigint[]; toks bigint[];
+BEGIN
+  LOOP
+    SELECT array_agg(job_id), array_agg(lease_token) INTO ids, toks
+      FROM pgque.dispatch(ARRAY['demo_jobs'], 100, 'demo-worker');
+    EXIT WHEN ids IS NULL;
+    PERFORM pgque.complete_many(ids, toks);
+    COMMIT;
+  END LOOP;
+END $$;
+SELECT round(10000 / extract(epoch FROM clock_timestamp() - :'t3'::timestamptz)) AS "dispatched and completed per second";
+SELECT ready, running, completed FROM pgque.job_queue_status WHERE queue_name = 'demo_jobs';
+\echo 'Rows the job log wrote for them (one per enqueue call, dispatch and completion), and dead tuples:'
+SELECT (SELECT count(*) FROM pgque.job_log l JOIN pgque.job_lanes n USING (lane_id) WHERE n.queue = 'demo_jobs') AS batch_rows,
+       (SELECT count(*) FROM pgque.job_claims c JOIN pgque.job_lanes n USING (lane_id) WHERE n.queue = 'demo_jobs') AS claim_rows,
+       (SELECT count(*) FROM pgque.jobs WHERE queue = 'demo_jobs') AS per_job_rows,
+       (SELECT coalesce(sum(n_dead_tup), 0) FROM pg_stat_user_tables
+         WHERE schemaname = 'pgque' AND (relname LIKE 'job\_log%' OR relname LIKE 'job\_claims%' OR relname LIKE 'job\_done%')) AS dead_tuples;
