@@ -6,36 +6,19 @@
 //! pinned settings applies and rolls back those settings
 //! (fmgr_security_definer); for a dispatch of 100 jobs that was 100 rounds of
 //! GUC work. The SQL signature is unchanged, and so is the C symbol.
-use super::rawjsonb::RawJsonb;
 use crate::api::srf::materialize_target;
 use pgrx::callconv::RetAbi;
-use pgrx::datum::TimestampWithTimeZone;
 use pgrx::pg_sys;
 use pgrx::pgrx_sql_entity_graph::metadata::{
     ArgumentError, ReturnsError, ReturnsRef, SqlMappingRef, SqlTranslatable, TypeOrigin,
 };
-use pgrx::IntoDatum;
 
-/// One dispatched job, in the column order of `dispatch`'s result.
-pub type JobRow = (
-    i64,
-    String,
-    String,
-    RawJsonb,
-    i16,
-    i32,
-    i32,
-    Option<String>,
-    Option<String>,
-    Option<String>,
-    TimestampWithTimeZone,
-    TimestampWithTimeZone,
-    i64,
-    TimestampWithTimeZone,
-);
+/// One dispatched job: the values (and NULL flags) of `dispatch`'s 14
+/// result columns, by-reference values already in the function's memory.
+pub type RawRow = ([pg_sys::Datum; 14], [bool; 14]);
 
 /// The jobs of one dispatch, in dispatch order.
-pub struct JobRows(pub Vec<JobRow>);
+pub struct JobRows(pub Vec<RawRow>);
 
 unsafe impl SqlTranslatable for JobRows {
     const TYPE_IDENT: &'static str = pgrx::pgrx_resolved_type!(JobRows);
@@ -60,25 +43,7 @@ unsafe impl RetAbi for JobRows {
     unsafe fn box_ret_in_fcinfo(fcinfo: pg_sys::FunctionCallInfo, ret: Self::Ret) -> pg_sys::Datum {
         unsafe {
             let (store, desc) = materialize_target(fcinfo);
-            for r in ret.0 {
-                let cols = [
-                    r.0.into_datum(),
-                    r.1.into_datum(),
-                    r.2.into_datum(),
-                    r.3.into_datum(),
-                    r.4.into_datum(),
-                    r.5.into_datum(),
-                    r.6.into_datum(),
-                    r.7.into_datum(),
-                    r.8.into_datum(),
-                    r.9.into_datum(),
-                    r.10.into_datum(),
-                    r.11.into_datum(),
-                    r.12.into_datum(),
-                    r.13.into_datum(),
-                ];
-                let mut nulls = cols.map(|c| c.is_none());
-                let mut datums = cols.map(|c| c.unwrap_or(pg_sys::Datum::from(0)));
+            for (mut datums, mut nulls) in ret.0 {
                 pg_sys::tuplestore_putvalues(store, desc, datums.as_mut_ptr(), nulls.as_mut_ptr());
             }
             pg_sys::Datum::from(0)

@@ -4,8 +4,7 @@
 //! - `queues`    job queue and actor administration
 //! - `enqueue`   `enqueue_ready_rows` / `enqueue`: a whole batch in one statement
 //! - `dispatch`  `dispatch`: claim up to `limit` ready jobs in one statement
-//! - `rawjsonb`  a jsonb result column passed through as its datum
-//! - `jobrows`   dispatch's result rows, handed over in one call
+//! - `jobrows`   dispatch's result rows, handed over in one call as datums
 //! - `outcomes`  enqueue_ready_rows' result rows, handed over in one call
 //! - `lifecycle` complete / fail / heartbeat / snooze / cancel / retry_job
 //! - `sweeps`    lease rescue, promotion, event retention, pruning, ANALYZE
@@ -22,7 +21,6 @@ pub mod lifecycle;
 pub mod log;
 pub mod outcomes;
 pub mod queues;
-pub mod rawjsonb;
 pub mod stmt;
 pub mod sweeps;
 
