@@ -44,14 +44,27 @@ use pgrx::prelude::*;
 pub const MAX_LIMIT: i32 = 10_000;
 pub const MAX_OVERSAMPLE: i32 = 100;
 
-pub const DISPATCH_SQL: &str = r#"
+/// The head of every dispatch statement (this one and the job log's,
+/// src/jobs/log/dispatch.rs): `qs`, the call's queues ($1) that are not
+/// paused, in array order (`pos`), with the lease to give ($4, or the
+/// queue's).
+#[macro_export]
+macro_rules! dispatch_queues {
+    () => {
+        r#"
 WITH RECURSIVE
 qs AS MATERIALIZED (
     SELECT jq.queue_name, jq.mode, COALESCE($4::interval, jq.lease) AS lease, u.pos
     FROM unnest($1::text[]) WITH ORDINALITY AS u(name, pos)
     JOIN pgque.job_queues jq ON jq.queue_name = u.name
     WHERE NOT jq.paused
-),
+),"#
+    };
+}
+
+pub const DISPATCH_SQL: &str = concat!(
+    crate::dispatch_queues!(),
+    r#"
 -- strict FIFO: the first limit*oversample ready jobs of each queue, in order.
 -- For a round-robin queue the same walk is the filler ranked after every
 -- round-robin candidate: it keeps a dispatch full when the visited keys
@@ -289,7 +302,8 @@ SELECT u.id, u.queue, u.kind, u.args, u.priority, u.attempt, u.max_attempts, u.a
 FROM upd u
 CROSS JOIN rank_map rm
 ORDER BY (rm.m -> u.id::text ->> 0)::bigint, (rm.m -> u.id::text ->> 1)::bigint
-"#;
+"#
+);
 
 pub fn arg_types() -> [pgrx::pg_sys::PgOid; 5] {
     [

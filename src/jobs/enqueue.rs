@@ -202,7 +202,9 @@ pub fn ready_lane_priorities(
     lanes
 }
 
-fn arg_types() -> [pgrx::pg_sys::PgOid; 11] {
+/// The argument types of the enqueue statements (ENQUEUE_SQL takes the first
+/// ten; ENQUEUE_NO_KEYS_SQL and the job log's take all eleven).
+pub fn arg_types() -> [pgrx::pg_sys::PgOid; 11] {
     [
         ty(pg_sys::TEXTOID),
         ty(pg_sys::TEXTARRAYOID),

@@ -323,33 +323,41 @@ fn heartbeat(
         .zip(tokens)
         .filter_map(|(i, t)| Some((i?, t?)))
         .unzip();
-    let mut out = if log::claims_locked(&tokens, "heartbeat") {
-        log::release::heartbeat(&ids, &tokens, extend)
-    } else {
-        Vec::new()
-    };
-    with_generic_plans(|| {
-        Spi::connect_mut(|client| {
-            let stmt = prepared(
-                client,
-                HEARTBEAT_SQL,
-                &[
-                    ty(pg_sys::INT8ARRAYOID),
-                    ty(pg_sys::INT8ARRAYOID),
-                    ty(pg_sys::INTERVALOID),
-                ],
-            );
-            let t = client
-                .update(stmt, None, &[ids.into(), tokens.into(), extend.into()])
-                .unwrap_or_else(|e| pgrx::error!("{e}"));
-            for row in t {
-                out.push((
-                    row.get::<i64>(1).ok().flatten().unwrap(),
-                    row.get::<TimestampWithTimeZone>(2).ok().flatten().unwrap(),
-                ));
-            }
+    // the log's claims first (the whole claim's lease), then pgque.jobs'
+    // rows: one statement each, the same arguments and result columns
+    let mut out = Vec::new();
+    let mut extend_with = |sql: &'static str| {
+        with_generic_plans(|| {
+            Spi::connect_mut(|client| {
+                let stmt = prepared(
+                    client,
+                    sql,
+                    &[
+                        ty(pg_sys::INT8ARRAYOID),
+                        ty(pg_sys::INT8ARRAYOID),
+                        ty(pg_sys::INTERVALOID),
+                    ],
+                );
+                let t = client
+                    .update(
+                        stmt,
+                        None,
+                        &[ids.clone().into(), tokens.clone().into(), extend.into()],
+                    )
+                    .unwrap_or_else(|e| pgrx::error!("{e}"));
+                for row in t {
+                    out.push((
+                        row.get::<i64>(1).ok().flatten().unwrap(),
+                        row.get::<TimestampWithTimeZone>(2).ok().flatten().unwrap(),
+                    ));
+                }
+            })
         })
-    });
+    };
+    if log::claims_locked(&tokens, "heartbeat") {
+        extend_with(log::release::HEARTBEAT_SQL);
+    }
+    extend_with(HEARTBEAT_SQL);
     TableIterator::new(out)
 }
 
@@ -388,31 +396,36 @@ fn snooze(
 #[search_path(pg_catalog, pgque, pg_temp)]
 fn cancel(job_id: Option<i64>) -> bool {
     let id = required(job_id, "job_id");
-    // a job of the log is brought into pgque.jobs first (ready: in its
-    // place; running: out of its claim); a completed one stays and is not
-    // cancelled
-    let in_log = log::release::job_to_side(id);
-    let (was, n) = with_generic_plans(|| {
-        Spi::connect_mut(|client| {
-            let stmt = prepared(client, CANCEL_SQL, &[ty(pg_sys::INT8OID)]);
-            let t = client
-                .update(stmt, None, &[id.into()])
-                .unwrap_or_else(|e| pgrx::error!("{e}"));
-            if t.is_empty() {
-                return (None, 0);
-            }
-            let row = t.first();
-            (
-                row.get::<String>(1).ok().flatten(),
-                row.get::<i32>(2).ok().flatten().unwrap_or(0),
-            )
+    let run = || {
+        with_generic_plans(|| {
+            Spi::connect_mut(|client| {
+                let stmt = prepared(client, CANCEL_SQL, &[ty(pg_sys::INT8OID)]);
+                let t = client
+                    .update(stmt, None, &[id.into()])
+                    .unwrap_or_else(|e| pgrx::error!("{e}"));
+                if t.is_empty() {
+                    return (None, 0);
+                }
+                let row = t.first();
+                (
+                    row.get::<String>(1).ok().flatten(),
+                    row.get::<i32>(2).ok().flatten().unwrap_or(0),
+                )
+            })
         })
-    });
+    };
+    let (mut was, mut n) = run();
     if was.is_none() {
-        if in_log {
+        // not a row of pgque.jobs: a job of the log is brought there first
+        // (ready: in its place; running: out of its claim) and cancelled
+        // there; a completed one stays in the log and is not cancelled
+        if !log::release::job_to_side(id) {
+            raise(error::UNDEFINED_OBJECT, format!("job {id} does not exist"));
+        }
+        (was, n) = run();
+        if was.is_none() {
             return false;
         }
-        raise(error::UNDEFINED_OBJECT, format!("job {id} does not exist"));
     }
     n == 1
 }

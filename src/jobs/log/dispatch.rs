@@ -35,14 +35,9 @@ FROM (SELECT l.lane_id, pg_catalog.pg_advisory_xact_lock(1785684580, l.lane_id) 
 /// two statements ($1 queues, $5 lane ids).
 macro_rules! lanes_head {
     () => {
-        r#"
-WITH RECURSIVE
-qs AS MATERIALIZED (
-    SELECT jq.queue_name, jq.mode, COALESCE($4::interval, jq.lease) AS lease, u.pos
-    FROM unnest($1::text[]) WITH ORDINALITY AS u(name, pos)
-    JOIN pgque.job_queues jq ON jq.queue_name = u.name
-    WHERE NOT jq.paused
-),
+        concat!(
+            crate::dispatch_queues!(),
+            r#"
 lanes AS MATERIALIZED (
     SELECT l.lane_id, l.queue, l.priority, l.shard, qs.pos, qs.mode, qs.lease,
            GREATEST(l.cursor_floor,
@@ -53,6 +48,7 @@ lanes AS MATERIALIZED (
     WHERE l.lane_id = ANY ($5::int[])
 ),
 "#
+        )
     };
 }
 
@@ -75,68 +71,23 @@ blocked AS MATERIALIZED (
 }
 
 /// The log rows of each lane from its cursor on, one index probe per row,
-/// until `$quota` jobs (a per-lane column `quota` of `lanes_q`).
+/// until `quota` jobs (a per-lane column of `lanes_q`). Carries only each
+/// row's key (lane_id, id_hi) and the jobs counted so far; the rows
+/// themselves are read once, by the statement's next step.
 macro_rules! walk {
     () => {
         r#"
-walk (lane_id, id_hi, id_lo, n, ids, enqueued_at, max_attempts, kinds, args, run_ats, jma, fks, acc) AS (
-    SELECT l.lane_id, r.id_hi, r.id_lo, r.n, r.ids, r.enqueued_at, r.max_attempts, r.kinds, r.args,
-           r.run_ats, r.job_max_attempts, r.fairness_keys,
-           CASE WHEN r.id_lo > l.cur THEN r.n
-                WHEN r.ids IS NULL THEN (r.id_hi - l.cur)::int
-                ELSE (SELECT count(*)::int FROM unnest(r.ids) AS x WHERE x > l.cur) END
-    FROM lanes_q l
-    CROSS JOIN LATERAL (
-        SELECT r.* FROM pgque.job_log r
-        WHERE r.lane_id = l.lane_id AND r.id_hi > l.cur
-        ORDER BY r.id_hi LIMIT 1) r
-    WHERE l.quota > 0
-    UNION ALL
-    SELECT w.lane_id, r.id_hi, r.id_lo, r.n, r.ids, r.enqueued_at, r.max_attempts, r.kinds, r.args,
-           r.run_ats, r.job_max_attempts, r.fairness_keys, w.acc + r.n
-    FROM walk w
-    CROSS JOIN LATERAL (
-        SELECT r.* FROM pgque.job_log r
-        WHERE r.lane_id = w.lane_id AND r.id_hi > w.id_hi
-        ORDER BY r.id_hi LIMIT 1) r
-    WHERE w.acc < (SELECT l.quota FROM lanes_q l WHERE l.lane_id = w.lane_id)
-),
--- the walked rows' jobs above the cursor, numbered per lane in id order
-cand AS MATERIALIZED (
-    SELECT x.*, row_number() OVER (PARTITION BY x.lane_id ORDER BY x.id) AS lrank
-    FROM (SELECT l.lane_id, l.queue, l.priority, l.shard, l.pos, l.lease, l.mode, l.quota,
-                 COALESCE(w.ids[u.ord], w.id_lo + u.ord - 1) AS id,
-                 u.kind, u.args, COALESCE(u.run_at, w.enqueued_at) AS run_at,
-                 COALESCE(u.ma, w.max_attempts) AS max_attempts, u.fk, w.enqueued_at, l.cur
-          FROM walk w
-          JOIN lanes_q l ON l.lane_id = w.lane_id
-          CROSS JOIN LATERAL unnest(w.kinds, w.args, w.run_ats, w.jma, w.fks)
-               WITH ORDINALITY AS u(kind, args, run_at, ma, fk, ord)) x
-    WHERE x.id > x.cur
-),
-"#
-    };
-}
-
-/// LOG_DISPATCH_SQL for a call whose queues have one lane (the common case):
-/// the next `limit` jobs of the lane in id order, without the ranking across
-/// lanes and queues. The walk carries only the rows' keys; the rows are read
-/// once, for the jobs taken. Same arguments and result as LOG_DISPATCH_SQL.
-pub const LOG_DISPATCH_ONE_SQL: &str = concat!(
-    lanes_head!(),
-    blocked!(),
-    r#"
 walk (lane_id, id_hi, acc) AS (
     SELECT l.lane_id, r.id_hi,
            CASE WHEN r.id_lo > l.cur THEN r.n
                 WHEN r.ids IS NULL THEN (r.id_hi - l.cur)::int
                 ELSE (SELECT count(*)::int FROM unnest(r.ids) AS x WHERE x > l.cur) END
-    FROM lanes l
+    FROM lanes_q l
     CROSS JOIN LATERAL (
         SELECT r.id_hi, r.id_lo, r.n, r.ids FROM pgque.job_log r
         WHERE r.lane_id = l.lane_id AND r.id_hi > l.cur
         ORDER BY r.id_hi LIMIT 1) r
-    WHERE NOT (SELECT b.b FROM blocked b)
+    WHERE l.quota > 0
     UNION ALL
     SELECT w.lane_id, r.id_hi, w.acc + r.n
     FROM walk w
@@ -144,20 +95,59 @@ walk (lane_id, id_hi, acc) AS (
         SELECT r.id_hi, r.n FROM pgque.job_log r
         WHERE r.lane_id = w.lane_id AND r.id_hi > w.id_hi
         ORDER BY r.id_hi LIMIT 1) r
-    WHERE w.acc < $2
+    WHERE w.acc < (SELECT l.quota FROM lanes_q l WHERE l.lane_id = w.lane_id)
 ),
-taken AS MATERIALIZED (
+-- the walked rows' jobs above the cursor
+jobs AS MATERIALIZED (
     SELECT x.* FROM (
-        SELECT COALESCE(r.ids[u.ord], r.id_lo + u.ord - 1) AS id, u.kind, u.args,
-               COALESCE(u.run_at, r.enqueued_at) AS run_at,
+        SELECT l.lane_id, l.queue, l.priority, l.shard, l.pos, l.lease, l.mode, l.quota, l.cur,
+               COALESCE(r.ids[u.ord], r.id_lo + u.ord - 1) AS id,
+               u.kind, u.args, COALESCE(u.run_at, r.enqueued_at) AS run_at,
                COALESCE(u.ma, r.max_attempts) AS max_attempts, u.fk, r.enqueued_at
         FROM walk w
+        JOIN lanes_q l ON l.lane_id = w.lane_id
         JOIN pgque.job_log r ON r.lane_id = w.lane_id AND r.id_hi = w.id_hi
         CROSS JOIN LATERAL unnest(r.kinds, r.args, r.run_ats, r.job_max_attempts, r.fairness_keys)
              WITH ORDINALITY AS u(kind, args, run_at, ma, fk, ord)) x
-    WHERE x.id > (SELECT l.cur FROM lanes l)
-    ORDER BY x.id
-    LIMIT $2
+    WHERE x.id > x.cur
+),
+"#
+    };
+}
+
+/// `lanes_q`: every lane with quota `limit`, or 0 when the call is blocked.
+macro_rules! lanes_q_blocked {
+    () => {
+        r#"
+lanes_q AS MATERIALIZED (
+    SELECT l.*, CASE WHEN (SELECT b.b FROM blocked b) THEN 0 ELSE $2 END AS quota FROM lanes l
+),
+"#
+    };
+}
+
+/// `cand`: `jobs` numbered per lane in id order (lrank).
+macro_rules! cand {
+    () => {
+        r#"
+cand AS MATERIALIZED (
+    SELECT j.*, row_number() OVER (PARTITION BY j.lane_id ORDER BY j.id) AS lrank FROM jobs j
+),
+"#
+    };
+}
+
+/// LOG_DISPATCH_SQL for a call whose queues have one lane (the common case):
+/// the next `limit` jobs of the lane in id order, without the ranking across
+/// lanes and queues. Same arguments and result as LOG_DISPATCH_SQL.
+pub const LOG_DISPATCH_ONE_SQL: &str = concat!(
+    lanes_head!(),
+    blocked!(),
+    lanes_q_blocked!(),
+    walk!(),
+    r#"
+taken AS MATERIALIZED (
+    SELECT j.* FROM jobs j ORDER BY j.id LIMIT $2
 ),
 ins AS (
     INSERT INTO pgque.job_claims (seg, claim_id, lane_id, hi, job_ids, worker, dispatched_at,
@@ -170,9 +160,9 @@ ins AS (
     GROUP BY l.lane_id, l.lease
     RETURNING claim_id, lease_until
 )
-(SELECT t.id, l.queue, t.kind, t.args, l.priority, 1, t.max_attempts, NULL::text, t.fk,
+(SELECT t.id, t.queue, t.kind, t.args, t.priority, 1, t.max_attempts, NULL::text, t.fk,
         NULL::text, t.run_at, t.enqueued_at, i.claim_id, i.lease_until, false
- FROM taken t CROSS JOIN lanes l CROSS JOIN ins i
+ FROM taken t CROSS JOIN ins i
  ORDER BY t.id)
 UNION ALL
 SELECT NULL::bigint, NULL::text, NULL::text, NULL::jsonb, NULL::smallint, NULL::int, NULL::int,
@@ -191,11 +181,10 @@ pub const LOG_DISPATCH_SQL: &str = concat!(
     r#"
 "#,
     blocked!(),
-    r#"lanes_q AS MATERIALIZED (
-    SELECT l.*, CASE WHEN (SELECT b.b FROM blocked b) THEN 0 ELSE $2 END AS quota FROM lanes l
-),
-"#,
+    r#""#,
+    lanes_q_blocked!(),
     walk!(),
+    cand!(),
     r#"
 taken AS MATERIALIZED (
     SELECT r.* FROM (
@@ -286,6 +275,7 @@ lanes_q AS MATERIALIZED (
 ),
 "#,
     walk!(),
+    cand!(),
     r#"
 moved AS MATERIALIZED (
     SELECT c.*, (h.job_id IS NOT NULL) AS hole

@@ -161,22 +161,6 @@ WHERE jq.queue_name = $1
 ON CONFLICT DO NOTHING
 "#;
 
-pub fn arg_types() -> [pg_sys::PgOid; 11] {
-    [
-        ty(pg_sys::TEXTOID),
-        ty(pg_sys::TEXTARRAYOID),
-        ty(pg_sys::JSONBARRAYOID),
-        ty(pg_sys::INT2ARRAYOID),
-        ty(pg_sys::TIMESTAMPTZARRAYOID),
-        ty(pg_sys::TEXTARRAYOID),
-        ty(pg_sys::TEXTARRAYOID),
-        ty(pg_sys::TEXTARRAYOID),
-        ty(pg_sys::TEXTARRAYOID),
-        ty(pg_sys::INT4ARRAYOID),
-        ty(pg_sys::INT2ARRAYOID),
-    ]
-}
-
 /// Whether a batch can go to the log, from what the call passed: no unique
 /// key, actor or identity key, and every job ready now (`all_ready`).
 pub fn eligible(keyed: bool, has_actor: bool, has_identity: bool, all_ready: bool) -> bool {
@@ -199,7 +183,7 @@ pub fn run(
     };
     with_generic_plans(|| {
         Spi::connect_mut(|client| {
-            let stmt = prepared(client, sql, &arg_types());
+            let stmt = prepared(client, sql, &super::super::enqueue::arg_types());
             for attempt in 0..2 {
                 let table = client
                     .update(stmt, None, args)

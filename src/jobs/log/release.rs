@@ -4,7 +4,6 @@
 //! snooze, cancel and the lease rescue act on them with pgque.jobs' own
 //! statements. Every entry point takes the claims' locks first (mod.rs).
 use super::super::stmt::{prepared, run_int, ty, with_generic_plans};
-use pgrx::datum::{Interval, TimestampWithTimeZone};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
@@ -61,7 +60,7 @@ pub fn complete(ids: &[i64], tokens: &[i64]) -> i32 {
 /// $1 ids, $2 tokens, $3 extend: the active claims holding an unfinished job
 /// of the pairs get lease_until = now + extend. Returns (job id, lease_until)
 /// per such pair.
-const HEARTBEAT_SQL: &str = concat!(
+pub const HEARTBEAT_SQL: &str = concat!(
     accepted_pairs!(),
     r#"
 upd AS (
@@ -72,40 +71,6 @@ upd AS (
 SELECT a.id, u.lease_until FROM acc a JOIN upd u ON u.claim_id = a.token ORDER BY a.id
 "#
 );
-
-pub fn heartbeat(
-    ids: &[i64],
-    tokens: &[i64],
-    extend: Interval,
-) -> Vec<(i64, TimestampWithTimeZone)> {
-    with_generic_plans(|| {
-        Spi::connect_mut(|client| {
-            let stmt = prepared(
-                client,
-                HEARTBEAT_SQL,
-                &[
-                    ty(pg_sys::INT8ARRAYOID),
-                    ty(pg_sys::INT8ARRAYOID),
-                    ty(pg_sys::INTERVALOID),
-                ],
-            );
-            client
-                .update(
-                    stmt,
-                    None,
-                    &[ids.to_vec().into(), tokens.to_vec().into(), extend.into()],
-                )
-                .unwrap_or_else(|e| pgrx::error!("{e}"))
-                .map(|row| {
-                    (
-                        row.get::<i64>(1).ok().flatten().unwrap(),
-                        row.get::<TimestampWithTimeZone>(2).ok().flatten().unwrap(),
-                    )
-                })
-                .collect()
-        })
-    })
-}
 
 /// $1 claim, $2 jobs (NULL: every unfinished job of the claim), $3 the
 /// claim's new state (NULL: unchanged), $4 true: the jobs leave the claim by
@@ -188,40 +153,24 @@ pub fn to_side(
     leave: bool,
     expired_only: bool,
 ) -> i32 {
-    with_generic_plans(|| {
-        Spi::connect_mut(|client| {
-            let stmt = prepared(
-                client,
-                TO_SIDE_SQL,
-                &[
-                    ty(pg_sys::INT8OID),
-                    ty(pg_sys::INT8ARRAYOID),
-                    ty(pg_sys::CHAROID),
-                    ty(pg_sys::BOOLOID),
-                    ty(pg_sys::BOOLOID),
-                ],
-            );
-            let state: Option<i8> = new_state.map(|s| s.as_bytes()[0] as i8);
-            client
-                .update(
-                    stmt,
-                    None,
-                    &[
-                        claim.into(),
-                        jobs.map(|j| j.to_vec()).into(),
-                        state.into(),
-                        leave.into(),
-                        expired_only.into(),
-                    ],
-                )
-                .unwrap_or_else(|e| pgrx::error!("{e}"))
-                .first()
-                .get::<i32>(1)
-                .ok()
-                .flatten()
-                .unwrap_or(0)
-        })
-    })
+    let state: Option<i8> = new_state.map(|s| s.as_bytes()[0] as i8);
+    run_int(
+        TO_SIDE_SQL,
+        &[
+            ty(pg_sys::INT8OID),
+            ty(pg_sys::INT8ARRAYOID),
+            ty(pg_sys::CHAROID),
+            ty(pg_sys::BOOLOID),
+            ty(pg_sys::BOOLOID),
+        ],
+        vec![
+            claim.into(),
+            jobs.map(|j| j.to_vec()).into(),
+            state.into(),
+            leave.into(),
+            expired_only.into(),
+        ],
+    )
 }
 
 /// One job of a claim into pgque.jobs, leaving the claim (fail, snooze): a
