@@ -110,6 +110,10 @@ SL_CLAIM = ("UPDATE bench.sl_jobs SET state = 'running', locked_by = %s, locked_
             "ORDER BY priority, run_at, id LIMIT %s FOR UPDATE SKIP LOCKED) "
             "RETURNING id, queue, kind, args::text, priority, attempt")
 PG_DISPATCH = "SELECT job_id, queue, kind, args::text, priority, attempt, lease_token FROM pgque.dispatch(%s::text[], %s::int, %s::text, NULL::interval, 2)"
+# w8's floor: rows as wide as a claim's (id, queue, kind, a 200-byte args text,
+# priority, attempt, token), made without touching a table.
+FLOOR_FETCH = ("SELECT g::bigint, %s::text, 'bench.kind'::text, repeat('x', 200), 0::smallint, 1, g::bigint "
+               "FROM generate_series(1, %s) g")
 
 
 def fill_depth(conn, target, have, queues):
@@ -217,11 +221,20 @@ def _jobs_worker(system, q, secs, batch, barrier, outq, wid):
         while time.perf_counter() - t0 < secs:
             if system == "pgque":
                 cur.execute(enqueue_sql(batch, "%s"), (q,), prepare=True)
-                rows = cur.execute("SELECT job_id, lease_token FROM pgque.dispatch(%s::text[], %s::int, %s::text, NULL::interval, 2)",
-                                   ([q], batch, f"w{wid}"), prepare=True).fetchall()
+                rows = cur.execute(PG_DISPATCH, ([q], batch, f"w{wid}"), prepare=True).fetchall()
                 if rows:
                     cur.execute("SELECT pgque.complete_many(%s::bigint[], %s::bigint[])",
-                                ([r[0] for r in rows], [r[1] for r in rows]), prepare=True)
+                                ([r[0] for r in rows], [r[6] for r in rows]), prepare=True)
+            elif system == "floor":
+                # the same client loop with no queue behind it: the payloads
+                # built, 100 rows of the claim's width fetched, the ids and
+                # tokens sent back (what every system pays per cycle)
+                cur.execute(f"SELECT count(*) FROM (SELECT ARRAY(SELECT {p} FROM generate_series(1, %s) g)) x",
+                            (batch,), prepare=True)
+                rows = cur.execute(FLOOR_FETCH, (q, batch), prepare=True).fetchall()
+                if rows:
+                    cur.execute("SELECT cardinality(%s::bigint[]) + cardinality(%s::bigint[])",
+                                ([r[0] for r in rows], [r[6] for r in rows]), prepare=True)
             else:
                 cur.execute(f"INSERT INTO bench.sl_jobs(queue, kind, args) SELECT %s, 'bench.kind', {p} FROM generate_series(1, %s) g",
                             (q, batch), prepare=True)
@@ -241,6 +254,8 @@ def e2e_cell(w, conn, cfg, system, rnd, workers):
     if system == "pgque":
         create_job_queue(conn, q, "strict_fifo")
         schemas = JOB_SCHEMAS
+    elif system == "floor":
+        schemas = ()
     else:
         db.truncate(conn, "bench.sl_jobs")
         schemas = ("bench",)
@@ -260,7 +275,7 @@ def e2e_cell(w, conn, cfg, system, rnd, workers):
     wal = db.wal_diff(conn, lsn)
     done = sum(o[0] for o in out)
     secs = max(o[1] for o in out)
-    dead = db.dead_tuples(conn, schemas, None if system == "pgque" else {"bench.sl_jobs"})
+    dead = None if system == "floor" else db.dead_tuples(conn, schemas, None if system == "pgque" else {"bench.sl_jobs"})
     if system == "pgque":
         w.profile(f"workers={workers}", system, rnd, db.pgss_top(conn))
         drop_job_queue(conn, q)
@@ -273,11 +288,25 @@ def w8(res, cfg, conn):
                      [("rate", "jobs/s"), ("wal_per", "WAL B/job"), ("jobs", "jobs done")],
                      about="Each worker process loops: pgque `enqueue_ready_rows` 100, `dispatch(ARRAY[q], 100, ...)`, "
                            "`complete_many(ids, tokens)`; SKIP LOCKED: INSERT 100, claim 100 (UPDATE ... SKIP LOCKED "
-                           "RETURNING), DELETE the claimed ids. Autocommit: one transaction per statement.")
-    systems = ["pgque", "skiplocked"]
+                           "RETURNING), DELETE the claimed ids. Both fetch the claimed jobs' id, queue, kind, args as text, "
+                           "priority and attempt (pgque also the lease token). Autocommit: one transaction per statement. "
+                           "`floor`: the same client loop with no queue behind it (the payloads built, 100 rows of the same "
+                           "width fetched, the ids sent back): what every system pays per cycle of 100 jobs.")
+    systems = ["pgque", "skiplocked", "floor"]
     miss = db.missing_functions(conn, ENQ[:1] + DISPATCH + COMPLETE) + ([] if has_enqueue(conn) else ["pgque.enqueue_ready_rows"])
     if miss:
         w.skip(f"pgque: function {', '.join(miss)} not installed")
         systems.remove("pgque")
     for workers in (1, 2):
         run_rounds(cfg.rounds, systems, lambda s, r: e2e_cell(w, conn, cfg, s, r, workers))
+    # time per 100 jobs, and what each system adds to the floor's
+    rows = []
+    for workers in (1, 2):
+        v = f"workers={workers}"
+        ms = {s: (100_000.0 / w.med(v, s, "rate")) if w.med(v, s, "rate") else None for s in systems}
+        above = {s: (ms[s] - ms["floor"]) if ms.get(s) and ms.get("floor") else None for s in ("pgque", "skiplocked")}
+        ratio = above["skiplocked"] / above["pgque"] if above["pgque"] and above["skiplocked"] else None
+        rows.append([v, ms.get("pgque"), ms.get("skiplocked"), ms.get("floor"), above["pgque"], above["skiplocked"], ratio])
+    w.extra_tables.append(("ms per 100 jobs (median rate), and above the floor (what the queue itself costs the loop)",
+                           ["workers", "pgque ms", "skiplocked ms", "floor ms", "pgque above floor", "skiplocked above floor",
+                            "skiplocked / pgque above floor"], rows))
