@@ -224,10 +224,18 @@ fn complete_many(job_ids: Option<Vec<Option<i64>>>, lease_tokens: Option<Vec<Opt
 }
 
 /// Completes the pairs whose token is a claim of the job log (a done row per
-/// claim). Returns how many; 0 at once when no token is a claim.
+/// claim). Returns how many. At READ COMMITTED the claim locks are taken
+/// without looking the tokens up first (`lock_tokens`), so completing log
+/// jobs is one statement; at REPEATABLE READ and SERIALIZABLE the lookup
+/// says whether a token is a claim, which must then be refused (0A000),
+/// and returns 0 at once for jobs of pgque.jobs.
 fn log_complete(ids: &[i64], tokens: &[i64]) -> i32 {
-    if !log::claims_locked(tokens, "complete") {
-        return 0;
+    if log::xact_snapshot() {
+        if !log::claims_locked(tokens, "complete") {
+            return 0;
+        }
+    } else {
+        log::lock_tokens(tokens);
     }
     log::release::complete(ids, tokens)
 }

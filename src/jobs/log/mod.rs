@@ -64,6 +64,41 @@ pub fn lock_claims(tokens: &[i64]) -> i32 {
     )
 }
 
+/// Takes the claim lock of every token in `tokens`, whether or not it is a
+/// claim, without a statement: the key is computed here, as LOCK_CLAIMS_SQL
+/// computes it (hashint8), and the locks are taken in the same order (by key,
+/// as a signed int4), so this and every SQL locker of claims never wait on
+/// each other in a cycle. A token that is not a claim (a job of pgque.jobs)
+/// only costs a lock no one else asks for, or waits for a claim whose key it
+/// shares. Saves the lookup statement of `lock_claims` where the caller runs
+/// the log's statement anyway (completion, READ COMMITTED only: the next
+/// statement's snapshot is taken after these locks).
+pub fn lock_tokens(tokens: &[i64]) {
+    let mut keys: Vec<i32> = tokens
+        .iter()
+        .map(|t| unsafe {
+            let d = pg_sys::OidFunctionCall1Coll(
+                pg_sys::Oid::from(pg_sys::F_HASHINT8),
+                pg_sys::InvalidOid,
+                pg_sys::Datum::from(*t),
+            );
+            d.value() as u32 as i32
+        })
+        .collect();
+    keys.sort_unstable();
+    keys.dedup();
+    for k in keys {
+        unsafe {
+            pg_sys::OidFunctionCall2Coll(
+                pg_sys::Oid::from(pg_sys::F_PG_ADVISORY_XACT_LOCK_INT4_INT4),
+                pg_sys::InvalidOid,
+                pg_sys::Datum::from(CLAIM_LOCK_CLASS),
+                pg_sys::Datum::from(k),
+            );
+        }
+    }
+}
+
 /// Locks the claims among `tokens` and checks the isolation level; false
 /// when none is a claim (nothing for the log to do).
 pub fn claims_locked(tokens: &[i64], what: &str) -> bool {

@@ -70,6 +70,35 @@ mod tests {
         .unwrap_or_else(|| "none".into())
     }
 
+    /// lock_tokens takes exactly the locks LOCK_CLAIMS_SQL takes for the same
+    /// claims (class, hashint8(token)): a completion and a rescue must wait
+    /// on one lock, whichever way each computed it. Tokens of both signs and
+    /// with both halves set, so that the hash's sign and wrap are covered.
+    #[pg_test]
+    fn lock_tokens_takes_the_claim_locks_lock_claims_takes() {
+        let tokens: [i64; 5] = [1, 42, -7, 0x7FFF_FFFF_0000_0001, i64::MIN + 3];
+        crate::jobs::log::lock_tokens(&tokens);
+        for t in tokens {
+            let held = count(&format!(
+                "SELECT count(*) FROM pg_catalog.pg_locks \
+                  WHERE locktype = 'advisory' AND pid = pg_catalog.pg_backend_pid() AND granted \
+                    AND database = (SELECT oid FROM pg_catalog.pg_database WHERE datname = current_database()) \
+                    AND classid = 1785684579::oid AND objsubid = 2 \
+                    AND objid = ((pg_catalog.hashint8({t}::bigint)::bigint & 4294967295)::text)::oid"
+            ));
+            assert_eq!(held, 1, "the claim lock of token {t}");
+        }
+        // taking them again through SQL adds no new lock: they are the same
+        let before = count("SELECT count(*) FROM pg_catalog.pg_locks WHERE locktype = 'advisory' AND pid = pg_catalog.pg_backend_pid()");
+        run(&format!(
+            "SELECT count(pg_catalog.pg_advisory_xact_lock(1785684579, pg_catalog.hashint8(t))) \
+               FROM unnest(ARRAY{tokens:?}::bigint[]) t"
+        ));
+        let after = count("SELECT count(*) FROM pg_catalog.pg_locks WHERE locktype = 'advisory' AND pid = pg_catalog.pg_backend_pid()");
+        assert_eq!(before, 5);
+        assert_eq!(after, before);
+    }
+
     #[pg_test]
     fn a_batch_is_one_row_a_dispatch_one_claim_a_completion_one_done_row() {
         run("SELECT pgque.create_job_queue('lg')");
