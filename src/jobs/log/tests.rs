@@ -360,6 +360,101 @@ mod tests {
         );
     }
 
+    /// job_queue_status counts the log by its rows; these must be the
+    /// counts of aggregating all_jobs job by job (0.4.0's definition, kept
+    /// here as the reference), in every state a log job can reach: ready,
+    /// hole (cancelled while ready), spilled, running, partly and wholly
+    /// completed, failed out of its claim, snoozed, rescued, several lanes.
+    #[pg_test]
+    fn job_queue_status_counts_the_log_as_all_jobs_does() {
+        const REFERENCE: &str = "SELECT q.queue_name, q.mode, q.paused,
+                count(j.id) FILTER (WHERE j.state = 'scheduled'),
+                count(j.id) FILTER (WHERE j.state = 'ready'),
+                count(j.id) FILTER (WHERE j.state = 'running'),
+                count(j.id) FILTER (WHERE j.state = 'completed'),
+                count(j.id) FILTER (WHERE j.state = 'failed'),
+                count(j.id) FILTER (WHERE j.state = 'cancelled'),
+                now() - min(j.run_at) FILTER (WHERE j.state = 'ready'),
+                count(DISTINCT (j.priority, j.shard)) FILTER (WHERE j.state IN ('scheduled', 'ready', 'running'))
+            FROM pgque.job_queues q LEFT JOIN pgque.all_jobs j ON j.queue = q.queue_name
+            GROUP BY q.queue_name, q.mode, q.paused";
+        let same = || {
+            let diff = count(&format!(
+                "SELECT count(*) FROM (({REFERENCE} EXCEPT SELECT * FROM pgque.job_queue_status)
+                  UNION ALL (SELECT * FROM pgque.job_queue_status EXCEPT {REFERENCE})) d"
+            ));
+            let shown = one::<String>(
+                "SELECT string_agg(concat_ws(',', queue_name, scheduled, ready, running, completed, failed,
+                                            cancelled, lanes), ' ' ORDER BY queue_name)
+                   FROM pgque.job_queue_status",
+            );
+            assert_eq!(diff, 0, "job_queue_status differs from all_jobs: {shown:?}");
+            shown.unwrap_or_default()
+        };
+        run("SELECT pgque.create_job_queue('s1')");
+        run("SELECT pgque.create_job_queue('s2')");
+        run("SELECT pgque.create_job_queue('s3')");
+        same();
+        // s1: 12 log jobs with explicit past run_ats in one row, a side job
+        // with an actor after them, one scheduled
+        enqueue("s1", "a", 12, ", run_at => (SELECT array_agg(now() - i * interval '1 minute') FROM generate_series(1, 12) i)");
+        enqueue("s1", "x", 1, ", actors => ARRAY['act']");
+        enqueue("s1", "t", 1, ", run_at => ARRAY[now() + interval '1 day']");
+        same();
+        // a ready log job cancelled: a hole in its lane
+        let s1 = one::<i64>(
+            "SELECT min(id) + 5 FROM pgque.all_jobs WHERE queue = 's1' AND stored_in = 'log'",
+        )
+        .unwrap();
+        run(&format!("SELECT pgque.cancel({s1})"));
+        same();
+        // dispatching s1 merges the stores (the actor job is ready): a spill
+        let got = dispatch("ARRAY['s1'], 3, 'w'");
+        assert_eq!(got.len(), 3);
+        same();
+        // s2: three lanes, 9 jobs; dispatch 5, complete 2 of them, fail one
+        // (out of its claim), snooze one
+        enqueue(
+            "s2",
+            "p",
+            9,
+            ", priorities => ARRAY[0,0,0,1,1,1,2,2,2]::smallint[]",
+        );
+        let got = dispatch("ARRAY['s2'], 5, 'w'");
+        assert_eq!(got.len(), 5);
+        assert_eq!(complete_many(&got[..2]), 2);
+        run(&format!(
+            "SELECT pgque.fail({}, {}, 'boom')",
+            got[2].0, got[2].2
+        ));
+        run(&format!(
+            "SELECT pgque.snooze({}, {}, now() + interval '1 hour')",
+            got[3].0, got[3].2
+        ));
+        let shown = same();
+        assert!(shown.contains("s2,2,4,1,2,0,0,3"), "{shown}");
+        // s3: a claim wholly completed, and one rescued after its lease
+        enqueue("s3", "r", 6, "");
+        let got = dispatch("ARRAY['s3'], 2, 'w'");
+        assert_eq!(complete_many(&got), 2);
+        let got = dispatch("ARRAY['s3'], 3, 'w'");
+        assert_eq!(complete_many(&got[..1]), 1);
+        same();
+        run("UPDATE pgque.job_claims SET lease_until = now() - interval '1 second' WHERE state = 'a'");
+        assert!(one::<i32>("SELECT pgque.rescue_expired_leases()").unwrap() > 0);
+        let shown = same();
+        assert!(shown.contains("s3,0,3,0,3,0,0,1"), "{shown}");
+        // the rest of every queue through, both stores
+        for _ in 0..10 {
+            let got = dispatch("ARRAY['s1', 's2', 's3'], 50, 'w'");
+            if got.is_empty() {
+                break;
+            }
+            complete_many(&got);
+        }
+        same();
+    }
+
     #[pg_test]
     fn jobs_of_both_stores_are_dispatched_in_one_fifo_order() {
         run("SELECT pgque.create_job_queue('mx')");
