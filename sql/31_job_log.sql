@@ -200,6 +200,65 @@ SELECT g.id, g.queue, g.kind, g.args, g.priority, g.state, g.run_at, g.attempt,
        g.finished_at, NULL, g.shard, 'log'::text
 FROM pgque.job_log_jobs g;
 
+-- One job by id, wherever it is stored: its pgque.all_jobs row, or no row.
+-- Reads by key: pgque.jobs' primary key, then one probe per lane of the log
+-- for the batch row holding the id, the claim that covers it (claims tile
+-- their lane: the first whose hi is at or after the id) and that claim's
+-- done rows; all_jobs would unpack the whole log. Same row as
+-- `SELECT * FROM pgque.all_jobs WHERE id = $1` (a test compares them).
+CREATE FUNCTION pgque.get_job(job_id bigint) RETURNS SETOF pgque.all_jobs
+LANGUAGE sql STABLE STRICT SECURITY DEFINER
+SET search_path = pg_catalog, pgque, pg_temp
+AS $get_job$
+SELECT s.id, s.queue, s.kind, s.args, s.priority, s.state, s.run_at, s.attempt,
+       s.max_attempts, s.actor, s.fairness_key, s.identity_key, s.unique_key,
+       s.enqueued_at, s.worker, s.lease_token, s.lease_until, s.dispatched_at,
+       s.finished_at, s.errors, s.shard, 'jobs'::text
+FROM pgque.jobs s WHERE s.id = $1
+UNION ALL
+SELECT $1, f.queue, u.kind, u.args, f.priority,
+       CASE WHEN c.claim_id IS NULL THEN 'ready'
+            WHEN d.claim_id IS NOT NULL THEN 'completed'
+            ELSE 'running' END,
+       COALESCE(u.run_at, f.enqueued_at),
+       CASE WHEN c.claim_id IS NULL THEN 0 ELSE 1 END,
+       COALESCE(u.ma, f.max_attempts), NULL, u.fk, NULL, NULL,
+       f.enqueued_at, c.worker,
+       CASE WHEN d.claim_id IS NULL THEN c.claim_id END,
+       CASE WHEN d.claim_id IS NULL THEN c.lease_until END,
+       c.dispatched_at, d.at, NULL, f.shard, 'log'::text
+FROM (
+    SELECT l.lane_id, l.queue, l.priority, l.shard, r.id_lo, r.ids, r.enqueued_at,
+           r.max_attempts, r.kinds, r.args, r.run_ats, r.job_max_attempts, r.fairness_keys,
+           GREATEST(l.cursor_floor,
+                    (SELECT c.hi FROM pgque.job_claims c WHERE c.lane_id = l.lane_id
+                     ORDER BY c.hi DESC LIMIT 1)) AS cur
+    FROM pgque.job_lanes l
+    CROSS JOIN LATERAL (
+        SELECT r.* FROM pgque.job_log r
+        WHERE r.lane_id = l.lane_id AND r.id_hi >= $1
+        ORDER BY r.id_hi LIMIT 1) r
+    WHERE r.id_lo <= $1 AND (r.ids IS NULL OR $1 = ANY (r.ids))
+    LIMIT 1
+) f
+CROSS JOIN LATERAL (
+    SELECT u.* FROM unnest(f.kinds, f.args, f.run_ats, f.job_max_attempts, f.fairness_keys)
+         WITH ORDINALITY AS u(kind, args, run_at, ma, fk, ord)
+    WHERE COALESCE(f.ids[u.ord], f.id_lo + u.ord - 1) = $1) u
+LEFT JOIN LATERAL (
+    SELECT c.* FROM (
+        SELECT c.* FROM pgque.job_claims c
+        WHERE c.lane_id = f.lane_id AND c.hi >= $1
+        ORDER BY c.hi LIMIT 1) c
+    WHERE c.state::text <> 's' AND $1 = ANY (c.job_ids)) c ON true
+LEFT JOIN LATERAL (
+    SELECT d.* FROM pgque.job_done d
+    WHERE d.claim_id = c.claim_id AND d.kind = 'c' AND $1 = ANY (d.job_ids)
+    LIMIT 1) d ON true
+WHERE NOT EXISTS (SELECT 1 FROM pgque.jobs s WHERE s.id = $1)
+  AND (c.claim_id IS NOT NULL OR $1 > f.cur)
+$get_job$;
+
 -- One row per job and transition: `WHERE job_id = $1` is a job's history.
 -- The log's own rows are its jobs' enqueued / dispatched / completed events
 -- (kept as long as their segment); every other transition is a job_events row.

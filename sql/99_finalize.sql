@@ -173,6 +173,7 @@ GRANT EXECUTE ON FUNCTION pgque.set_actor_capacity(text, int) TO pgque_admin;
 GRANT SELECT ON pgque.job_queue_status TO pgque_reader, pgque_admin;
 GRANT SELECT ON pgque.job_history TO pgque_admin;
 GRANT SELECT ON pgque.all_jobs, pgque.job_log_jobs TO pgque_admin;
+GRANT EXECUTE ON FUNCTION pgque.get_job(bigint) TO pgque_admin;
 GRANT EXECUTE ON FUNCTION pgque.dispatch(text[], int, text, interval, int) TO pgque_reader;
 GRANT EXECUTE ON FUNCTION pgque.complete(bigint, bigint) TO pgque_reader;
 GRANT EXECUTE ON FUNCTION pgque.complete_many(bigint[], bigint[]) TO pgque_reader;

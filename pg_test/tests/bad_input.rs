@@ -834,6 +834,10 @@ fn matrix() -> Vec<Row> {
         no_args("pgque.job_maint()", "no arguments"),
         no_args("pgque.job_analyze()", "no arguments"),
         no_args("pgque.rotate_job_log()", "no arguments"),
+        // STRICT: NULL is no job; an unknown id is no row, not an error
+        row("pgque.get_job(bigint)", "", &[])
+            .with("NULL job", "SELECT * FROM pgque.get_job(NULL)", Noop)
+            .with("unknown job", "SELECT * FROM pgque.get_job(987654321)", Noop),
     ]
 }
 

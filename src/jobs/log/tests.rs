@@ -360,13 +360,14 @@ mod tests {
         );
     }
 
-    /// job_queue_status counts the log by its rows; these must be the
-    /// counts of aggregating all_jobs job by job (0.4.0's definition, kept
-    /// here as the reference), in every state a log job can reach: ready,
-    /// hole (cancelled while ready), spilled, running, partly and wholly
-    /// completed, failed out of its claim, snoozed, rescued, several lanes.
+    /// job_queue_status counts the log by its rows, and get_job reads one job
+    /// by key; both must agree with all_jobs, which unpacks every job
+    /// (0.4.0's status definition is kept here as the reference), in every
+    /// state a log job can reach: ready, hole (cancelled while ready),
+    /// spilled, running, partly and wholly completed, failed out of its
+    /// claim, snoozed, rescued, several lanes.
     #[pg_test]
-    fn job_queue_status_counts_the_log_as_all_jobs_does() {
+    fn job_queue_status_and_get_job_agree_with_all_jobs() {
         const REFERENCE: &str = "SELECT q.queue_name, q.mode, q.paused,
                 count(j.id) FILTER (WHERE j.state = 'scheduled'),
                 count(j.id) FILTER (WHERE j.state = 'ready'),
@@ -389,6 +390,19 @@ mod tests {
                    FROM pgque.job_queue_status",
             );
             assert_eq!(diff, 0, "job_queue_status differs from all_jobs: {shown:?}");
+            // every job, and ids of no job (before, between and after)
+            let wrong = one::<String>(
+                "SELECT string_agg(i::text, ',') FROM (
+                     SELECT i FROM generate_series(
+                         (SELECT min(id) - 2 FROM pgque.all_jobs), (SELECT max(id) + 2 FROM pgque.all_jobs)) i
+                     WHERE (SELECT count(*) FROM (
+                               (SELECT * FROM pgque.all_jobs a WHERE a.id = i
+                                EXCEPT ALL SELECT * FROM pgque.get_job(i))
+                               UNION ALL
+                               (SELECT * FROM pgque.get_job(i)
+                                EXCEPT ALL SELECT * FROM pgque.all_jobs a WHERE a.id = i)) d) > 0) x",
+            );
+            assert_eq!(wrong, None, "get_job differs from all_jobs for these ids");
             shown.unwrap_or_default()
         };
         run("SELECT pgque.create_job_queue('s1')");
