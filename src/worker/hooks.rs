@@ -138,9 +138,92 @@ fn stop_worker(db_oid: u32) {
     }
 }
 
+// The ProcessUtility functions themselves, unwrapped: pgrx's pg_sys wrapper
+// would catch an error they raise and raise it again from Rust, keeping only
+// its message, detail, hint and SQLSTATE (a DO block's or COPY's CONTEXT and
+// the table, column and constraint names drivers read were lost, and with
+// RUST_BACKTRACE set in the server's environment a Rust backtrace was
+// appended to the DETAIL of every failing utility statement in every
+// database).
+unsafe extern "C-unwind" {
+    #[link_name = "standard_ProcessUtility"]
+    fn standard_process_utility_raw(
+        pstmt: *mut pg_sys::PlannedStmt,
+        query_string: *const std::ffi::c_char,
+        read_only_tree: bool,
+        context: pg_sys::ProcessUtilityContext::Type,
+        params: pg_sys::ParamListInfo,
+        query_env: *mut pg_sys::QueryEnvironment,
+        dest: *mut pg_sys::DestReceiver,
+        qc: *mut pg_sys::QueryCompletion,
+    );
+}
+
+/// Whether the statement concerns a database's worker (see `classify`).
+/// Guarded: an error here is reported as a PostgreSQL error.
 #[pg_guard]
+unsafe extern "C-unwind" fn concerns_a_worker(pstmt: *mut pg_sys::PlannedStmt) -> bool {
+    shmem::available() && !matches!(unsafe { classify((*pstmt).utilityStmt) }, Action::None)
+}
+
+/// The hook. Every statement that does not concern a worker (nearly all)
+/// goes straight to the next hook or to standard_ProcessUtility, so that
+/// their errors reach the client exactly as PostgreSQL raised them: nothing
+/// of Rust is live in this frame at that call (no value to drop), so an
+/// error's longjmp passes over it as over a C frame.
 #[allow(clippy::too_many_arguments)]
 unsafe extern "C-unwind" fn pgque_process_utility(
+    pstmt: *mut pg_sys::PlannedStmt,
+    query_string: *const std::ffi::c_char,
+    read_only_tree: bool,
+    context: pg_sys::ProcessUtilityContext::Type,
+    params: pg_sys::ParamListInfo,
+    query_env: *mut pg_sys::QueryEnvironment,
+    dest: *mut pg_sys::DestReceiver,
+    qc: *mut pg_sys::QueryCompletion,
+) {
+    unsafe {
+        if concerns_a_worker(pstmt) {
+            return process_utility_with_worker(
+                pstmt,
+                query_string,
+                read_only_tree,
+                context,
+                params,
+                query_env,
+                dest,
+                qc,
+            );
+        }
+        match PREV_HOOK {
+            Some(prev) => prev(
+                pstmt,
+                query_string,
+                read_only_tree,
+                context,
+                params,
+                query_env,
+                dest,
+                qc,
+            ),
+            None => standard_process_utility_raw(
+                pstmt,
+                query_string,
+                read_only_tree,
+                context,
+                params,
+                query_env,
+                dest,
+                qc,
+            ),
+        }
+    }
+}
+
+/// The hook for the statements that concern a worker (module comment).
+#[pg_guard]
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C-unwind" fn process_utility_with_worker(
     pstmt: *mut pg_sys::PlannedStmt,
     query_string: *const std::ffi::c_char,
     read_only_tree: bool,
@@ -155,6 +238,8 @@ unsafe extern "C-unwind" fn pgque_process_utility(
     } else {
         Action::None
     };
+    // (classified twice for the few statements that get here: cheap, and it
+    // keeps this function the whole story for them)
     let mut stopped: Option<(pg_sys::Oid, bool)> = None;
     if let Action::Stop {
         name,
