@@ -279,6 +279,24 @@ fn drop_database_and_drop_extension_stop_the_worker() {
         .unwrap();
     assert!(wait_worker(&mut admin, "wk_renamed", Duration::from_secs(3)).is_some());
     admin.batch_execute("DROP DATABASE wk_renamed").unwrap();
+    // A DROP DATABASE that fails (a session is still connected) keeps the
+    // database's worker, which the hook starts again, and its error is the
+    // server's, whole.
+    let db = TestDb::new("wk_dropfail");
+    wait_worker(&mut admin, &db.name, Duration::from_secs(3)).expect("worker");
+    wait_running(&db);
+    let held = db.connect();
+    let e = admin
+        .batch_execute(&format!("DROP DATABASE {}", db.name))
+        .unwrap_err();
+    let e = e.as_db_error().expect("a server error");
+    assert_eq!(e.code().code(), "55006", "{e:?}");
+    assert!(
+        e.detail().is_some_and(|d| d.contains("other session")),
+        "{e:?}"
+    );
+    assert!(wait_worker(&mut admin, &db.name, Duration::from_secs(5)).is_some());
+    drop(held);
 }
 
 #[test]

@@ -159,6 +159,45 @@ unsafe extern "C-unwind" {
     );
 }
 
+/// The next hook, or standard_ProcessUtility, called as C calls it: an error
+/// it raises longjmps out of here untouched.
+#[allow(clippy::too_many_arguments)]
+unsafe fn next_process_utility(
+    pstmt: *mut pg_sys::PlannedStmt,
+    query_string: *const std::ffi::c_char,
+    read_only_tree: bool,
+    context: pg_sys::ProcessUtilityContext::Type,
+    params: pg_sys::ParamListInfo,
+    query_env: *mut pg_sys::QueryEnvironment,
+    dest: *mut pg_sys::DestReceiver,
+    qc: *mut pg_sys::QueryCompletion,
+) {
+    unsafe {
+        match PREV_HOOK {
+            Some(prev) => prev(
+                pstmt,
+                query_string,
+                read_only_tree,
+                context,
+                params,
+                query_env,
+                dest,
+                qc,
+            ),
+            None => standard_process_utility_raw(
+                pstmt,
+                query_string,
+                read_only_tree,
+                context,
+                params,
+                query_env,
+                dest,
+                qc,
+            ),
+        }
+    }
+}
+
 /// Whether the statement concerns a database's worker (see `classify`).
 /// Guarded: an error here is reported as a PostgreSQL error.
 #[pg_guard]
@@ -195,28 +234,16 @@ unsafe extern "C-unwind" fn pgque_process_utility(
                 qc,
             );
         }
-        match PREV_HOOK {
-            Some(prev) => prev(
-                pstmt,
-                query_string,
-                read_only_tree,
-                context,
-                params,
-                query_env,
-                dest,
-                qc,
-            ),
-            None => standard_process_utility_raw(
-                pstmt,
-                query_string,
-                read_only_tree,
-                context,
-                params,
-                query_env,
-                dest,
-                qc,
-            ),
-        }
+        next_process_utility(
+            pstmt,
+            query_string,
+            read_only_tree,
+            context,
+            params,
+            query_env,
+            dest,
+            qc,
+        )
     }
 }
 
@@ -258,9 +285,11 @@ unsafe extern "C-unwind" fn process_utility_with_worker(
             stopped = Some((oid, restart));
         }
     }
+    // Rust frames are live here (the restart below): an error must come back
+    // as a Rust panic, which pg_guard_ffi_boundary makes of the longjmp.
     let run = || unsafe {
-        match PREV_HOOK {
-            Some(prev) => prev(
+        pg_sys::ffi::pg_guard_ffi_boundary(|| {
+            next_process_utility(
                 pstmt,
                 query_string,
                 read_only_tree,
@@ -269,18 +298,8 @@ unsafe extern "C-unwind" fn process_utility_with_worker(
                 query_env,
                 dest,
                 qc,
-            ),
-            None => pg_sys::standard_ProcessUtility(
-                pstmt,
-                query_string,
-                read_only_tree,
-                context,
-                params,
-                query_env,
-                dest,
-                qc,
-            ),
-        }
+            )
+        })
     };
     match stopped {
         None => run(),
