@@ -34,8 +34,9 @@ WITH q AS MATERIALIZED (
 
 /// $1..$10 as ENQUEUE_SQL (queue, kinds, args, priorities, run_at, actors,
 /// fairness_keys, identity_keys, unique_keys, max_attempts), $11 the ready
-/// lanes' priorities. Returns (ord, id, 'ready') per job; one row
-/// (0, NULL, 'nolane') when a lane has no job_lanes row yet (nothing was
+/// lanes' priorities. Returns one row: the jobs' ids in input order and
+/// 'ready' (every job of the batch is ready: the caller numbers them), or
+/// (NULL, 'nolane') when a lane has no job_lanes row yet (nothing was
 /// written: the caller creates the lanes and runs it again); no row when the
 /// queue does not exist or is not strict_fifo (the caller takes the
 /// pgque.jobs path, which reports a missing queue).
@@ -100,12 +101,12 @@ ins AS (
            CASE WHEN s.lane_id IS NULL THEN $7::text[] ELSE s.fks END
     FROM rows r LEFT JOIN split s ON s.lane_id = r.lane_id AND s.chunk = r.chunk
 )
-(SELECT i.ord::int, i.id, 'ready'::text FROM ids i
+(SELECT array_agg(i.id ORDER BY i.ord), 'ready'::text FROM ids i
  WHERE (SELECT count(pg_catalog.pg_notify('pgque_jobs_' || $1, ''))
         FROM (SELECT 1 FROM ids LIMIT 1) r) >= 0
- ORDER BY i.ord)
+ HAVING count(*) > 0)
 UNION ALL
-SELECT 0, NULL::bigint, 'nolane'::text FROM ok WHERE NOT ok.ok AND EXISTS (SELECT 1 FROM q)
+SELECT NULL::bigint[], 'nolane'::text FROM ok WHERE NOT ok.ok AND EXISTS (SELECT 1 FROM q)
 "#
 );
 
@@ -141,12 +142,12 @@ ins AS (
     FROM ids i
     HAVING count(*) > 0
 )
-(SELECT i.ord::int, i.id, 'ready'::text FROM ids i
+(SELECT array_agg(i.id ORDER BY i.ord), 'ready'::text FROM ids i
  WHERE (SELECT count(pg_catalog.pg_notify('pgque_jobs_' || $1, ''))
         FROM (SELECT 1 FROM ids LIMIT 1) r) >= 0
- ORDER BY i.ord)
+ HAVING count(*) > 0)
 UNION ALL
-SELECT 0, NULL::bigint, 'nolane'::text FROM lane WHERE lane.lane_id IS NULL
+SELECT NULL::bigint[], 'nolane'::text FROM lane WHERE lane.lane_id IS NULL
 "#
 );
 
@@ -188,22 +189,23 @@ pub fn run(
                 let table = client
                     .update(stmt, None, args)
                     .unwrap_or_else(|e| pgrx::error!("{e}"));
-                let mut out = Vec::with_capacity(table.len());
-                let mut nolane = false;
-                for row in table {
-                    let state = row.get::<String>(3).ok().flatten().unwrap_or_default();
-                    if state == "nolane" {
-                        nolane = true;
-                        break;
-                    }
-                    out.push(Outcome {
-                        ord: row.get::<i32>(1).ok().flatten().unwrap_or(0),
-                        job_id: row.get::<i64>(2).ok().flatten(),
-                        state,
-                    });
-                }
-                if !nolane {
-                    return if out.is_empty() { None } else { Some(out) };
+                // one row (a statement's 100 rows were read one value at
+                // a time through SPI); none: the queue is not the log's
+                let Some(row) = table.into_iter().next() else {
+                    return None;
+                };
+                if row.get::<&str>(2).ok().flatten() != Some("nolane") {
+                    let ids = row.get::<Vec<i64>>(1).ok().flatten().unwrap_or_default();
+                    return Some(
+                        ids.into_iter()
+                            .enumerate()
+                            .map(|(i, id)| Outcome {
+                                ord: i as i32 + 1,
+                                job_id: Some(id),
+                                state: "ready".into(),
+                            })
+                            .collect(),
+                    );
                 }
                 if attempt == 1 {
                     // a lane another transaction created after this one's
