@@ -28,6 +28,10 @@ BEGIN
 END $$;
 SELECT round(10000 / extract(epoch FROM clock_timestamp() - :'t3'::timestamptz)) AS "dispatched and completed per second";
 SELECT ready, running, completed FROM pgque.job_queue_status WHERE queue_name = 'demo_jobs';
+\echo 'One of them, looked up by id (pgque.get_job reads it by key, wherever it is stored):'
+SELECT id, kind, args, state, attempt, worker, stored_in
+  FROM pgque.get_job((SELECT max(id_hi) FROM pgque.job_log l JOIN pgque.job_lanes n USING (lane_id)
+                       WHERE n.queue = 'demo_jobs'));
 \echo 'Rows the job log wrote for them (one per enqueue call, dispatch and completion), and dead tuples:'
 SELECT (SELECT count(*) FROM pgque.job_log l JOIN pgque.job_lanes n USING (lane_id) WHERE n.queue = 'demo_jobs') AS batch_rows,
        (SELECT count(*) FROM pgque.job_claims c JOIN pgque.job_lanes n USING (lane_id) WHERE n.queue = 'demo_jobs') AS claim_rows,
