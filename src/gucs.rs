@@ -207,6 +207,11 @@ pub fn init() {
         86_400 * 7,
         GucFlags::UNIT_S,
     );
+    // Every pgque.* name is one of the above: a misspelt one (in
+    // postgresql.conf, ALTER SYSTEM or SET) is reported instead of becoming a
+    // placeholder that nothing reads (the server logs a WARNING for one in the
+    // configuration file; SET raises 42602).
+    unsafe { pgrx::pg_sys::MarkGUCPrefixReserved(c"pgque".as_ptr()) };
 }
 
 fn ms(v: i32) -> Duration {
@@ -287,4 +292,27 @@ pub fn ledger_rotation_period_s() -> i32 {
 /// Promotion cadence of delayed events (`pgque.delayed_period_ms`).
 pub fn delayed_period() -> Duration {
     ms(DELAYED_PERIOD_MS.get())
+}
+
+#[cfg(any(test, feature = "pg_test"))]
+#[pgrx::pg_schema]
+mod tests {
+    use crate::jobs::tests::tests::{one, sqlstate};
+    use pgrx::prelude::*;
+
+    /// The pgque prefix is reserved: a misspelt setting is an error (42602),
+    /// not a placeholder nothing reads; the real ones still set.
+    #[pg_test]
+    fn a_misspelt_pgque_setting_is_refused() {
+        assert_eq!(sqlstate("SET LOCAL pgque.job_logg = off"), "42602");
+        assert_eq!(
+            sqlstate("SELECT set_config('pgque.tick_period', '5', true)"),
+            "42602"
+        );
+        assert_eq!(sqlstate("SET LOCAL pgque.job_log = off"), "ok");
+        assert_eq!(
+            one::<String>("SELECT current_setting('pgque.job_log')"),
+            Some("off".into())
+        );
+    }
 }

@@ -53,4 +53,4 @@ pub const STATES: [&str; 6] = [
 ];
 
 #[cfg(any(test, feature = "pg_test"))]
-mod tests;
+pub(crate) mod tests;
