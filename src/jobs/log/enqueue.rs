@@ -191,9 +191,7 @@ pub fn run(
                     .unwrap_or_else(|e| pgrx::error!("{e}"));
                 // one row (a statement's 100 rows were read one value at
                 // a time through SPI); none: the queue is not the log's
-                let Some(row) = table.into_iter().next() else {
-                    return None;
-                };
+                let row = table.into_iter().next()?;
                 if row.get::<&str>(2).ok().flatten() != Some("nolane") {
                     let ids = row.get::<Vec<i64>>(1).ok().flatten().unwrap_or_default();
                     return Some(
