@@ -100,11 +100,10 @@ fn drop_job_queue(queue_name: Option<&str>, force: default!(Option<bool>, false)
         );
     }
     if !force {
+        // job_queue_status counts the log by its rows (job_log_jobs would
+        // unpack every job of the log)
         let live = Spi::get_one_with_args::<i64>(
-            "SELECT (SELECT count(*) FROM pgque.jobs
-                     WHERE queue = $1 AND state IN ('scheduled', 'ready', 'running'))
-                  + (SELECT count(*) FROM pgque.job_log_jobs
-                     WHERE queue = $1 AND state IN ('ready', 'running'))",
+            "SELECT scheduled + ready + running FROM pgque.job_queue_status WHERE queue_name = $1",
             &[queue.into()],
         )
         .unwrap_or(None)
@@ -128,9 +127,13 @@ fn drop_job_queue(queue_name: Option<&str>, force: default!(Option<bool>, false)
               ids AS (DELETE FROM pgque.job_running_identities WHERE queue = $1),
               cur AS (DELETE FROM pgque.job_rr_cursors WHERE queue_name = $1),
               -- the queue's log rows, claims and done rows leave with their
-              -- segments (rotation skips rows whose lane is gone)
+              -- segments (rotation skips rows whose lane is gone); its active
+              -- claims are settled now, so that their tokens are stale and
+              -- the lease rescue does not keep finding them
               lanes AS (DELETE FROM pgque.job_lanes WHERE queue = $1 RETURNING lane_id),
-              holes AS (DELETE FROM pgque.job_log_holes h USING lanes l WHERE h.lane_id = l.lane_id)
+              holes AS (DELETE FROM pgque.job_log_holes h USING lanes l WHERE h.lane_id = l.lane_id),
+              claims AS (UPDATE pgque.job_claims c SET state = 'd' FROM lanes l
+                         WHERE c.lane_id = l.lane_id AND c.state = 'a')
          DELETE FROM pgque.job_queues WHERE queue_name = $1",
         &[queue.into()],
     )

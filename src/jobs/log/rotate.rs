@@ -24,10 +24,13 @@ use pgrx::prelude::*;
 /// A claim's jobs all finished when its done rows name as many jobs as it
 /// has: done rows only ever name unfinished members of their claim, once. No
 /// claim lock is needed to settle: a claim with nothing left to finish cannot
-/// change any more.
+/// change any more. A claim whose lane is gone (its queue was dropped, by a
+/// dispatch that ran beside the drop or before 0.5.0, which left them
+/// active) is settled too: there is nowhere to rescue its jobs to, and left
+/// active it would come first in every later run.
 const SETTLE_EXPIRED_SQL: &str = r#"
 WITH exp AS MATERIALIZED (
-    SELECT c.claim_id, c.job_ids FROM pgque.job_claims c
+    SELECT c.claim_id, c.lane_id, c.job_ids FROM pgque.job_claims c
     WHERE c.state = 'a' AND c.lease_until < pg_catalog.clock_timestamp()
     ORDER BY c.lease_until
     LIMIT $1
@@ -36,6 +39,7 @@ fin AS MATERIALIZED (
     SELECT e.claim_id FROM exp e
     WHERE cardinality(e.job_ids) = (SELECT COALESCE(sum(cardinality(d.job_ids)), 0)
                                     FROM pgque.job_done d WHERE d.claim_id = e.claim_id)
+       OR NOT EXISTS (SELECT 1 FROM pgque.job_lanes l WHERE l.lane_id = e.lane_id)
 ),
 upd AS (
     UPDATE pgque.job_claims c SET state = 'd'

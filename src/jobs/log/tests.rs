@@ -469,6 +469,42 @@ mod tests {
         same();
     }
 
+    /// Dropping a queue with running log jobs settles their claims (their
+    /// tokens are stale), and a claim whose lane is gone some other way is
+    /// settled by the rescue instead of being found again on every run.
+    #[pg_test]
+    fn a_dropped_queue_leaves_no_active_claim_behind() {
+        run("SELECT pgque.create_job_queue('dq')");
+        enqueue("dq", "k", 10, "");
+        // not forced: refused while jobs are ready or running
+        assert_eq!(sqlstate("SELECT pgque.drop_job_queue('dq')"), "55000");
+        let got = dispatch("ARRAY['dq'], 4, 'w'");
+        assert_eq!(got.len(), 4);
+        assert_eq!(
+            one::<bool>("SELECT pgque.drop_job_queue('dq', true)"),
+            Some(true)
+        );
+        assert_eq!(
+            count("SELECT count(*) FROM pgque.job_claims WHERE state = 'a'"),
+            0
+        );
+        assert_eq!(complete_many(&got), 0, "a dropped queue's tokens are stale");
+        // a claim left active without its lane (as a dispatch racing the
+        // drop leaves it): the rescue settles it and moves nothing
+        run("SELECT pgque.create_job_queue('dq2')");
+        enqueue("dq2", "k", 3, "");
+        let got = dispatch("ARRAY['dq2'], 3, 'w'");
+        assert_eq!(got.len(), 3);
+        run("DELETE FROM pgque.job_lanes WHERE queue = 'dq2'");
+        run("UPDATE pgque.job_claims SET lease_until = now() - interval '1 second' WHERE state = 'a'");
+        assert_eq!(one::<i32>("SELECT pgque.rescue_expired_leases()"), Some(0));
+        assert_eq!(
+            count("SELECT count(*) FROM pgque.job_claims WHERE state = 'a'"),
+            0
+        );
+        assert_eq!(count("SELECT count(*) FROM pgque.jobs"), 0);
+    }
+
     #[pg_test]
     fn jobs_of_both_stores_are_dispatched_in_one_fifo_order() {
         run("SELECT pgque.create_job_queue('mx')");
