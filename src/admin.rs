@@ -29,6 +29,7 @@ fn start() -> bool {
         return false;
     }
     // The worker waits for this transaction to commit before it starts working.
+    shmem::unmark_unwanted(unsafe { pg_sys::MyDatabaseId }.to_u32());
     worker::spawn_db_worker(unsafe { pg_sys::MyDatabaseId }, true)
 }
 

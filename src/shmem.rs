@@ -17,6 +17,17 @@ pub const ERR_LEN: usize = 192;
 /// Recently dropped databases, remembered so a worker restarted by the
 /// postmaster does not try to connect to a database that is gone.
 const DROPPED: usize = 16;
+/// Databases a worker found without the extension, or switched off by
+/// stop(), with when: the launcher leaves each alone for UNWANTED_TTL_US
+/// (start(), which CREATE EXTENSION runs, starts a worker itself and clears
+/// the mark). Without these marks the launcher started a worker in every
+/// such database on every scan, and with more of them than free worker
+/// slots it stopped at the first refusal: the databases after them in
+/// pg_database never got a worker after a restart. Past UNWANTED databases
+/// the oldest mark is overwritten (that database is probed again).
+const UNWANTED: usize = 256;
+/// How long the launcher leaves an unwanted database alone (10 minutes).
+pub const UNWANTED_TTL_US: i64 = 600 * 1_000_000;
 
 #[derive(Copy, Clone)]
 pub struct DutyStat {
@@ -82,6 +93,8 @@ pub struct Workers {
     pub slots: [DbSlot; MAX_DBS],
     dropped: [u32; DROPPED],
     dropped_next: usize,
+    unwanted: [(u32, i64); UNWANTED],
+    unwanted_next: usize,
 }
 
 impl Default for Workers {
@@ -91,6 +104,8 @@ impl Default for Workers {
             slots: [DbSlot::EMPTY; MAX_DBS],
             dropped: [0; DROPPED],
             dropped_next: 0,
+            unwanted: [(0, 0); UNWANTED],
+            unwanted_next: 0,
         }
     }
 }
@@ -272,6 +287,38 @@ pub fn unmark_dropped(db_oid: u32) {
 
 pub fn is_dropped(db_oid: u32) -> bool {
     WORKERS.share().dropped.contains(&db_oid)
+}
+
+/// Remembers (at `now`, a TimestampTz) that `db_oid` wants no worker.
+pub fn mark_unwanted(db_oid: u32, now: i64) {
+    let mut w = WORKERS.exclusive();
+    if let Some(u) = w.unwanted.iter_mut().find(|u| u.0 == db_oid) {
+        u.1 = now;
+        return;
+    }
+    let i = w.unwanted_next % UNWANTED;
+    w.unwanted[i] = (db_oid, now);
+    w.unwanted_next = i + 1;
+}
+
+/// Forgets the mark of `db_oid` (start() wants a worker there).
+pub fn unmark_unwanted(db_oid: u32) {
+    let mut w = WORKERS.exclusive();
+    for u in w.unwanted.iter_mut() {
+        if u.0 == db_oid {
+            *u = (0, 0);
+        }
+    }
+}
+
+/// Whether `db_oid` was found to want no worker less than
+/// UNWANTED_TTL_US before `now`.
+pub fn is_unwanted(db_oid: u32, now: i64) -> bool {
+    WORKERS
+        .share()
+        .unwanted
+        .iter()
+        .any(|u| u.0 == db_oid && now - u.1 < UNWANTED_TTL_US)
 }
 
 /// Records the start of a duty run.

@@ -323,3 +323,44 @@ fn stop_and_start_switch_the_worker() {
     assert!(started);
     assert!(wait_worker(&mut admin, &db.name, Duration::from_secs(3)).is_some());
 }
+
+/// After a restart only the launcher starts workers. With more databases
+/// without pgque ahead of one with it (in pg_database order) than free
+/// worker slots, the launcher used to fill the slots with workers that find
+/// no extension and leave, give up at the first refusal, and start over from
+/// the top on its next scan a minute later: the database with pgque never
+/// got its worker. It now remembers where pgque is not wanted and scans again
+/// within a second when it ran out of slots.
+#[test]
+fn databases_without_pgque_do_not_starve_one_with_it() {
+    // 6 slots: the launcher, the logical replication launcher, 4 free
+    let cl = Cluster::start_new("starve", "max_worker_processes = 6");
+    let mut admin = cl.connect("postgres");
+    for i in 0..10 {
+        admin
+            .batch_execute(&format!("CREATE DATABASE plain_{i}"))
+            .unwrap();
+    }
+    drop(cl.create_db("with_pgque"));
+    drop(admin);
+    cl.stop_immediate();
+    cl.start();
+    let mut admin = cl.connect("postgres");
+    let started = Instant::now();
+    let got = wait_until(Duration::from_secs(20), || {
+        admin
+            .query_opt(
+                "SELECT pid FROM pg_stat_activity WHERE backend_type = 'pgque worker' \
+                   AND datname = 'with_pgque'",
+                &[],
+            )
+            .unwrap()
+            .is_some()
+    });
+    assert!(
+        got,
+        "no worker for with_pgque after {:?}; server log:\n{}",
+        started.elapsed(),
+        cl.log_tail(30)
+    );
+}

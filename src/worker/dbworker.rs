@@ -154,8 +154,18 @@ pub extern "C-unwind" fn pgque_db_worker_main(arg: pg_sys::Datum) {
     loop {
         match wanted_here() {
             Some(true) => break,
-            Some(false) => exit_clean(),
-            None if Instant::now() >= deadline => exit_clean(),
+            Some(false) => {
+                shmem::mark_unwanted(db_oid, now_ts());
+                exit_clean()
+            }
+            None if Instant::now() >= deadline => {
+                // a CREATE EXTENSION that has not committed in time is not
+                // a verdict: the launcher looks again on its next scan
+                if !await_install {
+                    shmem::mark_unwanted(db_oid, now_ts());
+                }
+                exit_clean()
+            }
             None => {}
         }
         if !BackgroundWorker::wait_latch(Some(Duration::from_millis(100))) {
@@ -214,6 +224,7 @@ pub extern "C-unwind" fn pgque_db_worker_main(arg: pg_sys::Datum) {
         if Instant::now() >= next_check {
             if wanted_here() != Some(true) {
                 log!("pgque worker for database {dbname}: extension dropped or stop() called; exiting");
+                shmem::mark_unwanted(db_oid, now_ts());
                 exit_clean();
             }
             next_check = Instant::now() + RECHECK;

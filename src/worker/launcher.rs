@@ -18,6 +18,9 @@ pub fn register() {
         .load();
 }
 
+/// How soon the launcher scans again when it ran out of worker slots.
+const FULL_RETRY: Duration = Duration::from_secs(1);
+
 /// A database the launcher may start a worker for.
 struct Db {
     oid: pg_sys::Oid,
@@ -67,18 +70,29 @@ pub fn allowed(name: &str, list: &Option<Vec<String>>) -> bool {
     }
 }
 
-fn scan() {
+/// Starts a worker in each database that may want one and has none (a
+/// database a worker recently found without the extension, or stopped, is
+/// left alone: shmem::is_unwanted). Returns the database it could not start
+/// one in when PostgreSQL ran out of worker slots before the end of the
+/// list (the caller scans again soon: the workers it started leave their
+/// slots quickly where they are not wanted).
+fn scan() -> Option<String> {
     let list = gucs::databases();
+    let now = unsafe { pg_sys::GetCurrentTimestamp() };
     for db in list_databases() {
         let oid = db.oid.to_u32();
-        if !allowed(&db.name, &list) || shmem::is_dropped(oid) || shmem::find(oid).is_some() {
+        if !allowed(&db.name, &list)
+            || shmem::is_dropped(oid)
+            || shmem::is_unwanted(oid, now)
+            || shmem::find(oid).is_some()
+        {
             continue;
         }
         if !super::spawn_db_worker(db.oid, false) {
-            log!("pgque launcher: no free background worker slot for database {}; raise max_worker_processes", db.name);
-            break;
+            return Some(db.name);
         }
     }
+    None
 }
 
 #[pg_guard]
@@ -89,9 +103,10 @@ pub extern "C-unwind" fn pgque_launcher_main(_arg: pg_sys::Datum) {
     shmem::set_launcher_pid(unsafe { pg_sys::MyProcPid });
 
     let mut next_scan = Instant::now();
+    let mut logged_full: Option<Instant> = None;
     loop {
         if gucs::enabled() && Instant::now() >= next_scan {
-            scan();
+            let cut_short = scan();
             let every = gucs::launcher_rescan();
             // A rescan interval of 0 means: only at start.
             next_scan = if every.is_zero() {
@@ -99,6 +114,15 @@ pub extern "C-unwind" fn pgque_launcher_main(_arg: pg_sys::Datum) {
             } else {
                 Instant::now() + every
             };
+            if let Some(name) = cut_short {
+                // the rest of the list soon, whatever the interval; said
+                // once a minute at most
+                next_scan = Instant::now() + FULL_RETRY;
+                if logged_full.is_none_or(|t| t.elapsed() >= Duration::from_secs(60)) {
+                    log!("pgque launcher: no free background worker slot for database {name}; raise max_worker_processes");
+                    logged_full = Some(Instant::now());
+                }
+            }
         }
         let wait = next_scan
             .saturating_duration_since(Instant::now())
