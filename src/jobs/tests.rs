@@ -1240,22 +1240,27 @@ pub mod tests {
 
     // ---- plan shape: depth independence ------------------------------------
 
+    /// Prepares `sql` as statement `d` (argument types `types`) under a
+    /// generic or a custom plan, for the plan-shape tests.
+    pub fn prepare_d(types: &str, sql: &str, generic: bool) {
+        let mode = if generic {
+            "force_generic_plan"
+        } else {
+            "force_custom_plan"
+        };
+        run(&format!("SET LOCAL plan_cache_mode = {mode}"));
+        run("DEALLOCATE ALL");
+        run(&format!("PREPARE d({types}) AS {sql}"));
+    }
+
     /// The largest rows x loops of any node in the EXPLAIN ANALYZE of
     /// DISPATCH_SQL, and the number of rows it returned.
     fn explain_dispatch(queue: &str, limit: i32, generic: bool) -> (f64, f64) {
-        run(&format!(
-            "SET LOCAL plan_cache_mode = {}",
-            if generic {
-                "force_generic_plan"
-            } else {
-                "force_custom_plan"
-            }
-        ));
-        run("DEALLOCATE ALL");
-        run(&format!(
-            "PREPARE d(text[], int, text, interval, int) AS {}",
-            crate::jobs::dispatch::DISPATCH_SQL
-        ));
+        prepare_d(
+            "text[], int, text, interval, int",
+            crate::jobs::dispatch::DISPATCH_SQL,
+            generic,
+        );
         if one::<bool>(
             "SELECT NOT EXISTS (SELECT 1 FROM pg_proc
                                 WHERE proname = 'explain_json' AND pronamespace = pg_my_temp_schema())",

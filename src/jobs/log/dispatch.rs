@@ -115,6 +115,20 @@ jobs AS MATERIALIZED (
     };
 }
 
+/// The answer of a blocked call: one row, `blocked` true (the two dispatch
+/// statements end with it, after their claimed rows).
+macro_rules! blocked_row {
+    () => {
+        r#"
+UNION ALL
+SELECT NULL::bigint, NULL::text, NULL::text, NULL::jsonb, NULL::smallint, NULL::int, NULL::int,
+       NULL::text, NULL::text, NULL::text, NULL::timestamptz, NULL::timestamptz, NULL::bigint,
+       NULL::timestamptz, true
+FROM blocked WHERE blocked.b
+"#
+    };
+}
+
 /// `lanes_q`: every lane with quota `limit`, or 0 when the call is blocked.
 macro_rules! lanes_q_blocked {
     () => {
@@ -164,12 +178,8 @@ ins AS (
         NULL::text, t.run_at, t.enqueued_at, i.claim_id, i.lease_until, false
  FROM taken t CROSS JOIN ins i
  ORDER BY t.id)
-UNION ALL
-SELECT NULL::bigint, NULL::text, NULL::text, NULL::jsonb, NULL::smallint, NULL::int, NULL::int,
-       NULL::text, NULL::text, NULL::text, NULL::timestamptz, NULL::timestamptz, NULL::bigint,
-       NULL::timestamptz, true
-FROM blocked WHERE blocked.b
-"#
+"#,
+    blocked_row!()
 );
 
 /// $1 queues, $2 limit, $3 worker, $4 lease (NULL: the queue's), $5 lane ids
@@ -178,10 +188,7 @@ FROM blocked WHERE blocked.b
 /// with blocked true and nothing claimed.
 pub const LOG_DISPATCH_SQL: &str = concat!(
     lanes_head!(),
-    r#"
-"#,
     blocked!(),
-    r#""#,
     lanes_q_blocked!(),
     walk!(),
     cand!(),
@@ -208,12 +215,8 @@ ins AS (
         NULL::text, t.run_at, t.enqueued_at, i.claim_id, i.lease_until, false
  FROM taken t JOIN ins i ON i.lane_id = t.lane_id
  ORDER BY t.qrank, t.pos)
-UNION ALL
-SELECT NULL::bigint, NULL::text, NULL::text, NULL::jsonb, NULL::smallint, NULL::int, NULL::int,
-       NULL::text, NULL::text, NULL::text, NULL::timestamptz, NULL::timestamptz, NULL::bigint,
-       NULL::timestamptz, true
-FROM blocked WHERE blocked.b
-"#
+"#,
+    blocked_row!()
 );
 
 /// Given `moved` (the jobs to move, with lane_id, id, kind, args, ..., and

@@ -74,7 +74,11 @@ pub fn lock_claims(tokens: &[i64]) -> i32 {
 /// the log's statement anyway (completion, READ COMMITTED only: the next
 /// statement's snapshot is taken after these locks).
 pub fn lock_tokens(tokens: &[i64]) {
-    let mut keys: Vec<i32> = tokens
+    // a complete_many of one claim passes its token once per job
+    let mut distinct = tokens.to_vec();
+    distinct.sort_unstable();
+    distinct.dedup();
+    let mut keys: Vec<i32> = distinct
         .iter()
         .map(|t| unsafe {
             let d = pg_sys::OidFunctionCall1Coll(

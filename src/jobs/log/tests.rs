@@ -5,7 +5,7 @@ use pgrx::prelude::*;
 
 #[pg_schema]
 mod tests {
-    use crate::jobs::tests::tests::{count, explain_widest, one, run, sqlstate};
+    use crate::jobs::tests::tests::{count, explain_widest, one, prepare_d, run, sqlstate};
     use pgrx::prelude::*;
 
     /// (job_id, kind, lease_token, attempt) in dispatch order.
@@ -675,18 +675,7 @@ mod tests {
                     ("general", crate::jobs::log::dispatch::LOG_DISPATCH_SQL),
                     ("one lane", crate::jobs::log::dispatch::LOG_DISPATCH_ONE_SQL),
                 ] {
-                    run(&format!(
-                        "SET LOCAL plan_cache_mode = {}",
-                        if generic {
-                            "force_generic_plan"
-                        } else {
-                            "force_custom_plan"
-                        }
-                    ));
-                    run("DEALLOCATE ALL");
-                    run(&format!(
-                        "PREPARE d(text[], int, text, interval, int[]) AS {sql}"
-                    ));
+                    prepare_d("text[], int, text, interval, int[]", sql, generic);
                     let (widest, returned) = explain_widest(&format!(
                         "EXECUTE d(ARRAY['deep'], {limit}, 'w', NULL, {lanes})"
                     ));
