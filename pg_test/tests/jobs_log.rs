@@ -577,6 +577,29 @@ fn log_rotation_under_load_loses_and_repeats_nothing() {
     let mut rot = db.connect();
     rot.batch_execute("SET pgque.job_log_rotation_period = 0")
         .unwrap();
+    // A claim held across truncations, so that the evacuation path runs
+    // whatever the timing of the consumers' short claims: five jobs of
+    // their own queue, dispatched before the load and completed only after
+    // three truncations, with the tokens the dispatch gave.
+    let mut hold = db.connect();
+    hold.batch_execute(
+        "SELECT pgque.create_job_queue('rot_hold');
+         SELECT count(*) FROM pgque.enqueue_ready_rows('rot_hold', array_fill('h'::text, ARRAY[5]),
+                                                       array_fill('{}'::jsonb, ARRAY[5]))",
+    )
+    .unwrap();
+    let held: Vec<(i64, i64)> = hold
+        .query(
+            "SELECT job_id, lease_token FROM pgque.dispatch(ARRAY['rot_hold'], 5, 'holder', interval '1 hour')",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(held.len(), 5);
+    let held_done = Arc::new(AtomicUsize::new(usize::MAX));
+    let hd = held_done.clone();
     let stats = Arc::new(Mutex::new((0usize, 0usize, 0usize, 0i64, 0usize)));
     let st = stats.clone();
     let start = Instant::now();
@@ -613,7 +636,17 @@ fn log_rotation_under_load_loses_and_repeats_nothing() {
                 s.2 += truncated.is_some() as usize;
                 s.3 += evacuated as i64;
                 s.4 += busy as usize;
+                let truncations = s.2;
                 drop(s);
+                if truncations >= 3 && hd.load(Ordering::SeqCst) == usize::MAX {
+                    let ids: Vec<i64> = held.iter().map(|h| h.0).collect();
+                    let toks: Vec<i64> = held.iter().map(|h| h.1).collect();
+                    let n: i32 = hold
+                        .query_one("SELECT pgque.complete_many($1, $2)", &[&ids, &toks])
+                        .unwrap()
+                        .get(0);
+                    hd.store(n as usize, Ordering::SeqCst);
+                }
                 std::thread::sleep(Duration::from_millis(20));
             }
         },
@@ -634,6 +667,13 @@ fn log_rotation_under_load_loses_and_repeats_nothing() {
     assert!(
         evacuated >= 1,
         "no truncation met a running claim: the evacuation path was not exercised"
+    );
+    // the held claim's jobs went to pgque.jobs with their claim's token and
+    // were completed there with it
+    assert_eq!(
+        held_done.load(Ordering::SeqCst),
+        5,
+        "the held claim's jobs, completed after {truncated} truncations"
     );
     // Whatever the rotations moved to pgque.jobs was completed there, and
     // no job is left ready or running anywhere.
@@ -657,15 +697,24 @@ fn log_rotation_under_load_loses_and_repeats_nothing() {
     );
     // no job of pgque.jobs is one that did not come from the producers
     let side: Vec<i64> = c
-        .query("SELECT id FROM pgque.jobs", &[])
+        .query("SELECT id FROM pgque.jobs WHERE queue = 'rot'", &[])
         .unwrap()
         .iter()
         .map(|r| r.get(0))
         .collect();
     assert!(side.iter().all(|id| all.contains(id)));
     // an evacuated claim had at least one unfinished job, which went there
+    // (one evacuated claim is the held one, whose jobs are in rot_hold)
+    assert_eq!(
+        count(
+            &mut c,
+            "SELECT count(*) FROM pgque.jobs WHERE queue = 'rot_hold' AND state = 'completed'"
+        ),
+        5,
+        "the held claim was evacuated into pgque.jobs"
+    );
     assert!(
-        side.len() as i64 >= evacuated,
+        side.len() as i64 + 1 >= evacuated,
         "{} jobs in pgque.jobs",
         side.len()
     );
