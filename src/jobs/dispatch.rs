@@ -402,16 +402,17 @@ fn dispatch(
                 .unwrap_or_default();
             if !lanes.is_empty() {
                 log::require_read_committed("dispatch");
-                let sql = if lanes.len() == 1 {
-                    log::dispatch::LOG_DISPATCH_ONE_SQL
+                let blocked = if let [lane] = lanes[..] {
+                    log::dispatch_one::dispatch_one(
+                        client, &names, lane, limit, &worker, lease, &mut out,
+                    )
                 } else {
-                    log::dispatch::LOG_DISPATCH_SQL
+                    let stmt = prepared(client, log::dispatch::LOG_DISPATCH_SQL, &log_arg_types());
+                    let table = client
+                        .update(stmt, None, &args(Some(lanes.clone())))
+                        .unwrap_or_else(|e| pgrx::error!("{e}"));
+                    unsafe { take_rows(table.len(), &mut out) }
                 };
-                let stmt = prepared(client, sql, &log_arg_types());
-                let table = client
-                    .update(stmt, None, &args(Some(lanes.clone())))
-                    .unwrap_or_else(|e| pgrx::error!("{e}"));
-                let blocked = unsafe { take_rows(table.len(), &mut out) };
                 if !blocked {
                     return;
                 }

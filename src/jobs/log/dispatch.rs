@@ -151,35 +151,45 @@ cand AS MATERIALIZED (
     };
 }
 
-/// LOG_DISPATCH_SQL for a call whose queues have one lane (the common case):
-/// the next `limit` jobs of the lane in id order, without the ranking across
-/// lanes and queues. Same arguments and result as LOG_DISPATCH_SQL.
-pub const LOG_DISPATCH_ONE_SQL: &str = concat!(
+/// The one-lane dispatch (`dispatch_one`), first statement: $1 queues, $4
+/// lease, $5 the lane (locked). One row: whether the call is blocked, and
+/// the lane's id, queue, priority, lease and cursor (NULL when its queue is
+/// paused or not in the call).
+pub const LANE_STATE_SQL: &str = concat!(
     lanes_head!(),
     blocked!(),
-    lanes_q_blocked!(),
-    walk!(),
     r#"
-taken AS MATERIALIZED (
-    SELECT j.* FROM jobs j ORDER BY j.id LIMIT $2
-),
-ins AS (
-    INSERT INTO pgque.job_claims (seg, claim_id, lane_id, hi, job_ids, worker, dispatched_at,
-                                  lease_until, state)
-    SELECT "#,
-    crate::cur_seg!(),
-    r#", pg_catalog.nextval('pgque.job_lease_token_seq'), l.lane_id, max(t.id),
-           array_agg(t.id ORDER BY t.id), $3, now(), pg_catalog.clock_timestamp() + l.lease, 'a'
-    FROM taken t CROSS JOIN lanes l
-    GROUP BY l.lane_id, l.lease
-    RETURNING claim_id, lease_until
+st AS (
+    SELECT b.b, l.lane_id, l.queue, l.priority, l.lease, l.cur
+    FROM blocked b LEFT JOIN lanes l ON true
 )
-(SELECT t.id, t.queue, t.kind, t.args, t.priority, 1, t.max_attempts, NULL::text, t.fk,
-        NULL::text, t.run_at, t.enqueued_at, i.claim_id, i.lease_until, false
- FROM taken t CROSS JOIN ins i
- ORDER BY t.id)
-"#,
-    blocked_row!()
+SELECT * FROM st
+"#
+);
+
+/// $1 lane, $2 cursor, $3 how many: the lane's next log rows above the
+/// cursor, in order (one index range scan, stopped by the limit).
+pub const LANE_ROWS_SQL: &str = r#"
+SELECT r.id_hi, r.id_lo, r.enqueued_at, r.max_attempts, r.ids, r.kinds, r.args, r.run_ats,
+       r.job_max_attempts, r.fairness_keys
+FROM pgque.job_log r
+WHERE r.lane_id = $1 AND r.id_hi > $2
+ORDER BY r.id_hi
+LIMIT $3
+"#;
+
+/// $1 lane, $2 its last job, $3 the jobs (in id order), $4 worker, $5 lease:
+/// the claim row. Returns its token and lease end.
+pub const CLAIM_SQL: &str = concat!(
+    r#"
+INSERT INTO pgque.job_claims (seg, claim_id, lane_id, hi, job_ids, worker, dispatched_at,
+                              lease_until, state)
+SELECT "#,
+    crate::cur_seg!(),
+    r#", pg_catalog.nextval('pgque.job_lease_token_seq'), $1, $2, $3, $4, now(),
+       pg_catalog.clock_timestamp() + $5, 'a'
+RETURNING claim_id, lease_until
+"#
 );
 
 /// $1 queues, $2 limit, $3 worker, $4 lease (NULL: the queue's), $5 lane ids

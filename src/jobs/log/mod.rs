@@ -6,6 +6,8 @@
 //! - `enqueue`  the batch row (enqueue_ready_rows' path for eligible batches)
 //! - `dispatch` the lane windows, the claim rows, and the spill of a window
 //!   into pgque.jobs when a dispatch has to merge both stores
+//! - `dispatch_one` the dispatch of a call with one lane, its rows cut out
+//!   of the log rows' arrays in Rust
 //! - `release`  completion through done rows, heartbeats of claims, and
 //!   `to_side`: a claimed job copied into pgque.jobs (fail, snooze, cancel)
 //! - `rotate`   the segment ring: settling and rescuing claims whose lease is
@@ -29,6 +31,7 @@
 //!   cancel, heartbeat, rescue, evacuation) takes the claim's lock
 //!   (CLAIM_LOCK_CLASS) in its own statement first, for the same reason.
 pub mod dispatch;
+pub mod dispatch_one;
 pub mod enqueue;
 pub mod release;
 pub mod rotate;

@@ -6,10 +6,11 @@
 use super::super::stmt::{prepared, run_int, ty, with_generic_plans};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
+use std::collections::HashMap;
 
 /// $1 job ids, $2 tokens: `acc`, the pairs whose token is an active claim
-/// holding the job, not finished yet (the common head of COMPLETE_SQL and
-/// HEARTBEAT_SQL).
+/// holding the job, not finished yet (HEARTBEAT_SQL's head; `accepted` is
+/// the same rule for completion).
 macro_rules! accepted_pairs {
     () => {
         r#"
@@ -32,29 +33,118 @@ acc AS MATERIALIZED (
     };
 }
 
-/// $1 job ids, $2 tokens: the accepted pairs get one done row per claim.
-/// Returns how many.
-pub const COMPLETE_SQL: &str = concat!(
-    accepted_pairs!(),
+/// $1 claim ids: each active claim among them with its jobs (done NULL),
+/// and every done row of them (jobs NULL). Two index probes per claim; the
+/// pairs are matched in `complete`, not in SQL (a statement that unnested,
+/// joined and regrouped the pairs spent more time starting its plan and
+/// sorting than reading).
+const CLAIM_STATE_SQL: &str = r#"
+SELECT c.claim_id, c.job_ids, NULL::bigint[] AS done FROM pgque.job_claims c
+WHERE c.claim_id = ANY ($1::bigint[]) AND c.state::text = 'a'
+UNION ALL
+SELECT d.claim_id, NULL::bigint[], d.job_ids FROM pgque.job_done d
+WHERE d.claim_id = ANY ($1::bigint[])
+"#;
+
+/// $1 claim ids, $2 job ids, $3 and $4 the first and last position in $2 of
+/// each claim's jobs: one done row (kind c) per claim.
+const DONE_SQL: &str = concat!(
     r#"
-ins AS (
-    INSERT INTO pgque.job_done (seg, claim_id, kind, job_ids, at)
-    SELECT "#,
+INSERT INTO pgque.job_done (seg, claim_id, kind, job_ids, at)
+SELECT "#,
     crate::cur_seg!(),
-    r#", a.token, 'c', array_agg(a.id ORDER BY a.id), now()
-    FROM acc a GROUP BY a.token
-)
-SELECT count(*)::int FROM acc
+    r#", x.claim_id, 'c', ($2::bigint[])[x.lo:x.hi], now()
+FROM unnest($1::bigint[], $3::int[], $4::int[]) AS x(claim_id, lo, hi)
 "#
 );
 
-/// Completes the pairs that belong to the log. Returns how many.
+/// The pairs to complete, grouped by claim: each distinct pair whose token
+/// is an active claim (`claims`: token -> its jobs) holding the job, which
+/// no done row of the claim (`done`) has finished yet. Claims in token
+/// order, jobs in id order. Sorts the lists of `claims` and `done` in place
+/// (a claim can hold 10,000 jobs: looked up by binary search).
+pub fn accepted(
+    ids: &[i64],
+    tokens: &[i64],
+    claims: &mut HashMap<i64, Vec<i64>>,
+    done: &mut HashMap<i64, Vec<i64>>,
+) -> Vec<(i64, Vec<i64>)> {
+    for v in claims.values_mut().chain(done.values_mut()) {
+        v.sort_unstable();
+    }
+    let mut pairs: Vec<(i64, i64)> = tokens.iter().copied().zip(ids.iter().copied()).collect();
+    pairs.sort_unstable();
+    pairs.dedup();
+    let mut out: Vec<(i64, Vec<i64>)> = Vec::new();
+    for (token, id) in pairs {
+        let Some(jobs) = claims.get(&token) else { continue };
+        if jobs.binary_search(&id).is_err()
+            || done.get(&token).is_some_and(|d| d.binary_search(&id).is_ok())
+        {
+            continue;
+        }
+        match out.last_mut() {
+            Some((t, v)) if *t == token => v.push(id),
+            _ => out.push((token, vec![id])),
+        }
+    }
+    out
+}
+
+/// Completes the pairs that belong to the log (the caller holds their claim
+/// locks): one done row per claim. Returns how many pairs (distinct) it
+/// completed.
 pub fn complete(ids: &[i64], tokens: &[i64]) -> i32 {
-    run_int(
-        COMPLETE_SQL,
-        &[ty(pg_sys::INT8ARRAYOID), ty(pg_sys::INT8ARRAYOID)],
-        vec![ids.to_vec().into(), tokens.to_vec().into()],
-    )
+    let mut distinct = tokens.to_vec();
+    distinct.sort_unstable();
+    distinct.dedup();
+    with_generic_plans(|| {
+        Spi::connect_mut(|client| {
+            let stmt = prepared(client, CLAIM_STATE_SQL, &[ty(pg_sys::INT8ARRAYOID)]);
+            let mut claims: HashMap<i64, Vec<i64>> = HashMap::new();
+            let mut done: HashMap<i64, Vec<i64>> = HashMap::new();
+            for row in client
+                .update(stmt, None, &[distinct.into()])
+                .unwrap_or_else(|e| pgrx::error!("{e}"))
+            {
+                let Some(claim) = row.get::<i64>(1).ok().flatten() else { continue };
+                if let Some(jobs) = row.get::<Vec<i64>>(2).ok().flatten() {
+                    claims.insert(claim, jobs);
+                } else if let Some(d) = row.get::<Vec<i64>>(3).ok().flatten() {
+                    done.entry(claim).or_default().extend(d);
+                }
+            }
+            if claims.is_empty() {
+                return 0;
+            }
+            let groups = accepted(ids, tokens, &mut claims, &mut done);
+            if groups.is_empty() {
+                return 0;
+            }
+            let (mut cl, mut all, mut lo, mut hi) = (vec![], vec![], vec![], vec![]);
+            for (claim, jobs) in groups {
+                cl.push(claim);
+                lo.push(all.len() as i32 + 1);
+                all.extend(jobs);
+                hi.push(all.len() as i32);
+            }
+            let n = all.len() as i32;
+            let ins = prepared(
+                client,
+                DONE_SQL,
+                &[
+                    ty(pg_sys::INT8ARRAYOID),
+                    ty(pg_sys::INT8ARRAYOID),
+                    ty(pg_sys::INT4ARRAYOID),
+                    ty(pg_sys::INT4ARRAYOID),
+                ],
+            );
+            client
+                .update(ins, None, &[cl.into(), all.into(), lo.into(), hi.into()])
+                .unwrap_or_else(|e| pgrx::error!("{e}"));
+            n
+        })
+    })
 }
 
 /// $1 ids, $2 tokens, $3 extend: the active claims holding an unfinished job
@@ -278,4 +368,24 @@ pub fn job_to_side(id: i64) -> bool {
         }
     }
     true
+}
+
+#[cfg(test)]
+mod pure_tests {
+    use super::accepted;
+    use std::collections::HashMap;
+
+    #[test]
+    fn accepted_keeps_the_unfinished_jobs_of_active_claims_once() {
+        let mut claims = HashMap::from([(7, vec![12, 10, 11]), (9, vec![20, 21])]);
+        let mut done = HashMap::from([(7, vec![11])]);
+        // 11 is done, 99 is not 7's, token 8 is no active claim, 10 twice
+        let ids = [10, 11, 99, 10, 5, 21, 12, 20];
+        let tokens = [7, 7, 7, 7, 8, 9, 7, 9];
+        assert_eq!(
+            accepted(&ids, &tokens, &mut claims, &mut done),
+            vec![(7, vec![10, 12]), (9, vec![20, 21])]
+        );
+        assert!(accepted(&[1], &[8], &mut claims, &mut done).is_empty());
+    }
 }
