@@ -152,9 +152,11 @@ cand AS MATERIALIZED (
 }
 
 /// The one-lane dispatch (`dispatch_one`), first statement: $1 queues, $4
-/// lease, $5 the lane (locked). One row: whether the call is blocked, and
-/// the lane's id, queue, priority, lease and cursor (NULL when its queue is
-/// paused or not in the call).
+/// lease, $5 the lane (locked), $6 how many log rows to read. Whether the
+/// call is blocked, the lane's id, queue, priority, lease and cursor (NULL
+/// when its queue is paused or not in the call), and, unless blocked, the
+/// lane's first $6 log rows above the cursor (LANE_ROWS_SQL's columns; one
+/// row of NULLs when there is none).
 pub const LANE_STATE_SQL: &str = concat!(
     lanes_head!(),
     blocked!(),
@@ -163,7 +165,15 @@ st AS (
     SELECT b.b, l.lane_id, l.queue, l.priority, l.lease, l.cur
     FROM blocked b LEFT JOIN lanes l ON true
 )
-SELECT * FROM st
+SELECT st.*, r.*
+FROM st
+LEFT JOIN LATERAL (
+    SELECT r.id_hi, r.id_lo, r.enqueued_at, r.max_attempts, r.ids, r.kinds, r.args, r.run_ats,
+           r.job_max_attempts, r.fairness_keys
+    FROM pgque.job_log r
+    WHERE r.lane_id = st.lane_id AND r.id_hi > st.cur AND NOT st.b
+    ORDER BY r.id_hi
+    LIMIT $6) r ON true
 "#
 );
 

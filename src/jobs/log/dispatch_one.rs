@@ -4,9 +4,10 @@
 //! Same answer as LOG_DISPATCH_SQL for one lane: the first `limit` jobs
 //! above the lane's cursor in id order, claimed by one claim row, or
 //! `blocked` (nothing claimed) when the call must merge with pgque.jobs.
-//! Three small statements (LANE_STATE_SQL, LANE_ROWS_SQL, CLAIM_SQL) read
-//! the lane, its next log rows (whole, with their arrays) and write the
-//! claim; the jobs are cut out of the rows' arrays here. The single
+//! Two small statements read the lane's state and its next log rows (whole,
+//! with their arrays: LANE_STATE_SQL, and LANE_ROWS_SQL when those rows hold
+//! too few jobs) and write the claim (CLAIM_SQL); the jobs are cut out of
+//! the rows' arrays here. The single
 //! statement this replaces unnested, materialised and sorted every job with
 //! its args three times and started a plan of some forty nodes: a third of
 //! a dispatch's time went into starting that plan and copying rows.
@@ -69,12 +70,36 @@ struct Layout {
     align: u8,
 }
 
-const TEXT: Layout = Layout { oid: pg_sys::TEXTOID, len: -1, byval: false, align: b'i' };
-const JSONB: Layout = Layout { oid: pg_sys::JSONBOID, len: -1, byval: false, align: b'i' };
-const INT8: Layout = Layout { oid: pg_sys::INT8OID, len: 8, byval: true, align: b'd' };
-const TIMESTAMPTZ: Layout =
-    Layout { oid: pg_sys::TIMESTAMPTZOID, len: 8, byval: true, align: b'd' };
-const INT4: Layout = Layout { oid: pg_sys::INT4OID, len: 4, byval: true, align: b'i' };
+const TEXT: Layout = Layout {
+    oid: pg_sys::TEXTOID,
+    len: -1,
+    byval: false,
+    align: b'i',
+};
+const JSONB: Layout = Layout {
+    oid: pg_sys::JSONBOID,
+    len: -1,
+    byval: false,
+    align: b'i',
+};
+const INT8: Layout = Layout {
+    oid: pg_sys::INT8OID,
+    len: 8,
+    byval: true,
+    align: b'd',
+};
+const TIMESTAMPTZ: Layout = Layout {
+    oid: pg_sys::TIMESTAMPTZOID,
+    len: 8,
+    byval: true,
+    align: b'd',
+};
+const INT4: Layout = Layout {
+    oid: pg_sys::INT4OID,
+    len: 4,
+    byval: true,
+    align: b'i',
+};
 
 /// Detoasts the array `d` (NULL: no elements) and deconstructs it. An array
 /// of by-reference elements is first copied into the upper memory context
@@ -121,26 +146,41 @@ unsafe fn upper_text(s: &str) -> Datum {
     }
 }
 
-/// Reads the rows SPI_tuptable holds (LANE_ROWS_SQL's) into `rows`; returns
-/// how many, and the last row's id_hi.
-unsafe fn read_rows(n: usize, rows: &mut Vec<LogRow>) -> Option<i64> {
-    let mut last = None;
+/// Reads the log rows SPI_tuptable holds (LANE_ROWS_SQL's columns, from
+/// column `at` on) into `rows`, in id order; returns how many there were and
+/// the last one's id_hi.
+unsafe fn read_rows(n: usize, at: usize, rows: &mut Vec<LogRow>) -> (usize, Option<i64>) {
+    let seen = rows.len();
+    let mut his: Vec<(i64, LogRow)> = Vec::with_capacity(n);
     unsafe {
         let tt = pg_sys::SPI_tuptable;
         if n == 0 || tt.is_null() {
-            return None;
+            return (0, None);
         }
         let desc = (*tt).tupdesc;
-        let mut v = [Datum::from(0); 10];
-        let mut nl = [false; 10];
+        let mut all = [Datum::from(0); 16];
+        let mut all_nl = [false; 16];
         for i in 0..n {
-            pg_sys::heap_deform_tuple(*(*tt).vals.add(i), desc, v.as_mut_ptr(), nl.as_mut_ptr());
+            pg_sys::heap_deform_tuple(
+                *(*tt).vals.add(i),
+                desc,
+                all.as_mut_ptr(),
+                all_nl.as_mut_ptr(),
+            );
+            let (v, nl) = (&all[at..at + 10], &all_nl[at..at + 10]);
+            if nl[0] {
+                continue; // LANE_STATE_SQL's row without a log row
+            }
             let id_hi = v[0].value() as i64;
             let id_lo = v[1].value() as i64;
             let ids = if nl[4] {
                 Vec::new()
             } else {
-                elems(v[4], false, INT8).values.iter().map(|d| d.value() as i64).collect()
+                elems(v[4], false, INT8)
+                    .values
+                    .iter()
+                    .map(|d| d.value() as i64)
+                    .collect()
             };
             let kinds = elems(v[5], nl[5], TEXT);
             let n_jobs = kinds.values.len();
@@ -149,20 +189,27 @@ unsafe fn read_rows(n: usize, rows: &mut Vec<LogRow>) -> Option<i64> {
             } else {
                 ids
             };
-            rows.push(LogRow {
-                enqueued_at: v[2],
-                max_attempts: v[3],
-                ids,
-                kinds,
-                args: elems(v[6], nl[6], JSONB),
-                run_ats: elems(v[7], nl[7], TIMESTAMPTZ),
-                max_attempts_of: elems(v[8], nl[8], INT4),
-                fairness_keys: elems(v[9], nl[9], TEXT),
-            });
-            last = Some(id_hi);
+            his.push((
+                id_hi,
+                LogRow {
+                    enqueued_at: v[2],
+                    max_attempts: v[3],
+                    ids,
+                    kinds,
+                    args: elems(v[6], nl[6], JSONB),
+                    run_ats: elems(v[7], nl[7], TIMESTAMPTZ),
+                    max_attempts_of: elems(v[8], nl[8], INT4),
+                    fairness_keys: elems(v[9], nl[9], TEXT),
+                },
+            ));
         }
     }
-    last
+    // in id order whatever order the rows came in (LANE_STATE_SQL's come
+    // through a join)
+    his.sort_by_key(|h| h.0);
+    let last = his.last().map(|h| h.0);
+    rows.extend(his.into_iter().map(|h| h.1));
+    (rows.len() - seen, last)
 }
 
 /// Dispatches up to `limit` jobs from `lane` into `out` (the caller holds
@@ -186,6 +233,7 @@ pub fn dispatch_one(
             ty(pg_sys::TEXTOID),
             ty(pg_sys::INTERVALOID),
             ty(pg_sys::INT4ARRAYOID),
+            ty(pg_sys::INT8OID),
         ],
     );
     let args: Vec<DatumWithOid<'_>> = vec![
@@ -194,11 +242,13 @@ pub fn dispatch_one(
         worker.into(),
         lease.into(),
         vec![lane].into(),
+        FIRST_ROWS.into(),
     ];
-    let row = client
+    let table = client
         .update(state, None, &args)
-        .unwrap_or_else(|e| pgrx::error!("{e}"))
-        .first();
+        .unwrap_or_else(|e| pgrx::error!("{e}"));
+    let n = table.len();
+    let row = table.first();
     if row.get::<bool>(1).ok().flatten().unwrap_or(false) {
         return true;
     }
@@ -211,36 +261,36 @@ pub fn dispatch_one(
         // the lane's queue is paused
         return false;
     };
-
-    // the lane's rows above the cursor until `limit` jobs above it
-    let rows_stmt = prepared(
-        client,
-        LANE_ROWS_SQL,
-        &[ty(pg_sys::INT4OID), ty(pg_sys::INT8OID), ty(pg_sys::INT8OID)],
-    );
     let mut rows: Vec<LogRow> = Vec::new();
+    let (mut got, mut last) = unsafe { read_rows(n, 6, &mut rows) };
+    drop(row);
+
+    // more of the lane's rows until `limit` jobs above the cursor
     let mut found = 0usize;
-    let mut after = cur;
     let mut ask = FIRST_ROWS;
     loop {
-        let table = client
-            .update(rows_stmt, None, &[lane.into(), after.into(), ask.into()])
-            .unwrap_or_else(|e| pgrx::error!("{e}"));
-        let n = table.len();
-        let seen = rows.len();
-        let last = unsafe { read_rows(n, &mut rows) };
-        drop(table);
-        found += rows[seen..]
+        found += rows[rows.len() - got..]
             .iter()
             .map(|r| r.ids.iter().filter(|&&id| id > cur).count())
             .sum::<usize>();
-        match last {
-            Some(hi) if found < limit as usize && n as i64 == ask => {
-                after = hi;
-                ask = MORE_ROWS.min((limit as usize - found) as i64);
-            }
-            _ => break,
+        let Some(after) = last else { break };
+        if found >= limit as usize || (got as i64) < ask {
+            break;
         }
+        ask = MORE_ROWS.min((limit as usize - found) as i64);
+        let rows_stmt = prepared(
+            client,
+            LANE_ROWS_SQL,
+            &[
+                ty(pg_sys::INT4OID),
+                ty(pg_sys::INT8OID),
+                ty(pg_sys::INT8OID),
+            ],
+        );
+        let table = client
+            .update(rows_stmt, None, &[lane.into(), after.into(), ask.into()])
+            .unwrap_or_else(|e| pgrx::error!("{e}"));
+        (got, last) = unsafe { read_rows(table.len(), 0, &mut rows) };
     }
 
     // the first `limit` jobs above the cursor, in id order
@@ -273,7 +323,13 @@ pub fn dispatch_one(
         .update(
             claim,
             None,
-            &[lane.into(), hi.into(), job_ids.into(), worker.into(), lease.into()],
+            &[
+                lane.into(),
+                hi.into(),
+                job_ids.into(),
+                worker.into(),
+                lease.into(),
+            ],
         )
         .unwrap_or_else(|e| pgrx::error!("{e}"))
         .first();

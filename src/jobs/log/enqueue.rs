@@ -177,7 +177,11 @@ fn run_one(
     priority: i16,
     n: usize,
 ) -> Option<Option<Vec<i64>>> {
-    let stmt = prepared(client, LANE_LOCK_SQL, &[ty(pg_sys::TEXTOID), ty(pg_sys::INT2OID)]);
+    let stmt = prepared(
+        client,
+        LANE_LOCK_SQL,
+        &[ty(pg_sys::TEXTOID), ty(pg_sys::INT2OID)],
+    );
     let row = client
         .update(stmt, None, &[queue.into(), priority.into()])
         .unwrap_or_else(|e| pgrx::error!("{e}"))
@@ -282,7 +286,8 @@ pub fn run(
                         return Some(outcomes(ids));
                     }
                 } else {
-                    let stmt = prepared(client, LOG_ENQUEUE_SQL, &super::super::enqueue::arg_types());
+                    let stmt =
+                        prepared(client, LOG_ENQUEUE_SQL, &super::super::enqueue::arg_types());
                     let table = client
                         .update(stmt, None, args)
                         .unwrap_or_else(|e| pgrx::error!("{e}"));

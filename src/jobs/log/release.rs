@@ -58,6 +58,24 @@ FROM unnest($1::bigint[], $3::int[], $4::int[]) AS x(claim_id, lo, hi)
 "#
 );
 
+/// $1 claim, $2 job ids in order: when they are all the jobs of the active
+/// claim and none is finished yet (the common completion: a worker
+/// completes what one dispatch gave it), the claim's done row. Returns the
+/// number of jobs, or no row (nothing written: `complete` then matches the
+/// pairs one by one).
+const WHOLE_CLAIM_SQL: &str = concat!(
+    r#"
+INSERT INTO pgque.job_done (seg, claim_id, kind, job_ids, at)
+SELECT "#,
+    crate::cur_seg!(),
+    r#", c.claim_id, 'c', c.job_ids, now()
+FROM pgque.job_claims c
+WHERE c.claim_id = $1 AND c.state::text = 'a' AND c.job_ids = $2::bigint[]
+  AND NOT EXISTS (SELECT 1 FROM pgque.job_done d WHERE d.claim_id = $1)
+RETURNING cardinality(job_ids)
+"#
+);
+
 /// The pairs to complete, grouped by claim: each distinct pair whose token
 /// is an active claim (`claims`: token -> its jobs) holding the job, which
 /// no done row of the claim (`done`) has finished yet. Claims in token
@@ -77,9 +95,13 @@ pub fn accepted(
     pairs.dedup();
     let mut out: Vec<(i64, Vec<i64>)> = Vec::new();
     for (token, id) in pairs {
-        let Some(jobs) = claims.get(&token) else { continue };
+        let Some(jobs) = claims.get(&token) else {
+            continue;
+        };
         if jobs.binary_search(&id).is_err()
-            || done.get(&token).is_some_and(|d| d.binary_search(&id).is_ok())
+            || done
+                .get(&token)
+                .is_some_and(|d| d.binary_search(&id).is_ok())
         {
             continue;
         }
@@ -93,13 +115,34 @@ pub fn accepted(
 
 /// Completes the pairs that belong to the log (the caller holds their claim
 /// locks): one done row per claim. Returns how many pairs (distinct) it
-/// completed.
+/// completed. A whole claim is one statement (WHOLE_CLAIM_SQL); anything
+/// else reads the claims (CLAIM_STATE_SQL), matches here and writes
+/// (DONE_SQL).
 pub fn complete(ids: &[i64], tokens: &[i64]) -> i32 {
     let mut distinct = tokens.to_vec();
     distinct.sort_unstable();
     distinct.dedup();
     with_generic_plans(|| {
         Spi::connect_mut(|client| {
+            if let [token] = distinct[..] {
+                let mut jobs = ids.to_vec();
+                jobs.sort_unstable();
+                jobs.dedup();
+                let whole = prepared(
+                    client,
+                    WHOLE_CLAIM_SQL,
+                    &[ty(pg_sys::INT8OID), ty(pg_sys::INT8ARRAYOID)],
+                );
+                let n = client
+                    .update(whole, None, &[token.into(), jobs.into()])
+                    .unwrap_or_else(|e| pgrx::error!("{e}"))
+                    .into_iter()
+                    .next()
+                    .and_then(|r| r.get::<i32>(1).ok().flatten());
+                if let Some(n) = n {
+                    return n;
+                }
+            }
             let stmt = prepared(client, CLAIM_STATE_SQL, &[ty(pg_sys::INT8ARRAYOID)]);
             let mut claims: HashMap<i64, Vec<i64>> = HashMap::new();
             let mut done: HashMap<i64, Vec<i64>> = HashMap::new();
@@ -107,7 +150,9 @@ pub fn complete(ids: &[i64], tokens: &[i64]) -> i32 {
                 .update(stmt, None, &[distinct.into()])
                 .unwrap_or_else(|e| pgrx::error!("{e}"))
             {
-                let Some(claim) = row.get::<i64>(1).ok().flatten() else { continue };
+                let Some(claim) = row.get::<i64>(1).ok().flatten() else {
+                    continue;
+                };
                 if let Some(jobs) = row.get::<Vec<i64>>(2).ok().flatten() {
                     claims.insert(claim, jobs);
                 } else if let Some(d) = row.get::<Vec<i64>>(3).ok().flatten() {

@@ -646,6 +646,48 @@ mod tests {
     }
 
     #[pg_test]
+    fn a_dispatch_reads_as_many_log_rows_as_its_limit_needs() {
+        run("SELECT pgque.create_job_queue('many')");
+        // 70 single-job rows, then one row of 5: a dispatch of 66 reads the
+        // first two rows with the lane state, then more in further reads
+        for i in 1..=70 {
+            enqueue("many", &format!("s{i}_"), 1, "");
+        }
+        enqueue("many", "b", 5, "");
+        let first = dispatch("ARRAY['many'], 66, 'w'");
+        let want: Vec<String> = (1..=66).map(|i| format!("s{i}_1")).collect();
+        assert_eq!(kinds(&first), want);
+        assert!(first
+            .windows(2)
+            .all(|w| w[0].0 < w[1].0 && w[0].2 == w[1].2));
+        // the cursor is now between single rows; the next call takes the
+        // last four single jobs and the first two of the batch row
+        let second = dispatch("ARRAY['many'], 6, 'w'");
+        assert_eq!(
+            kinds(&second),
+            vec!["s67_1", "s68_1", "s69_1", "s70_1", "b1", "b2"]
+        );
+        // mid-row: the rest of the batch, and then nothing
+        assert_eq!(
+            kinds(&dispatch("ARRAY['many'], 10, 'w'")),
+            vec!["b3", "b4", "b5"]
+        );
+        assert!(dispatch("ARRAY['many'], 10, 'w'").is_empty());
+        assert_eq!(complete_many(&first), 66);
+        assert_eq!(complete_many(&first), 0, "a second completion is refused");
+        // part of a claim, then all of it: only the rest is completed
+        assert_eq!(complete_many(&second[..3]), 3);
+        assert_eq!(complete_many(&second), 3);
+        assert_eq!(complete_many(&second), 0);
+        assert_eq!(
+            count(
+                "SELECT count(*) FROM pgque.all_jobs WHERE queue = 'many' AND state = 'completed'"
+            ),
+            72
+        );
+    }
+
+    #[pg_test]
     fn repeatable_read_dispatch_of_the_log_is_refused() {
         run("SELECT pgque.create_job_queue('iso')");
         enqueue("iso", "k", 1, "");
@@ -676,7 +718,10 @@ mod tests {
                 let (widest, returned) = explain_widest(&format!(
                     "EXECUTE d(ARRAY['deep'], {limit}, 'w', NULL, {lanes})"
                 ));
-                assert_eq!(returned, limit as f64, "generic={generic} analyzed={analyzed}");
+                assert_eq!(
+                    returned, limit as f64,
+                    "generic={generic} analyzed={analyzed}"
+                );
                 // a dispatch unpacks at most limit + one row's jobs (rows a
                 // node read and filtered out count too)
                 let bound = (2 * limit + crate::jobs::log::enqueue::ROW_MAX) as f64;
@@ -684,21 +729,27 @@ mod tests {
                     widest <= bound,
                     "generic={generic} analyzed={analyzed}: a node processed {widest} rows (bound {bound})"
                 );
-                // the one-lane path: its lane state is one row, and its log
-                // rows are read by an index range stopped by the limit
+                // the one-lane path: the lane state and its first log rows,
+                // then more log rows, each an index range stopped by the limit
                 let sql = crate::jobs::log::dispatch::LANE_STATE_SQL;
-                prepare_d("text[], int, text, interval, int[]", sql, generic);
+                prepare_d("text[], int, text, interval, int[], bigint", sql, generic);
                 let (widest, returned) = explain_widest(&format!(
-                    "EXECUTE d(ARRAY['deep'], {limit}, 'w', NULL, {lanes})"
+                    "EXECUTE d(ARRAY['deep'], {limit}, 'w', NULL, {lanes}, 2)"
                 ));
-                assert_eq!(returned, 1.0, "lane state: generic={generic} analyzed={analyzed}");
-                // (a few: the segments' claim indexes, the queue and lane rows)
+                assert_eq!(
+                    returned, 2.0,
+                    "lane state: generic={generic} analyzed={analyzed}"
+                );
+                // (a few: the segments' index scans, the queue and lane rows)
                 assert!(widest <= 8.0, "lane state: a node processed {widest} rows");
                 let sql = crate::jobs::log::dispatch::LANE_ROWS_SQL;
                 prepare_d("int, bigint, bigint", sql, generic);
                 let lane = lanes.trim_start_matches("ARRAY[").trim_end_matches(']');
                 let (widest, returned) = explain_widest(&format!("EXECUTE d({lane}, 0, 2)"));
-                assert_eq!(returned, 2.0, "lane rows: generic={generic} analyzed={analyzed}");
+                assert_eq!(
+                    returned, 2.0,
+                    "lane rows: generic={generic} analyzed={analyzed}"
+                );
                 // a merge of the three segments' index scans reads at most
                 // the limit from each
                 assert!(widest <= 6.0, "lane rows: a node processed {widest} rows");
