@@ -404,7 +404,7 @@ fn dispatch(
                 log::require_read_committed("dispatch");
                 let blocked = if let [lane] = lanes[..] {
                     log::dispatch_one::dispatch_one(
-                        client, &names, lane, limit, &worker, lease, &mut out,
+                        client, &names, lane, limit, worker, lease, &mut out,
                     )
                 } else {
                     let stmt = prepared(client, log::dispatch::LOG_DISPATCH_SQL, &log_arg_types());

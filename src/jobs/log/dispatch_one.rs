@@ -263,7 +263,6 @@ pub fn dispatch_one(
     };
     let mut rows: Vec<LogRow> = Vec::new();
     let (mut got, mut last) = unsafe { read_rows(n, 6, &mut rows) };
-    drop(row);
 
     // more of the lane's rows until `limit` jobs above the cursor
     let mut found = 0usize;

@@ -136,7 +136,6 @@ pub fn complete(ids: &[i64], tokens: &[i64]) -> i32 {
                 let n = client
                     .update(whole, None, &[token.into(), jobs.into()])
                     .unwrap_or_else(|e| pgrx::error!("{e}"))
-                    .into_iter()
                     .next()
                     .and_then(|r| r.get::<i32>(1).ok().flatten());
                 if let Some(n) = n {
