@@ -1,4 +1,5 @@
-//! `dispatch`: claim up to `limit` ready jobs under a lease, in one statement.
+//! `dispatch`: claim up to `limit` ready jobs under a lease (the job log first,
+//! src/jobs/log/dispatch.rs; then pgque.jobs, in one statement, below).
 //!
 //! DISPATCH_SQL is built so that its cost is O(limit) whatever the backlog
 //! depth and whatever plan the planner picks, custom or generic (the lessons
@@ -316,7 +317,10 @@ pub fn arg_types() -> [pgrx::pg_sys::PgOid; 5] {
 }
 
 /// Claims up to `limit` ready jobs from `queues` for `worker`, each under a
-/// lease of `lease` (default: the queue's), in one statement. Looks at most
+/// lease of `lease` (default: the queue's), in one call: a few statements
+/// for the job log's lanes (src/jobs/log/dispatch.rs), one for pgque.jobs
+/// (DISPATCH_SQL), which the log's jobs join only when they must be ranked
+/// against its ready jobs. Looks at most
 /// `limit * oversample` candidates per queue, so jobs skipped for capacity,
 /// identity or a concurrent dispatcher's lock can be made up for.
 /// Returns the claimed jobs in dispatch order; `lease_token` fences every

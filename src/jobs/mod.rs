@@ -3,7 +3,7 @@
 //! - `stmt`      the per-backend cache of prepared statements every hot path uses
 //! - `queues`    job queue and actor administration
 //! - `enqueue`   `enqueue_ready_rows` / `enqueue`: a whole batch in one statement
-//! - `dispatch`  `dispatch`: claim up to `limit` ready jobs in one statement
+//! - `dispatch`  `dispatch`: claim up to `limit` ready jobs in one call
 //! - `jobrows`   dispatch's result rows, handed over in one call as datums
 //! - `outcomes`  enqueue_ready_rows' result rows, handed over in one call
 //! - `lifecycle` complete / fail / heartbeat / snooze / cancel / retry_job

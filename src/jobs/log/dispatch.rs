@@ -2,7 +2,12 @@
 //!
 //! `dispatch` (src/jobs/dispatch.rs) runs, for queues that have lanes:
 //! 1. LOCK_LANES_SQL: the lanes' dispatch locks, in lane order;
-//! 2. LOG_DISPATCH_SQL: each lane's cursor (max(hi) of its claims, a backward
+//! 2. with one lane (the common call), `dispatch_one` (dispatch_one.rs):
+//!    LANE_STATE_SQL reads the lane's cursor, whether the call is blocked
+//!    (as below) and the first log rows above the cursor, LANE_ROWS_SQL more
+//!    rows when those hold fewer than `limit` jobs, and CLAIM_SQL writes the
+//!    claim of the first `limit` jobs, cut out of the rows in Rust;
+//!    with several lanes, LOG_DISPATCH_SQL: each lane's cursor (max(hi) of its claims, a backward
 //!    index probe), its next jobs (the log rows above the cursor, walked one
 //!    index probe at a time until `limit` jobs: O(limit) whatever the depth),
 //!    ranked as DISPATCH_SQL ranks a strict_fifo queue ((priority, id) per
