@@ -324,6 +324,29 @@ fn stop_and_start_switch_the_worker() {
     assert!(wait_worker(&mut admin, &db.name, Duration::from_secs(3)).is_some());
 }
 
+/// start() launches the worker before its transaction commits; the worker
+/// must wait for the commit, not take the still switched-off setting as a
+/// verdict (it used to leave and mark the database unwanted, so no worker
+/// came back until the mark expired: a flaky upgrade test under load).
+#[test]
+fn a_worker_started_by_an_uncommitted_start_waits_for_its_commit() {
+    let mut admin = connect_to("postgres");
+    let db = TestDb::new("wk_slowstart");
+    wait_worker(&mut admin, &db.name, Duration::from_secs(3)).expect("worker");
+    let mut c = db.connect();
+    stop_worker(&mut c);
+    let mut tx = c.transaction().unwrap();
+    let started: bool = tx.query_one("SELECT pgque.start()", &[]).unwrap().get(0);
+    assert!(started);
+    // the new worker has read worker_config several times by now
+    std::thread::sleep(Duration::from_millis(1500));
+    tx.commit().unwrap();
+    assert!(
+        wait_worker(&mut admin, &db.name, Duration::from_secs(5)).is_some(),
+        "the worker did not start after start() committed"
+    );
+}
+
 /// After a restart only the launcher starts workers. With more databases
 /// without pgque ahead of one with it (in pg_database order) than free
 /// worker slots, the launcher used to fill the slots with workers that find

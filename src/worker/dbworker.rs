@@ -144,7 +144,11 @@ pub extern "C-unwind" fn pgque_db_worker_main(arg: pg_sys::Datum) {
         pg_sys::pgstat_report_appname(c"pgque worker".as_ptr());
     }
 
-    // The CREATE EXTENSION (or start()) that launched us may not have committed yet.
+    // The CREATE EXTENSION (or start()) that launched us may not have
+    // committed yet: until it has, the extension is not visible (None) or
+    // the worker still reads as switched off (Some(false)), and reading
+    // either as a verdict would mark the database unwanted just before the
+    // start() that asked for us commits (seen in the upgrade test).
     let deadline = Instant::now()
         + if await_install {
             INSTALL_WAIT
@@ -154,19 +158,20 @@ pub extern "C-unwind" fn pgque_db_worker_main(arg: pg_sys::Datum) {
     loop {
         match wanted_here() {
             Some(true) => break,
-            Some(false) => {
+            Some(false) if !await_install => {
                 shmem::mark_unwanted(db_oid, now_ts());
                 exit_clean()
             }
-            None if Instant::now() >= deadline => {
-                // a CREATE EXTENSION that has not committed in time is not
-                // a verdict: the launcher looks again on its next scan
+            _ if Instant::now() >= deadline => {
+                // a CREATE EXTENSION or start() that has not committed in
+                // time is not a verdict: the launcher looks again on its
+                // next scan
                 if !await_install {
                     shmem::mark_unwanted(db_oid, now_ts());
                 }
                 exit_clean()
             }
-            None => {}
+            _ => {}
         }
         if !BackgroundWorker::wait_latch(Some(Duration::from_millis(100))) {
             terminated(idx);

@@ -137,12 +137,9 @@ unsafe fn elems(d: Datum, null: bool, l: Layout) -> Elems {
 /// A text value allocated in the upper memory context.
 unsafe fn upper_text(s: &str) -> Datum {
     unsafe {
-        let size = s.len() + pg_sys::VARHDRSZ;
-        let p = pg_sys::SPI_palloc(size) as *mut u8;
-        // 4-byte varlena header: the length including itself, shifted
-        *(p as *mut u32) = (size as u32) << 2;
-        std::ptr::copy_nonoverlapping(s.as_ptr(), p.add(pg_sys::VARHDRSZ), s.len());
-        Datum::from(p)
+        let t =
+            pg_sys::cstring_to_text_with_len(s.as_ptr() as *const std::ffi::c_char, s.len() as i32);
+        pg_sys::SPI_datumTransfer(Datum::from(t), false, -1)
     }
 }
 
