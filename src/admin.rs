@@ -28,9 +28,10 @@ fn start() -> bool {
     if !shmem::available() {
         return false;
     }
-    // The worker waits for this transaction to commit before it starts working.
-    shmem::unmark_unwanted(unsafe { pg_sys::MyDatabaseId }.to_u32());
-    worker::spawn_db_worker(unsafe { pg_sys::MyDatabaseId }, true)
+    // The worker is launched when this transaction commits, so it reads
+    // what start() switched on.
+    worker::wake::spawn_at_commit();
+    true
 }
 
 /// Switches this database's background worker off (persisted: it stays off

@@ -324,10 +324,11 @@ fn stop_and_start_switch_the_worker() {
     assert!(wait_worker(&mut admin, &db.name, Duration::from_secs(3)).is_some());
 }
 
-/// start() launches the worker before its transaction commits; the worker
-/// must wait for the commit, not take the still switched-off setting as a
-/// verdict (it used to leave and mark the database unwanted, so no worker
-/// came back until the mark expired: a flaky upgrade test under load).
+/// start() in a transaction that stays open: the worker must come up once it
+/// commits. start() used to launch the worker at once; the worker read the
+/// setting as still off, left and marked the database unwanted, so no worker
+/// came back until the mark expired (a flaky upgrade test under load). It
+/// is now launched when start()'s transaction commits.
 #[test]
 fn a_worker_started_by_an_uncommitted_start_waits_for_its_commit() {
     let mut admin = connect_to("postgres");

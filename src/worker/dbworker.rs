@@ -144,11 +144,10 @@ pub extern "C-unwind" fn pgque_db_worker_main(arg: pg_sys::Datum) {
         pg_sys::pgstat_report_appname(c"pgque worker".as_ptr());
     }
 
-    // The CREATE EXTENSION (or start()) that launched us may not have
-    // committed yet: until it has, the extension is not visible (None) or
-    // the worker still reads as switched off (Some(false)), and reading
-    // either as a verdict would mark the database unwanted just before the
-    // start() that asked for us commits (seen in the upgrade test).
+    // start() (also run by CREATE EXTENSION) launches us when its
+    // transaction commits (wake::spawn_at_commit), so what we read is its
+    // committed outcome; the extension may still be invisible for a moment
+    // to a worker whose start() was in the CREATE EXTENSION transaction.
     let deadline = Instant::now()
         + if await_install {
             INSTALL_WAIT
@@ -158,20 +157,19 @@ pub extern "C-unwind" fn pgque_db_worker_main(arg: pg_sys::Datum) {
     loop {
         match wanted_here() {
             Some(true) => break,
-            Some(false) if !await_install => {
+            Some(false) => {
                 shmem::mark_unwanted(db_oid, now_ts());
                 exit_clean()
             }
-            _ if Instant::now() >= deadline => {
-                // a CREATE EXTENSION or start() that has not committed in
-                // time is not a verdict: the launcher looks again on its
-                // next scan
+            None if Instant::now() >= deadline => {
+                // a CREATE EXTENSION that has not committed in time is not
+                // a verdict: the launcher looks again on its next scan
                 if !await_install {
                     shmem::mark_unwanted(db_oid, now_ts());
                 }
                 exit_clean()
             }
-            _ => {}
+            None => {}
         }
         if !BackgroundWorker::wait_latch(Some(Duration::from_millis(100))) {
             terminated(idx);

@@ -5,8 +5,16 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 /// This backend asked for a wake-up in the current transaction.
 static PENDING: AtomicBool = AtomicBool::new(false);
+/// This backend's start() asked for a worker in the current transaction.
+static SPAWN_PENDING: AtomicBool = AtomicBool::new(false);
 /// The transaction callback is registered once per backend.
 static REGISTERED: AtomicBool = AtomicBool::new(false);
+
+fn register() {
+    if !REGISTERED.swap(true, Ordering::Relaxed) {
+        unsafe { pg_sys::RegisterXactCallback(Some(on_xact_event), std::ptr::null_mut()) };
+    }
+}
 
 /// Asks that this database's pgque worker be woken when the current
 /// transaction commits (not before: it must see the committed rows). Cheap to
@@ -15,10 +23,21 @@ pub fn at_commit() {
     if !shmem::available() {
         return;
     }
-    if !REGISTERED.swap(true, Ordering::Relaxed) {
-        unsafe { pg_sys::RegisterXactCallback(Some(on_xact_event), std::ptr::null_mut()) };
-    }
+    register();
     PENDING.store(true, Ordering::Relaxed);
+}
+
+/// Starts this database's worker when the current transaction commits
+/// (start(), also run by CREATE EXTENSION): launched before the commit, the
+/// worker could read the setting start() switched on as still off, take it
+/// as a verdict and leave, marking the database unwanted (seen under load in
+/// the upgrade test). Nothing happens if the transaction aborts.
+pub fn spawn_at_commit() {
+    if !shmem::available() {
+        return;
+    }
+    register();
+    SPAWN_PENDING.store(true, Ordering::Relaxed);
 }
 
 /// Wakes the worker of the current database now: sets its wake flag and its latch.
@@ -48,13 +67,19 @@ unsafe extern "C-unwind" fn on_xact_event(
     _arg: *mut std::ffi::c_void,
 ) {
     match event {
-        pg_sys::XactEvent::XACT_EVENT_COMMIT | pg_sys::XactEvent::XACT_EVENT_PARALLEL_COMMIT
-            if PENDING.swap(false, Ordering::Relaxed) =>
-        {
-            wake_now();
+        pg_sys::XactEvent::XACT_EVENT_COMMIT | pg_sys::XactEvent::XACT_EVENT_PARALLEL_COMMIT => {
+            if SPAWN_PENDING.swap(false, Ordering::Relaxed) {
+                let db = unsafe { pg_sys::MyDatabaseId };
+                shmem::unmark_unwanted(db.to_u32());
+                super::spawn_db_worker(db, true);
+            }
+            if PENDING.swap(false, Ordering::Relaxed) {
+                wake_now();
+            }
         }
         pg_sys::XactEvent::XACT_EVENT_ABORT | pg_sys::XactEvent::XACT_EVENT_PARALLEL_ABORT => {
             PENDING.store(false, Ordering::Relaxed);
+            SPAWN_PENDING.store(false, Ordering::Relaxed);
         }
         _ => {}
     }
