@@ -8,10 +8,12 @@
 //!   `duties` (each a SQL function) on their cadences in short transactions.
 //! - `hooks`: DROP / RENAME DATABASE (and CREATE DATABASE ... TEMPLATE) stop
 //!   the database's worker first, since they need it gone.
-//! - `wake`: a committing producer wakes its database's worker.
+//! - `wake`: a committing producer wakes its database's worker; a committing
+//!   start() launches it.
 //!
-//! CREATE EXTENSION calls pgque.start(), which starts the worker directly, so a
-//! new database with pgque gets its worker within a second, not a rescan later.
+//! CREATE EXTENSION calls pgque.start(), which starts the worker when its
+//! transaction commits (wake::spawn_at_commit), so a new database with pgque
+//! gets its worker within a second, not a rescan later.
 use pgrx::bgworkers::{BackgroundWorkerBuilder, BgWorkerStartTime};
 use pgrx::prelude::*;
 
@@ -34,9 +36,9 @@ pub fn init() {
 
 /// Starts a worker for `db_oid` (a dynamic background worker). It is a no-op
 /// for a database that already has one: the newcomer sees the slot taken and
-/// leaves. With `await_install` the worker waits a few seconds for the
-/// extension to appear (CREATE EXTENSION calls this before it commits);
-/// without, a database lacking the extension sees it leave at once.
+/// leaves. With `await_install` (start()) the worker waits a few seconds for
+/// the extension to appear; without, a database lacking the extension sees
+/// it leave at once.
 /// Returns false when PostgreSQL has no free worker slot (max_worker_processes).
 pub fn spawn_db_worker(db_oid: pg_sys::Oid, await_install: bool) -> bool {
     let name = format!("pgque worker {}", db_oid.to_u32());
