@@ -331,41 +331,33 @@ fn heartbeat(
         .zip(tokens)
         .filter_map(|(i, t)| Some((i?, t?)))
         .unzip();
-    // the log's claims first (the whole claim's lease), then pgque.jobs'
-    // rows: one statement each, the same arguments and result columns
+    // the log's claims first (the whole claim's lease), then pgque.jobs' rows
     let mut out = Vec::new();
-    let mut extend_with = |sql: &'static str| {
-        with_generic_plans(|| {
-            Spi::connect_mut(|client| {
-                let stmt = prepared(
-                    client,
-                    sql,
-                    &[
-                        ty(pg_sys::INT8ARRAYOID),
-                        ty(pg_sys::INT8ARRAYOID),
-                        ty(pg_sys::INTERVALOID),
-                    ],
-                );
-                let t = client
-                    .update(
-                        stmt,
-                        None,
-                        &[ids.clone().into(), tokens.clone().into(), extend.into()],
-                    )
-                    .unwrap_or_else(|e| pgrx::error!("{e}"));
-                for row in t {
-                    out.push((
-                        row.get::<i64>(1).ok().flatten().unwrap(),
-                        row.get::<TimestampWithTimeZone>(2).ok().flatten().unwrap(),
-                    ));
-                }
-            })
-        })
-    };
     if log::claims_locked(&tokens, "heartbeat") {
-        extend_with(log::release::HEARTBEAT_SQL);
+        out = log::release::heartbeat(&ids, &tokens, extend);
     }
-    extend_with(HEARTBEAT_SQL);
+    with_generic_plans(|| {
+        Spi::connect_mut(|client| {
+            let stmt = prepared(
+                client,
+                HEARTBEAT_SQL,
+                &[
+                    ty(pg_sys::INT8ARRAYOID),
+                    ty(pg_sys::INT8ARRAYOID),
+                    ty(pg_sys::INTERVALOID),
+                ],
+            );
+            let t = client
+                .update(stmt, None, &[ids.into(), tokens.into(), extend.into()])
+                .unwrap_or_else(|e| pgrx::error!("{e}"));
+            for row in t {
+                out.push((
+                    row.get::<i64>(1).ok().flatten().unwrap(),
+                    row.get::<TimestampWithTimeZone>(2).ok().flatten().unwrap(),
+                ));
+            }
+        })
+    });
     TableIterator::new(out)
 }
 

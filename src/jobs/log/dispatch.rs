@@ -120,20 +120,6 @@ jobs AS MATERIALIZED (
     };
 }
 
-/// The answer of a blocked call: one row, `blocked` true (the two dispatch
-/// statements end with it, after their claimed rows).
-macro_rules! blocked_row {
-    () => {
-        r#"
-UNION ALL
-SELECT NULL::bigint, NULL::text, NULL::text, NULL::jsonb, NULL::smallint, NULL::int, NULL::int,
-       NULL::text, NULL::text, NULL::text, NULL::timestamptz, NULL::timestamptz, NULL::bigint,
-       NULL::timestamptz, true
-FROM blocked WHERE blocked.b
-"#
-    };
-}
-
 /// `lanes_q`: every lane with quota `limit`, or 0 when the call is blocked.
 macro_rules! lanes_q_blocked {
     () => {
@@ -240,8 +226,13 @@ ins AS (
         NULL::text, t.run_at, t.enqueued_at, i.claim_id, i.lease_until, false
  FROM taken t JOIN ins i ON i.lane_id = t.lane_id
  ORDER BY t.qrank, t.pos)
-"#,
-    blocked_row!()
+-- a blocked call: one row, blocked true
+UNION ALL
+SELECT NULL::bigint, NULL::text, NULL::text, NULL::jsonb, NULL::smallint, NULL::int, NULL::int,
+       NULL::text, NULL::text, NULL::text, NULL::timestamptz, NULL::timestamptz, NULL::bigint,
+       NULL::timestamptz, true
+FROM blocked WHERE blocked.b
+"#
 );
 
 /// Given `moved` (the jobs to move, with lane_id, id, kind, args, ..., and

@@ -8,34 +8,9 @@ use pgrx::pg_sys;
 use pgrx::prelude::*;
 use std::collections::HashMap;
 
-/// $1 job ids, $2 tokens: `acc`, the pairs whose token is an active claim
-/// holding the job, not finished yet (HEARTBEAT_SQL's head; `accepted` is
-/// the same rule for completion).
-macro_rules! accepted_pairs {
-    () => {
-        r#"
-WITH p AS MATERIALIZED (
-    SELECT t.id, t.token FROM unnest($1::bigint[], $2::bigint[]) AS t(id, token)
-),
-c AS MATERIALIZED (
-    SELECT c.claim_id, c.job_ids FROM pgque.job_claims c
-    WHERE c.claim_id = ANY (ARRAY(SELECT DISTINCT p.token FROM p)) AND c.state::text = 'a'
-),
-d AS MATERIALIZED (
-    SELECT d.claim_id, m.id FROM pgque.job_done d CROSS JOIN LATERAL unnest(d.job_ids) AS m(id)
-    WHERE d.claim_id = ANY (ARRAY(SELECT c.claim_id FROM c))
-),
-acc AS MATERIALIZED (
-    SELECT DISTINCT p.id, p.token FROM p JOIN c ON c.claim_id = p.token
-    WHERE p.id = ANY (c.job_ids)
-      AND NOT EXISTS (SELECT 1 FROM d WHERE d.claim_id = p.token AND d.id = p.id)
-),"#
-    };
-}
-
 /// $1 claim ids: each active claim among them with its jobs (done NULL),
 /// and every done row of them (jobs NULL). Two index probes per claim; the
-/// pairs are matched in `complete`, not in SQL (a statement that unnested,
+/// pairs are matched by `accepted`, not in SQL (a statement that unnested,
 /// joined and regrouped the pairs spent more time starting its plan and
 /// sorting than reading).
 const CLAIM_STATE_SQL: &str = r#"
@@ -113,6 +88,36 @@ pub fn accepted(
     out
 }
 
+/// `accepted` over the claims of `distinct` (the distinct tokens) as they
+/// are now (CLAIM_STATE_SQL; the caller holds their claim locks).
+fn accepted_now(
+    client: &mut pgrx::spi::SpiClient<'_>,
+    ids: &[i64],
+    tokens: &[i64],
+    distinct: Vec<i64>,
+) -> Vec<(i64, Vec<i64>)> {
+    let stmt = prepared(client, CLAIM_STATE_SQL, &[ty(pg_sys::INT8ARRAYOID)]);
+    let mut claims: HashMap<i64, Vec<i64>> = HashMap::new();
+    let mut done: HashMap<i64, Vec<i64>> = HashMap::new();
+    for row in client
+        .update(stmt, None, &[distinct.into()])
+        .unwrap_or_else(|e| pgrx::error!("{e}"))
+    {
+        let Some(claim) = row.get::<i64>(1).ok().flatten() else {
+            continue;
+        };
+        if let Some(jobs) = row.get::<Vec<i64>>(2).ok().flatten() {
+            claims.insert(claim, jobs);
+        } else if let Some(d) = row.get::<Vec<i64>>(3).ok().flatten() {
+            done.entry(claim).or_default().extend(d);
+        }
+    }
+    if claims.is_empty() {
+        return Vec::new();
+    }
+    accepted(ids, tokens, &mut claims, &mut done)
+}
+
 /// Completes the pairs that belong to the log (the caller holds their claim
 /// locks): one done row per claim. Returns how many pairs (distinct) it
 /// completed. A whole claim is one statement (WHOLE_CLAIM_SQL); anything
@@ -142,26 +147,7 @@ pub fn complete(ids: &[i64], tokens: &[i64]) -> i32 {
                     return n;
                 }
             }
-            let stmt = prepared(client, CLAIM_STATE_SQL, &[ty(pg_sys::INT8ARRAYOID)]);
-            let mut claims: HashMap<i64, Vec<i64>> = HashMap::new();
-            let mut done: HashMap<i64, Vec<i64>> = HashMap::new();
-            for row in client
-                .update(stmt, None, &[distinct.into()])
-                .unwrap_or_else(|e| pgrx::error!("{e}"))
-            {
-                let Some(claim) = row.get::<i64>(1).ok().flatten() else {
-                    continue;
-                };
-                if let Some(jobs) = row.get::<Vec<i64>>(2).ok().flatten() {
-                    claims.insert(claim, jobs);
-                } else if let Some(d) = row.get::<Vec<i64>>(3).ok().flatten() {
-                    done.entry(claim).or_default().extend(d);
-                }
-            }
-            if claims.is_empty() {
-                return 0;
-            }
-            let groups = accepted(ids, tokens, &mut claims, &mut done);
+            let groups = accepted_now(client, ids, tokens, distinct);
             if groups.is_empty() {
                 return 0;
             }
@@ -191,20 +177,51 @@ pub fn complete(ids: &[i64], tokens: &[i64]) -> i32 {
     })
 }
 
-/// $1 ids, $2 tokens, $3 extend: the active claims holding an unfinished job
-/// of the pairs get lease_until = now + extend. Returns (job id, lease_until)
-/// per such pair.
-pub const HEARTBEAT_SQL: &str = concat!(
-    accepted_pairs!(),
-    r#"
-upd AS (
-    UPDATE pgque.job_claims c SET lease_until = pg_catalog.clock_timestamp() + $3::interval
-    WHERE c.claim_id = ANY (ARRAY(SELECT DISTINCT a.token FROM acc a)) AND c.state::text = 'a'
-    RETURNING c.claim_id, c.lease_until
-)
-SELECT a.id, u.lease_until FROM acc a JOIN upd u ON u.claim_id = a.token ORDER BY a.id
-"#
-);
+/// $1 claims, $2 extend: the active ones get lease_until = now + extend.
+const EXTEND_SQL: &str = r#"
+UPDATE pgque.job_claims c SET lease_until = pg_catalog.clock_timestamp() + $2::interval
+WHERE c.claim_id = ANY ($1::bigint[]) AND c.state::text = 'a'
+RETURNING c.claim_id, c.lease_until
+"#;
+
+/// Extends the lease of every active claim holding an unfinished job of the
+/// pairs (the caller holds their claim locks). Returns (job id, lease_until)
+/// per such pair, in job id order.
+pub fn heartbeat(
+    ids: &[i64],
+    tokens: &[i64],
+    extend: pgrx::datum::Interval,
+) -> Vec<(i64, TimestampWithTimeZone)> {
+    let mut distinct = tokens.to_vec();
+    distinct.sort_unstable();
+    distinct.dedup();
+    with_generic_plans(|| {
+        Spi::connect_mut(|client| {
+            let groups = accepted_now(client, ids, tokens, distinct);
+            if groups.is_empty() {
+                return Vec::new();
+            }
+            let claims: Vec<i64> = groups.iter().map(|g| g.0).collect();
+            let stmt = prepared(
+                client,
+                EXTEND_SQL,
+                &[ty(pg_sys::INT8ARRAYOID), ty(pg_sys::INTERVALOID)],
+            );
+            let until: HashMap<i64, TimestampWithTimeZone> = client
+                .update(stmt, None, &[claims.into(), extend.into()])
+                .unwrap_or_else(|e| pgrx::error!("{e}"))
+                .filter_map(|r| Some((r.get::<i64>(1).ok()??, r.get(2).ok()??)))
+                .collect();
+            let mut out: Vec<(i64, TimestampWithTimeZone)> = groups
+                .iter()
+                .flat_map(|(claim, jobs)| jobs.iter().map(move |&id| (id, claim)))
+                .filter_map(|(id, claim)| Some((id, *until.get(claim)?)))
+                .collect();
+            out.sort_by_key(|o| o.0);
+            out
+        })
+    })
+}
 
 /// $1 claim, $2 jobs (NULL: every unfinished job of the claim), $3 the
 /// claim's new state (NULL: unchanged), $4 true: the jobs leave the claim by

@@ -267,7 +267,7 @@ mod tests {
         enqueue("sn", "k", 3, "");
         let got = dispatch("ARRAY['sn'], 3, 'w', interval '1 minute'");
         let hb = count(&format!(
-            "SELECT count(*) FROM pgque.heartbeat(ARRAY[{}, {}], ARRAY[{}, 1], interval '1 hour')
+            "SELECT count(*) FROM pgque.heartbeat(ARRAY[{}, {}], ARRAY[{}, -1], interval '1 hour')
              WHERE lease_until > now() + interval '50 minutes'",
             got[0].0, got[1].0, got[0].2
         ));
@@ -284,6 +284,16 @@ mod tests {
             Some(true)
         );
         assert_eq!(state(got[2].0), "scheduled/0/jobs");
+        // a job that left its claim (a done row of kind o) is not extended
+        // with it; the claim's other jobs still are
+        assert_eq!(
+            one::<String>(&format!(
+                "SELECT string_agg(job_id::text, ',' ORDER BY job_id)
+                 FROM pgque.heartbeat(ARRAY[{}, {}], ARRAY[{}, {}], interval '1 hour')",
+                got[2].0, got[1].0, got[2].2, got[1].2
+            )),
+            Some(got[1].0.to_string())
+        );
         assert_eq!(complete_many(&got), 2);
     }
 
