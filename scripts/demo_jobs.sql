@@ -38,3 +38,18 @@ SELECT (SELECT count(*) FROM pgque.job_log l JOIN pgque.job_lanes n USING (lane_
        (SELECT count(*) FROM pgque.jobs WHERE queue = 'demo_jobs') AS per_job_rows,
        (SELECT coalesce(sum(n_dead_tup), 0) FROM pg_stat_user_tables
          WHERE schemaname = 'pgque' AND (relname LIKE 'job\_log%' OR relname LIKE 'job\_claims%' OR relname LIKE 'job\_done%')) AS dead_tuples;
+\echo 'A schedule: one job every second (cron with seconds), fired by the worker; three seconds later:'
+\o /dev/null
+SELECT pgque.drop_schedule('demo_every_second') FROM pgque.schedules WHERE name = 'demo_every_second';
+\o
+SELECT pgque.create_schedule('demo_every_second', '* * * * * *', 'demo_jobs', 'demo.tick',
+                             '{"from": "make run"}', misfire => 'catch_up') AS schedule_id;
+\o /dev/null
+SELECT pg_sleep(3.2);
+\o
+SELECT name, cron, next_run_at, last_run_at, last_job_id FROM pgque.schedules WHERE name = 'demo_every_second';
+SELECT id, kind, args->>'scheduled_for' AS scheduled_for, state
+  FROM pgque.all_jobs WHERE kind = 'demo.tick' ORDER BY id;
+\o /dev/null
+SELECT pgque.drop_schedule('demo_every_second');
+\o

@@ -190,6 +190,16 @@ GRANT EXECUTE ON FUNCTION pgque.job_maint() TO pgque_admin;
 GRANT EXECUTE ON FUNCTION pgque.job_analyze() TO pgque_admin;
 GRANT EXECUTE ON FUNCTION pgque.rotate_job_log() TO pgque_admin;
 
+-- ---- schedules (periodic jobs) -------------------------------------------
+GRANT EXECUTE ON FUNCTION pgque.create_schedule(text, text, text, text, jsonb, text, int, text, int)
+  TO pgque_admin;
+GRANT EXECUTE ON FUNCTION pgque.alter_schedule(text, text, text, text, jsonb, text, int, text, int)
+  TO pgque_admin;
+GRANT EXECUTE ON FUNCTION pgque.pause_schedule(text), pgque.resume_schedule(text),
+    pgque.drop_schedule(text), pgque.run_schedules()
+  TO pgque_admin;
+GRANT SELECT ON pgque.schedules TO pgque_reader, pgque_admin;
+
 -- Start this database's worker now (a no-op without shared_preload_libraries;
 -- the worker waits for this transaction to commit before it begins).
 SELECT pgque.start();

@@ -18,3 +18,127 @@
 -- absent.
 
 \echo Use "ALTER EXTENSION pgque UPDATE" to load this file. \quit
+
+
+-- ==== schedules (issue 18) ====
+-- Periodic jobs: sql/32_schedules.sql, src/schedules/ (docs/schedules.md).
+CREATE SEQUENCE pgque.schedules_id_seq AS bigint;
+
+CREATE TABLE pgque.schedules_def (
+    schedule_id  bigint PRIMARY KEY DEFAULT pg_catalog.nextval('pgque.schedules_id_seq'),
+    name         text NOT NULL UNIQUE,
+    cron         text NOT NULL,
+    timezone     text NOT NULL DEFAULT 'UTC',
+    queue_name   text NOT NULL,
+    kind         text NOT NULL,
+    args         jsonb NOT NULL DEFAULT '{}',
+    priority     smallint NOT NULL DEFAULT 0,
+    misfire      text NOT NULL DEFAULT 'skip' CHECK (misfire IN ('skip', 'catch_up')),
+    max_attempts int CHECK (max_attempts BETWEEN 1 AND 1000),
+    paused       boolean NOT NULL DEFAULT false,
+    -- the next slot to fire (an instant; whole seconds)
+    next_run_at  timestamptz NOT NULL,
+    last_run_at  timestamptz,
+    last_job_id  bigint,
+    created_at   timestamptz NOT NULL DEFAULT now()
+) WITH (fillfactor = 50,
+        autovacuum_vacuum_threshold = 500,
+        autovacuum_vacuum_scale_factor = 0.05,
+        autovacuum_analyze_threshold = 500);
+
+ALTER SEQUENCE pgque.schedules_id_seq OWNED BY pgque.schedules_def.schedule_id;
+
+CREATE INDEX schedules_due ON pgque.schedules_def (next_run_at) WHERE NOT paused;
+
+CREATE VIEW pgque.schedules AS
+SELECT s.name, s.cron, s.timezone, s.queue_name, s.kind, s.args, s.misfire, s.paused,
+       s.next_run_at, s.last_run_at, s.last_job_id, s.priority, s.max_attempts, s.schedule_id
+FROM pgque.schedules_def s;
+
+SELECT pg_catalog.pg_extension_config_dump('pgque.schedules_def', '');
+
+SELECT pg_catalog.pg_extension_config_dump('pgque.schedules_id_seq', '');
+
+CREATE OR REPLACE FUNCTION "alter_schedule"(
+	"name" TEXT,
+	"cron" TEXT DEFAULT NULL,
+	"queue_name" TEXT DEFAULT NULL,
+	"kind" TEXT DEFAULT NULL,
+	"args" jsonb DEFAULT NULL,
+	"timezone" TEXT DEFAULT NULL,
+	"priority" INT DEFAULT NULL,
+	"misfire" TEXT DEFAULT NULL,
+	"max_attempts" INT DEFAULT NULL
+) RETURNS void
+SECURITY DEFINER
+SET search_path TO pg_catalog, pgque, pg_temp
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'alter_schedule_wrapper';
+
+CREATE OR REPLACE FUNCTION "create_schedule"(
+	"name" TEXT,
+	"cron" TEXT,
+	"queue_name" TEXT,
+	"kind" TEXT,
+	"args" jsonb DEFAULT '{}',
+	"timezone" TEXT DEFAULT 'UTC',
+	"priority" INT DEFAULT 0,
+	"misfire" TEXT DEFAULT 'skip',
+	"max_attempts" INT DEFAULT NULL
+) RETURNS bigint
+SECURITY DEFINER
+SET search_path TO pg_catalog, pgque, pg_temp
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'create_schedule_wrapper';
+
+CREATE OR REPLACE FUNCTION "drop_schedule"(
+	"name" TEXT
+) RETURNS bool
+SECURITY DEFINER
+SET search_path TO pg_catalog, pgque, pg_temp
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'drop_schedule_wrapper';
+
+CREATE OR REPLACE FUNCTION "pause_schedule"(
+	"name" TEXT
+) RETURNS void
+SECURITY DEFINER
+SET search_path TO pg_catalog, pgque, pg_temp
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'pause_schedule_wrapper';
+
+CREATE OR REPLACE FUNCTION "resume_schedule"(
+	"name" TEXT
+) RETURNS void
+SECURITY DEFINER
+SET search_path TO pg_catalog, pgque, pg_temp
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'resume_schedule_wrapper';
+
+CREATE OR REPLACE FUNCTION "run_schedules"() RETURNS INT
+STRICT SECURITY DEFINER PARALLEL UNSAFE
+SET search_path TO pg_catalog, pgque, pg_temp
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'run_schedules_wrapper';
+
+-- Nothing new is PUBLIC's (as sql/99_finalize.sql; idempotent for what exists).
+REVOKE ALL ON ALL FUNCTIONS IN SCHEMA pgque FROM PUBLIC;
+REVOKE ALL ON ALL TABLES IN SCHEMA pgque FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION pgque.create_schedule(text, text, text, text, jsonb, text, int, text, int)
+  TO pgque_admin;
+
+GRANT EXECUTE ON FUNCTION pgque.alter_schedule(text, text, text, text, jsonb, text, int, text, int)
+  TO pgque_admin;
+
+GRANT EXECUTE ON FUNCTION pgque.pause_schedule(text), pgque.resume_schedule(text),
+    pgque.drop_schedule(text), pgque.run_schedules()
+  TO pgque_admin;
+
+GRANT SELECT ON pgque.schedules TO pgque_reader, pgque_admin;
+ALTER FUNCTION pgque.create_schedule(text, text, text, text, jsonb, text, int, text, int) SET jit = off;
+ALTER FUNCTION pgque.alter_schedule(text, text, text, text, jsonb, text, int, text, int) SET jit = off;
+ALTER FUNCTION pgque.pause_schedule(text) SET jit = off;
+ALTER FUNCTION pgque.resume_schedule(text) SET jit = off;
+ALTER FUNCTION pgque.drop_schedule(text) SET jit = off;
+ALTER FUNCTION pgque.run_schedules() SET jit = off;
+-- ==== end schedules (issue 18) ====

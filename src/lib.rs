@@ -9,6 +9,7 @@
 //! - `log`     the event-log engine: queues, ticks, batches, rotation, retries
 //! - `api`     the PgQue-compatible event API: send / receive / ack / nack, slots, dlq ...
 //! - `jobs`    job queues: enqueue, dispatch, lifecycle, sweeps
+//! - `schedules` periodic jobs: the cron grammar and the run_schedules duty
 //!
 //! SQL install order (pgrx places each file by its `requires`):
 //!   1. sql/00_bootstrap.sql   schema objects every module needs: roles, pgque.message type
@@ -18,6 +19,7 @@
 //!   5. sql/21_delayed.sql     send_at's delayed events      (src/api/delayed.rs)
 //!   6. sql/30_jobs.sql        job-queue tables              (src/jobs/mod.rs)
 //!      sql/31_job_log.sql     the job log                   (src/jobs/log/)
+//!      sql/32_schedules.sql   periodic jobs                 (src/schedules/)
 //!   7. the #[pg_extern] functions (and the view partition_slot_status)
 //!   8. sql/99_finalize.sql    grants, revokes, worker start (runs last)
 use pgrx::prelude::*;
@@ -28,6 +30,7 @@ pub mod error;
 pub mod gucs;
 pub mod jobs;
 pub mod log;
+pub mod schedules;
 pub mod shmem;
 pub mod worker;
 

@@ -46,6 +46,8 @@ enum Slot {
     Group,
     /// An existing job queue ('jq').
     JobQueue,
+    /// An existing schedule ('sch', of job queue 'jq').
+    Schedule,
 }
 
 impl Slot {
@@ -56,6 +58,7 @@ impl Slot {
             Slot::Member => "{M}",
             Slot::Group => "{G}",
             Slot::JobQueue => "{J}",
+            Slot::Schedule => "{S}",
         }
     }
     fn valid(self) -> &'static str {
@@ -65,6 +68,7 @@ impl Slot {
             Slot::Member => "'m1'",
             Slot::Group => "'grp'",
             Slot::JobQueue => "'jq'",
+            Slot::Schedule => "'sch'",
         }
     }
     /// Longest accepted name (docs/errors.md): NOTIFY channels derive from
@@ -730,6 +734,54 @@ fn matrix() -> Vec<Row> {
             .with("NULL actor", "SELECT pgque.set_actor_capacity(NULL, 1)", St("22004"))
             .with("empty actor", "SELECT pgque.set_actor_capacity('', 1)", St("42602"))
             .with("negative", "SELECT pgque.set_actor_capacity('a', -1)", St("22003")),
+        // ---- schedules ---------------------------------------------------------
+        row(
+            "pgque.create_schedule(text,text,text,text,jsonb,text,integer,text,integer)",
+            "SELECT pgque.create_schedule('s2', '@daily', {J}::text, 'k')",
+            J,
+        )
+        .with("NULL name", "SELECT pgque.create_schedule(NULL, '@daily', 'jq', 'k')", St("22004"))
+        .with("empty name", "SELECT pgque.create_schedule('', '@daily', 'jq', 'k')", St("42602"))
+        .with("201 bytes name", format!("SELECT pgque.create_schedule('{}', '@daily', 'jq', 'k')", "s".repeat(201)), St("42622"))
+        .with("SQL fragment name", "SELECT pgque.create_schedule('s''); CREATE TABLE pwned_s (i int); --', '@daily', 'jq', 'k')", St("42602"))
+        .with("duplicate name", "SELECT pgque.create_schedule('sch', '@daily', 'jq', 'k')", St("42710"))
+        .with("NULL cron", "SELECT pgque.create_schedule('s2', NULL, 'jq', 'k')", St("22004"))
+        .with("bad cron", "SELECT pgque.create_schedule('s2', '* * *', 'jq', 'k')", St("22007"))
+        .with("cron out of range", "SELECT pgque.create_schedule('s2', '0 25 * * *', 'jq', 'k')", St("22007"))
+        .with("cron SQL fragment", "SELECT pgque.create_schedule('s2', '''; DROP TABLE pgque.jobs; --', 'jq', 'k')", St("22007"))
+        .with("unknown alias", "SELECT pgque.create_schedule('s2', '@reboot', 'jq', 'k')", St("22007"))
+        .with("cron that never fires", "SELECT pgque.create_schedule('s2', '0 0 31 2 *', 'jq', 'k')", St("22023"))
+        .with("NULL kind", "SELECT pgque.create_schedule('s2', '@daily', 'jq', NULL)", St("22004"))
+        .with("empty kind", "SELECT pgque.create_schedule('s2', '@daily', 'jq', '')", St("22023"))
+        .with("NULL args", "SELECT pgque.create_schedule('s2', '@daily', 'jq', 'k', NULL)", St("22004"))
+        .with("args not an object", "SELECT pgque.create_schedule('s2', '@daily', 'jq', 'k', '[1, 2]')", St("22023"))
+        .with("not JSON", "SELECT pgque.create_schedule('s2', '@daily', 'jq', 'k', '{'::jsonb)", bad_json)
+        .with("NULL timezone", "SELECT pgque.create_schedule('s2', '@daily', 'jq', 'k', '{}', NULL)", St("22004"))
+        .with("unknown timezone", "SELECT pgque.create_schedule('s2', '@daily', 'jq', 'k', '{}', 'Mars/Olympus')", St("22023"))
+        .with("timezone SQL fragment", "SELECT pgque.create_schedule('s2', '@daily', 'jq', 'k', '{}', 'UTC''; --')", St("22023"))
+        .with("priority too high", "SELECT pgque.create_schedule('s2', '@daily', 'jq', 'k', '{}', 'UTC', 1001)", St("22003"))
+        .with("NULL priority", "SELECT pgque.create_schedule('s2', '@daily', 'jq', 'k', '{}', 'UTC', NULL)", St("22004"))
+        .with("NULL misfire", "SELECT pgque.create_schedule('s2', '@daily', 'jq', 'k', '{}', 'UTC', 0, NULL)", St("22004"))
+        .with("unknown misfire", "SELECT pgque.create_schedule('s2', '@daily', 'jq', 'k', '{}', 'UTC', 0, 'later')", St("22023"))
+        .with("max_attempts 0", "SELECT pgque.create_schedule('s2', '@daily', 'jq', 'k', '{}', 'UTC', 0, 'skip', 0)", St("22003")),
+        row(
+            "pgque.alter_schedule(text,text,text,text,jsonb,text,integer,text,integer)",
+            "SELECT pgque.alter_schedule({S}::text, kind => 'k2')",
+            &[Schedule],
+        )
+        .with("bad cron", "SELECT pgque.alter_schedule('sch', cron => '* * * * * * *')", St("22007"))
+        .with("unknown timezone", "SELECT pgque.alter_schedule('sch', timezone => 'Nowhere')", St("22023"))
+        .with("unknown queue", "SELECT pgque.alter_schedule('sch', queue_name => 'nope')", St("42704"))
+        .with("bad queue name", "SELECT pgque.alter_schedule('sch', queue_name => 'a b')", St("42602"))
+        .with("empty kind", "SELECT pgque.alter_schedule('sch', kind => '')", St("22023"))
+        .with("args not an object", "SELECT pgque.alter_schedule('sch', args => '\"x\"')", St("22023"))
+        .with("priority too low", "SELECT pgque.alter_schedule('sch', priority => -1001)", St("22003"))
+        .with("unknown misfire", "SELECT pgque.alter_schedule('sch', misfire => 'all')", St("22023"))
+        .with("max_attempts 1001", "SELECT pgque.alter_schedule('sch', max_attempts => 1001)", St("22003")),
+        row("pgque.pause_schedule(text)", "SELECT pgque.pause_schedule({S}::text)", &[Schedule]),
+        row("pgque.resume_schedule(text)", "SELECT pgque.resume_schedule({S}::text)", &[Schedule]),
+        row("pgque.drop_schedule(text)", "SELECT pgque.drop_schedule({S}::text)", &[Schedule]),
+        no_args("pgque.run_schedules()", "no arguments"),
         row(
             "pgque.enqueue(text,text,jsonb,integer,timestamp with time zone,text,text,text,text,integer,text)",
             "SELECT pgque.enqueue({J}::text, 'k')",
@@ -912,7 +964,8 @@ fn fixture(c: &mut Client) -> Ids {
          SELECT pgque.subscribe_partitioned('q', 'pc', 4); \
          SELECT pgque.claim_slot('q', 'pc', 0, 'w1'); \
          SELECT pgque.create_job_queue('jq'); SELECT pgque.enqueue('jq', 'k'); \
-         SELECT pgque.enqueue('jq', 'k', unique_key => 'held')",
+         SELECT pgque.enqueue('jq', 'k', unique_key => 'held'); \
+         SELECT pgque.create_schedule('sch', '@daily', 'jq', 'k')",
     )
     .unwrap();
     // A tick in a transaction of its own: it must see the events committed.

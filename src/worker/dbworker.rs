@@ -266,6 +266,11 @@ pub extern "C-unwind" fn pgque_db_worker_main(arg: pg_sys::Datum) {
             let delay = duties::delay(period, s.consecutive_failures, gucs::duty_backoff_max())
                 .unwrap_or(period);
             s.next_due = s.last_start.unwrap_or(now) + delay;
+            if s.consecutive_failures == 0 {
+                if let Some(soon) = duties::sooner(d.name) {
+                    s.next_due = s.next_due.min(Instant::now() + soon);
+                }
+            }
         }
     }
 }

@@ -47,12 +47,33 @@ pub const DUTIES: &[Duty] = &[
         on_wake: false,
     },
     Duty {
+        name: "schedules",
+        sql: "SELECT pgque.run_schedules()",
+        period: gucs::job_maint_period,
+        on_wake: false,
+    },
+    Duty {
         name: "job_analyze",
         sql: "SELECT pgque.job_analyze()",
         period: gucs::analyze_interval,
         on_wake: false,
     },
 ];
+
+/// How soon a duty that just ran wants to run again, when that is before
+/// its period: the schedules duty wakes for its next slot (as its last run
+/// in this process left it), never sooner than SCHEDULES_MIN_GAP after a
+/// run, so that a slot it cannot fire yet (another caller holds it) does not
+/// make the worker spin.
+pub fn sooner(name: &str) -> Option<Duration> {
+    match name {
+        "schedules" => crate::schedules::until_next_due().map(|d| d.max(SCHEDULES_MIN_GAP)),
+        _ => None,
+    }
+}
+
+/// See `sooner`.
+pub const SCHEDULES_MIN_GAP: Duration = Duration::from_millis(20);
 
 /// A wake-up runs an `on_wake` duty at most this often, so a stream of small
 /// commits costs at most one run per interval rather than one per commit.
