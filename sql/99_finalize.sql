@@ -9,6 +9,8 @@ GRANT EXECUTE ON FUNCTION pgque.start() TO pgque_admin;
 GRANT EXECUTE ON FUNCTION pgque.stop() TO pgque_admin;
 GRANT EXECUTE ON FUNCTION pgque.status() TO pgque_admin, pgque_reader;
 GRANT EXECUTE ON FUNCTION pgque.version() TO pgque_admin, pgque_reader, pgque_writer;
+-- Metrics for dashboards and Prometheus (src/metrics.rs).
+GRANT EXECUTE ON FUNCTION pgque.metrics() TO pgque_admin, pgque_reader;
 
 -- ---- event queues ---------------------------------------------------------
 -- Publishing: pgque_writer.

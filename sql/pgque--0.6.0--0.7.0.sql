@@ -142,3 +142,18 @@ ALTER FUNCTION pgque.resume_schedule(text) SET jit = off;
 ALTER FUNCTION pgque.drop_schedule(text) SET jit = off;
 ALTER FUNCTION pgque.run_schedules() SET jit = off;
 -- ==== end schedules (issue 18) ====
+
+-- ==== metrics for dashboards and Prometheus (issue 21) ====
+CREATE FUNCTION pgque."metrics"() RETURNS TABLE (
+	"name" TEXT,
+	"labels" jsonb,
+	"value" double precision
+)
+STRICT STABLE SECURITY DEFINER
+SET search_path TO pg_catalog, pgque, pg_temp
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'metrics_wrapper';
+-- as 99_finalize.sql does for every function but the send ones
+ALTER FUNCTION pgque.metrics() SET jit = off;
+REVOKE ALL ON FUNCTION pgque.metrics() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION pgque.metrics() TO pgque_admin, pgque_reader;

@@ -10,6 +10,7 @@
 //! - `api`     the PgQue-compatible event API: send / receive / ack / nack, slots, dlq ...
 //! - `jobs`    job queues: enqueue, dispatch, lifecycle, sweeps
 //! - `schedules` periodic jobs: the cron grammar and the run_schedules duty
+//! - `metrics` pgque.metrics(): the figures pgque-web exports to Prometheus
 //!
 //! SQL install order (pgrx places each file by its `requires`):
 //!   1. sql/00_bootstrap.sql   schema objects every module needs: roles, pgque.message type
@@ -30,6 +31,7 @@ pub mod error;
 pub mod gucs;
 pub mod jobs;
 pub mod log;
+pub mod metrics;
 pub mod schedules;
 pub mod shmem;
 pub mod worker;

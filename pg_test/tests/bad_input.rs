@@ -691,6 +691,7 @@ fn matrix() -> Vec<Row> {
         no_args("pgque.start()", "no arguments"),
         no_args("pgque.stop()", "no arguments"),
         no_args("pgque.status()", "no arguments"),
+        no_args("pgque.metrics()", "no arguments"),
         no_args("pgque.version()", "no arguments"),
         // ---- job queues --------------------------------------------------------
         row(
