@@ -7,13 +7,14 @@ VERSIONS ?= 15 16 17 18
 # The multi-session / SQL regression tier runs on these versions.
 PGTEST_VERSIONS ?= 15
 
-.PHONY: setup test lint pgrx-test pgtest soak run stop bench psql help
+.PHONY: setup test lint pgrx-test pgtest test-web soak run stop bench psql help
 
 help:
 	@echo "make run      build, start a local PostgreSQL $(PG) with pgque preloaded, show a demo"
 	@echo "make stop     stop that server"
 	@echo "make test     every check and test on PostgreSQL $(VERSIONS)"
 	@echo "make pgtest PG=16   only the server-level tier (pg_test/) on one version"
+	@echo "make test-web  the dashboard (pgque-web) in headless Chromium"
 	@echo "make bench    side-by-side benchmarks (benches/)"
 	@echo "make soak     held-xmin soak, ~8 min (not part of make test; results in benches/results/)"
 
@@ -23,6 +24,7 @@ setup:
 # ---- tests ------------------------------------------------------------------
 test: setup lint pgrx-test
 	@for v in $(PGTEST_VERSIONS); do $(MAKE) --no-print-directory pgtest PG=$$v || exit 1; done
+	@$(MAKE) --no-print-directory test-web
 	@echo "make test: all green on PostgreSQL $(VERSIONS) (server tier on $(PGTEST_VERSIONS))"
 
 lint:
@@ -30,6 +32,7 @@ lint:
 	cargo fmt --manifest-path pg_test/Cargo.toml --all -- --check
 	cargo clippy --no-default-features --features "pg15 pg_test" --all-targets -- -D warnings
 	cargo clippy --manifest-path pg_test/Cargo.toml --all-targets -- -D warnings
+	cargo clippy -p pgque-web --all-targets -- -D warnings
 
 # Pure-Rust #[test]s and in-server #[pg_test]s, in one binary per version.
 pgrx-test:
@@ -38,6 +41,13 @@ pgrx-test:
 	  echo "==== cargo pgrx test pg$$v"; \
 	  cargo pgrx test pg$$v --runas postgres --pgdata $$d || exit 1; \
 	done
+
+# The dashboard: pgque-web's unit tests, then /metrics and every page in
+# headless Chromium against a private PostgreSQL 15 (web/tests/run.sh).
+test-web: setup
+	@echo "==== pgque-web tests"
+	cargo test -p pgque-web
+	@bash web/tests/run.sh 15
 
 pgtest: setup
 	@echo "==== pg_test tier on PostgreSQL $(PG)"

