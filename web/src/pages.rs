@@ -393,7 +393,10 @@ fn cell(f: &Figures, name: &str, labels: &[(&str, &str)], seconds: bool) -> Stri
     }
 }
 
-fn table(t: &Table, extra: Option<&dyn Fn(&[String]) -> String>, extra_head: &str) -> String {
+/// Renders a row's extra cell (an action button) from its values.
+type RowExtra<'a> = &'a dyn Fn(&[String]) -> String;
+
+fn table(t: &Table, extra: Option<RowExtra>, extra_head: &str) -> String {
     let mut o = String::from("<table><thead><tr>");
     for c in &t.columns {
         let _ = write!(o, "<th>{}</th>", esc(c));

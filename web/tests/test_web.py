@@ -538,6 +538,8 @@ def main():
                 print(f"---- pgque-web ({w}) log:\n{ctx[w].logtext()}")
             ctx[w].stop()
     print(f"webtest: {time.time() - started:.0f} s")
+    # libtest's closing line too, so .ci/run's summary counts these tests
+    print(f"test result: {'FAILED' if failed else 'ok'}. {passed} passed; {failed} failed; 0 ignored")
     print(f"{passed} passed, {failed} failed")
     sys.exit(1 if failed or not tests else 0)
 
