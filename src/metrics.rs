@@ -6,14 +6,16 @@
 //! (get_queue_info, get_consumer_info, partition_slot_status,
 //! job_queue_status, the workers' shared memory behind status()), so a
 //! dashboard and `SELECT * FROM pgque.get_consumer_info()` never disagree.
-//! None of those reads grows with history: queue and consumer figures come
-//! from the tick metadata and the event sequences, job counts from
-//! job_queue_status (one row per enqueue / dispatch / completion call still
-//! in the job log's retention, never one per job), dead letters through
-//! their (dl_queue, dl_time) index. The one figure whose cost grows with a
-//! backlog is a partition slot's own pending count (partition_slot_status
-//! counts that slot's events); a queue without partitioned consumers pays
-//! nothing for it. benches/results/metrics.md has the measured cost.
+//! Queue and consumer figures come from the tick metadata and the event
+//! sequences, dead letters through their (dl_queue, dl_time) index, the
+//! worker's from shared memory: none of those grows with history. Two do:
+//! job counts come from job_queue_status, whose running and completed
+//! counts read the job-id array of every claim and done row still in the
+//! job log's retention (so its cost grows with the jobs completed in that
+//! window: 1M completed jobs cost ~200 ms, benches/results/metrics.md, which
+//! also says how the job log could count them cheaply); and a partition
+//! slot's own pending count (partition_slot_status counts that slot's
+//! events), paid only by queues with partitioned consumers.
 use crate::worker::duties::DUTIES;
 use crate::{log, shmem};
 use pgrx::prelude::*;
