@@ -246,14 +246,35 @@ pub async fn schedules(pool: &Pool) -> Result<Option<Table>, DbError> {
     if !exists {
         return Ok(None);
     }
-    json_table(
+    let mut t = json_table(
         pool,
         "SELECT to_jsonb(s) FROM pgque.schedules s ORDER BY to_jsonb(s) ->> 'name' LIMIT 1000",
         &[],
         None,
     )
-    .await
-    .map(Some)
+    .await?;
+    // The view's columns in the order DESIGN.md lists them, any others after.
+    const ORDER: &[&str] = &[
+        "name",
+        "cron",
+        "timezone",
+        "queue_name",
+        "kind",
+        "args",
+        "misfire",
+        "paused",
+        "next_run_at",
+        "last_run_at",
+        "last_job_id",
+    ];
+    let rank = |c: &str| ORDER.iter().position(|o| *o == c).unwrap_or(ORDER.len());
+    let mut idx: Vec<usize> = (0..t.columns.len()).collect();
+    idx.sort_by_key(|&i| rank(&t.columns[i]));
+    t.columns = idx.iter().map(|&i| t.columns[i].clone()).collect();
+    for r in &mut t.rows {
+        *r = idx.iter().map(|&i| r[i].clone()).collect();
+    }
+    Ok(Some(t))
 }
 
 /// An admin action, as the form names it. Each is one pgque function call.

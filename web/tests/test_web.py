@@ -120,6 +120,8 @@ def make_database():
     q(c, "SELECT pgque.enqueue('emails', 'send', jsonb_build_object('n', g), max_attempts => 1) "
          "FROM generate_series(1, 7) g")
     q(c, "SELECT pgque.enqueue('emails', 'send', '{}', run_at => now() + interval '1 hour')")
+    if one(c, "SELECT to_regproc('pgque.run_schedules') IS NOT NULL"):
+        q(c, "SELECT pgque.create_schedule('nightly-report', '0 3 * * *', 'reports', 'report')")
     got = q(c, "SELECT job_id, lease_token FROM pgque.dispatch(ARRAY['emails'], 3, 'w1', '10 minutes')")
     assert len(got) == 3, got
     q(c, "SELECT pgque.complete(%s, %s)", got[0])
@@ -395,6 +397,8 @@ def test_every_page_renders_without_console_errors_and_shows_the_figures(ctx):
         if p == "/schedules":
             if not one(c, "SELECT to_regclass('pgque.schedules') IS NOT NULL"):
                 assert b.find("#no-schedules"), "no word on the missing schedules view"
+            else:
+                assert "nightly-report" in html and "0 3 * * *" in html, "the schedule is not shown"
 
 
 def test_pages_refresh_in_place(ctx):
