@@ -1,0 +1,404 @@
+"""Event consumers: a plain ``Consumer`` (receive / ack / nack, woken by the
+queue's tick NOTIFY) and a ``PartitionedConsumer`` whose M worker threads
+cover N slots with the ``claim_next_slot`` loop, so every slot is polled.
+
+Delivery is at least once: a batch is acked only after its handler calls
+returned, and a batch interrupted by a crash, a stop or a lost slot lease is
+delivered again (the same batch) to whoever reads that consumer or slot next.
+A handler that raises nacks its message (retried after ``retry_after``, to the
+dead-letter queue after the queue's max_retries); the nacks and the ack of one
+batch commit together.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import signal
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import psycopg
+
+from ._listen import Listener
+from .errors import SlotLost, WrongState, translated
+
+log = logging.getLogger("pgque_client")
+
+
+@dataclass(frozen=True)
+class Message:
+    """One event, with PgQue's ``pgque.message`` fields."""
+
+    msg_id: int
+    batch_id: int
+    type: str
+    payload: str | None
+    retry_count: int | None
+    created_at: datetime
+    extra1: str | None
+    extra2: str | None
+    extra3: str | None
+    extra4: str | None
+
+    @property
+    def partition_key(self) -> str | None:
+        """The partition key (it rides extra1)."""
+        return self.extra1
+
+    def json(self) -> Any:
+        """The payload decoded as JSON."""
+        return None if self.payload is None else json.loads(self.payload)
+
+
+MessageHandler = Callable[[Message], Any]
+
+_MSG_COLS = "msg_id, batch_id, type, payload, retry_count, created_at, extra1, extra2, extra3, extra4"
+_MSG_ROW = (
+    "ROW(%s::bigint, %s::bigint, %s::text, %s::text, %s::int4, %s::timestamptz, "
+    "%s::text, %s::text, %s::text, %s::text)::pgque.message"
+)
+
+
+def _msg_params(m: Message) -> tuple[Any, ...]:
+    return (
+        m.msg_id, m.batch_id, m.type, m.payload, m.retry_count, m.created_at,
+        m.extra1, m.extra2, m.extra3, m.extra4,
+    )  # fmt: skip
+
+
+def _seconds(v: float | timedelta) -> float:
+    return v.total_seconds() if isinstance(v, timedelta) else float(v)
+
+
+def _reason(e: BaseException) -> str:
+    return f"{type(e).__name__}: {e}"[:1000]
+
+
+class _Runner:
+    """What both consumers share: the stop flag, the tick wake-ups, signals."""
+
+    def __init__(self, dsn: str, queue: str, poll_interval: float, handle_signals: bool,
+                 connect_kwargs: dict[str, Any] | None):  # fmt: skip
+        self.dsn = dsn
+        self.queue = queue
+        self.poll_interval = poll_interval
+        self.handle_signals = handle_signals
+        self.connect_kwargs = connect_kwargs or {}
+        self._stopping = threading.Event()
+        self._cond = threading.Condition()
+        self._gen = 0
+
+    def stop(self) -> None:
+        """Asks run() to finish the batches in hand and return. Any thread."""
+        self._stopping.set()
+        with self._cond:
+            self._cond.notify_all()
+
+    def _wake(self) -> None:
+        with self._cond:
+            self._gen += 1
+            self._cond.notify_all()
+
+    def _wait_tick(self, gen: int) -> None:
+        with self._cond:
+            self._cond.wait_for(lambda: self._stopping.is_set() or self._gen != gen, self.poll_interval)
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        return psycopg.connect(self.dsn, autocommit=True, **self.connect_kwargs)
+
+    def _listener(self) -> Listener:
+        return Listener(self.dsn, [f"pgque_{self.queue}"], self._wake, self.connect_kwargs)
+
+    def _install_signals(self) -> Callable[[], None]:
+        if not self.handle_signals or threading.current_thread() is not threading.main_thread():
+            return lambda: None
+
+        def on_signal(signum: int, frame: Any) -> None:
+            self._stopping.set()
+            threading.Thread(target=self.stop, daemon=True).start()
+
+        old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+
+        def restore() -> None:
+            for s, h in old.items():
+                signal.signal(s, h)
+
+        return restore
+
+
+class Consumer(_Runner):
+    """Reads ``queue`` as ``consumer`` and calls ``handler(message)`` per event.
+
+    ``subscribe=True`` subscribes the consumer first (a no-op when it is).
+    ``run()`` blocks until ``stop()`` or SIGTERM / SIGINT (in the main thread);
+    the batch in hand is finished and acked first."""
+
+    def __init__(
+        self,
+        dsn: str,
+        queue: str,
+        consumer: str,
+        handler: MessageHandler,
+        *,
+        batch_size: int = 100,
+        poll_interval: float | timedelta = 2.0,
+        retry_after: float | timedelta = 60.0,
+        subscribe: bool = True,
+        handle_signals: bool = True,
+        connect_kwargs: dict[str, Any] | None = None,
+    ):
+        super().__init__(dsn, queue, _seconds(poll_interval), handle_signals, connect_kwargs)
+        self.consumer = consumer
+        self.handler = handler
+        self.batch_size = batch_size
+        self.retry_after = timedelta(seconds=_seconds(retry_after))
+        self.subscribe = subscribe
+        self.handled = 0
+
+    def run(self) -> None:
+        restore = self._install_signals()
+        listener = self._listener()
+        try:
+            with self._connect() as conn:
+                if self.subscribe:
+                    with translated():
+                        conn.execute("SELECT pgque.subscribe(%s, %s)", (self.queue, self.consumer))
+                listener.start()
+                while not self._stopping.is_set():
+                    with self._cond:
+                        gen = self._gen
+                    if not self.run_once(conn):
+                        self._wait_tick(gen)
+        finally:
+            listener.close()
+            restore()
+            self._stopping.clear()
+
+    def run_once(self, conn: psycopg.Connection[Any]) -> int:
+        """Receives one batch, handles it, acks it; returns its size (0: none)."""
+        with translated():
+            rows = conn.execute(
+                f"SELECT {_MSG_COLS} FROM pgque.receive(%s, %s, %s)", (self.queue, self.consumer, self.batch_size)
+            ).fetchall()
+        if not rows:
+            return 0
+        msgs = [Message(*r) for r in rows]
+        failed = []
+        for m in msgs:
+            try:
+                self.handler(m)
+            except Exception as e:  # noqa: BLE001 - a failing handler nacks its event
+                failed.append((m, _reason(e)))
+        with translated(), conn.transaction():
+            for m, why in failed:
+                conn.execute(
+                    f"SELECT pgque.nack(%s::bigint, {_MSG_ROW}, %s::interval, %s::text)",
+                    (m.batch_id, *_msg_params(m), self.retry_after, why),
+                )
+            conn.execute("SELECT pgque.ack(%s::bigint)", (msgs[0].batch_id,))
+        self.handled += len(msgs)
+        return len(msgs)
+
+
+class PartitionedConsumer(_Runner):
+    """Reads ``queue`` as partitioned consumer ``consumer`` over ``n`` slots
+    with ``workers`` threads (any ratio to n), each looping
+    claim_next_slot -> receive_partitioned -> handler -> ack_partitioned ->
+    release_slot, so the slot that has waited longest is always served next
+    and no slot is left unpolled (an unpolled slot pins the queue's rotation).
+
+    A worker keeps a slot while its batches are non-empty (at most
+    ``max_batches_per_claim``), renewing the lease between messages once a
+    third of ``ttl`` has passed; if the lease was taken over meanwhile it
+    stops processing that slot at once, without acking (the new owner gets
+    the same batch). Events of one key arrive in order, on one worker at a
+    time. When a worker finds a whole round of slots idle it sleeps until
+    the next tick's NOTIFY or ``poll_interval``."""
+
+    def __init__(
+        self,
+        dsn: str,
+        queue: str,
+        consumer: str,
+        n: int,
+        handler: MessageHandler,
+        workers: int = 1,
+        *,
+        ttl: float | timedelta = 30.0,
+        batch_size: int = 100,
+        poll_interval: float | timedelta = 2.0,
+        retry_after: float | timedelta = 60.0,
+        max_batches_per_claim: int = 16,
+        subscribe: bool = True,
+        worker_id: str | None = None,
+        handle_signals: bool = True,
+        connect_kwargs: dict[str, Any] | None = None,
+    ):
+        super().__init__(dsn, queue, _seconds(poll_interval), handle_signals, connect_kwargs)
+        if workers < 1:
+            raise ValueError("workers must be at least 1")
+        self.consumer = consumer
+        self.n = n
+        self.handler = handler
+        self.workers = workers
+        self.ttl = max(1.0, _seconds(ttl))
+        self.batch_size = batch_size
+        self.retry_after = timedelta(seconds=_seconds(retry_after))
+        self.max_batches_per_claim = max_batches_per_claim
+        self.subscribe = subscribe
+        self.worker_id = worker_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        self.handled = 0
+        self.lost_slots = 0
+        self._lock = threading.Lock()
+        self._errors: list[BaseException] = []
+
+    def worker_name(self, i: int) -> str:
+        """The lease owner name of worker thread ``i``."""
+        return f"{self.worker_id}/{i}"
+
+    def run(self) -> None:
+        restore = self._install_signals()
+        listener = self._listener()
+        try:
+            if self.subscribe:
+                with self._connect() as conn, translated():
+                    conn.execute("SELECT pgque.subscribe_partitioned(%s, %s, %s)", (self.queue, self.consumer, self.n))
+            listener.start()
+            threads = [
+                threading.Thread(target=self._worker, args=(i,), name=f"pgque-slot-{i}", daemon=True)
+                for i in range(self.workers)
+            ]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        finally:
+            listener.close()
+            restore()
+            self._stopping.clear()
+        if self._errors:
+            raise self._errors[0]
+
+    def _worker(self, i: int) -> None:
+        wid = self.worker_name(i)
+        ttl = timedelta(seconds=self.ttl)
+        idle_round = max(1, math.ceil(self.n / self.workers))
+        idle = 0
+        conn: psycopg.Connection[Any] | None = None
+        try:
+            while not self._stopping.is_set():
+                if conn is None or conn.closed:
+                    conn = self._connect()
+                with self._cond:
+                    gen = self._gen
+                try:
+                    with translated():
+                        row = conn.execute(
+                            "SELECT slot, epoch FROM pgque.claim_next_slot(%s, %s, %s, %s::interval)",
+                            (self.queue, self.consumer, wid, ttl),
+                        ).fetchone()
+                    if row is None:
+                        # Every slot is held by a live lease of another worker.
+                        self._wait_tick(gen)
+                        continue
+                    slot, epoch = row
+                    got = self._serve_slot(conn, wid, slot, epoch, ttl)
+                except SlotLost as e:
+                    log.info("pgque consumer %s: %s", wid, e)
+                    with self._lock:
+                        self.lost_slots += 1
+                    continue
+                except psycopg.OperationalError as e:
+                    log.warning("pgque consumer %s: %s; reconnecting", wid, e)
+                    conn.close()
+                    self._stopping.wait(1.0)
+                    continue
+                idle = 0 if got else idle + 1
+                if idle >= idle_round:
+                    idle = 0
+                    self._wait_tick(gen)
+        except BaseException as e:  # noqa: BLE001 - surfaced by run()
+            log.exception("pgque consumer %s failed", wid)
+            with self._lock:
+                self._errors.append(e)
+            self.stop()
+        finally:
+            if conn is not None:
+                conn.close()
+
+    def _serve_slot(self, conn: psycopg.Connection[Any], wid: str, slot: int, epoch: int, ttl: timedelta) -> int:
+        """Drains up to max_batches_per_claim batches of a claimed slot, then
+        releases it. Returns the number of events handled. SlotLost when the
+        lease was taken over (nothing acked, the slot is not released)."""
+        args = (self.queue, self.consumer, slot, self.n, wid)
+        renewed = time.monotonic()
+        total = 0
+        for _ in range(self.max_batches_per_claim):
+            if self._stopping.is_set():
+                break
+            try:
+                with translated():
+                    rows = conn.execute(
+                        f"SELECT {_MSG_COLS} FROM pgque.receive_partitioned(%s, %s, %s, %s, %s, %s)",
+                        (*args, self.batch_size),
+                    ).fetchall()
+            except WrongState as e:
+                raise SlotLost(f"slot {slot}: lease lost before receive ({e})") from e
+            renewed = time.monotonic()
+            if not rows:
+                break
+            failed = []
+            for m in (Message(*r) for r in rows):
+                if time.monotonic() - renewed > self.ttl / 3:
+                    with translated():
+                        got = conn.execute(
+                            "SELECT pgque.claim_slot(%s, %s, %s, %s, %s::interval)",
+                            (self.queue, self.consumer, slot, wid, ttl),
+                        ).fetchone()
+                    # The same epoch: renewed. epoch + 1: it had lapsed and
+                    # nobody took it in between (a take-over would have made
+                    # that epoch its own), so the batch is still ours. Anything
+                    # else: another worker held the slot; stop here.
+                    if got is None or got[0] is None or got[0] not in (epoch, epoch + 1):
+                        if got is not None and got[0] is not None:
+                            self._release_quietly(conn, slot, wid)
+                        raise SlotLost(f"slot {slot}: lease taken over (epoch {epoch} -> {got and got[0]})")
+                    epoch = got[0]
+                    renewed = time.monotonic()
+                try:
+                    self.handler(m)
+                except Exception as e:  # noqa: BLE001 - a failing handler nacks its event
+                    failed.append((m, _reason(e)))
+            try:
+                with translated(), conn.transaction():
+                    for m, why in failed:
+                        conn.execute(
+                            f"SELECT pgque.nack_partitioned(%s, %s, %s, %s, %s, {_MSG_ROW}, %s::interval, %s::text)",
+                            (*args, *_msg_params(m), self.retry_after, why),
+                        )
+                    conn.execute("SELECT pgque.ack_partitioned(%s, %s, %s, %s, %s)", args)
+            except WrongState as e:
+                raise SlotLost(f"slot {slot}: lease lost before ack ({e})") from e
+            renewed = time.monotonic()
+            total += len(rows)
+            with self._lock:
+                self.handled += len(rows)
+        with translated():
+            conn.execute("SELECT pgque.release_slot(%s, %s, %s, %s)", (self.queue, self.consumer, slot, wid))
+        return total
+
+    def _release_quietly(self, conn: psycopg.Connection[Any], slot: int, wid: str) -> None:
+        try:
+            with translated():
+                conn.execute("SELECT pgque.release_slot(%s, %s, %s, %s)", (self.queue, self.consumer, slot, wid))
+        except WrongState:
+            pass  # an open batch: the lease lapses after its ttl and the batch is redelivered

@@ -1,0 +1,123 @@
+"""Event consumers against a real server: Consumer and PartitionedConsumer."""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+
+import pgque_client as pq
+from conftest import wait_until
+from test_worker import Running
+
+
+def test_consumer_handles_acks_and_nacks(dsn, conn, name):
+    conn.execute("SELECT pgque.create_queue(%s)", (name,))
+    conn.execute("SELECT pgque.subscribe(%s, 'c1')", (name,))
+    ids = pq.send_batch(conn, name, [{"i": i} for i in range(50)], type="t")
+    seen = []
+    retried = []
+
+    def handle(m: pq.Message):
+        if m.json()["i"] == 7 and m.retry_count is None:
+            raise ValueError("first delivery of 7 fails")
+        if m.retry_count:
+            retried.append((m.msg_id, m.retry_count))
+        seen.append(m.msg_id)
+
+    c = pq.Consumer(dsn, name, "c1", handle, poll_interval=0.2, retry_after=0, handle_signals=False)
+    with Running(c):
+        wait_until(lambda: len(seen) == 50, 30, 0.05, "every event handled")
+    assert sorted(seen) == sorted(ids)
+    assert [s for s in seen if s != ids[7]] == [i for i in ids if i != ids[7]]  # in order
+    assert retried == [(ids[7], 1)]
+    info = conn.execute(
+        "SELECT pending_events FROM pgque.get_consumer_info(%s, 'c1')", (name,)
+    ).fetchone()
+    assert info == (0,)
+
+
+def _slots(conn, queue, consumer):
+    return conn.execute(
+        "SELECT slot, pending_events, last_tick, lease_owner FROM pgque.partition_slot_status "
+        "WHERE queue_name = %s AND consumer = %s ORDER BY slot",
+        (queue, consumer),
+    ).fetchall()
+
+
+def _last_tick(conn, queue):
+    return conn.execute("SELECT last_tick_id FROM pgque.get_queue_info(%s)", (queue,)).fetchone()[0]
+
+
+def test_partitioned_consumer_fewer_workers_than_slots_polls_every_slot(dsn, conn, name):
+    n, m = 8, 3
+    conn.execute("SELECT pgque.create_queue(%s)", (name,))
+    conn.execute("SELECT pgque.subscribe_partitioned(%s, 'pc', %s)", (name, n))
+    keys = [f"key-{k}" for k in range(40)]
+    sent = collections.defaultdict(list)
+    for round_ in range(5):
+        ids = pq.send_batch(conn, name, [{"r": round_, "k": k} for k in keys], type="t", partition_keys=keys)
+        for k, i in zip(keys, ids):
+            sent[k].append(i)
+    got = collections.defaultdict(list)
+    holders = collections.defaultdict(set)
+    lock = threading.Lock()
+
+    def handle(msg: pq.Message):
+        with lock:
+            got[msg.partition_key].append(msg.msg_id)
+            holders[msg.partition_key].add(threading.current_thread().name)
+
+    pc = pq.PartitionedConsumer(dsn, name, "pc", n, handle, workers=m, poll_interval=0.3, handle_signals=False)
+    with Running(pc):
+        conn.execute("SELECT pgque.force_tick(%s)", (name,))
+        t1 = _last_tick(conn, name)
+        wait_until(
+            lambda: all(p == 0 and lt >= t1 for _, p, lt, _ in _slots(conn, name, "pc")),
+            60, 0.1, "pending events of every slot at 0",
+        )  # fmt: skip
+        # Idle slots are polled too: every slot's position follows a new tick.
+        conn.execute("SELECT pgque.force_tick(%s)", (name,))
+        t2 = _last_tick(conn, name)
+        wait_until(lambda: all(lt >= t2 for _, _, lt, _ in _slots(conn, name, "pc")), 30, 0.1, "every slot polled")
+    assert sum(len(v) for v in got.values()) == len(keys) * 5
+    for k in keys:
+        assert got[k] == sent[k], f"key {k}: out of order or missing"
+    assert len(_slots(conn, name, "pc")) == n
+
+
+def test_partitioned_worker_that_loses_its_lease_stops_processing_the_slot(dsn, conn, name):
+    conn.execute("SELECT pgque.create_queue(%s)", (name,))
+    conn.execute("SELECT pgque.subscribe_partitioned(%s, 'pc', 1)", (name,))
+    ids = pq.send_batch(conn, name, [{"i": i} for i in range(5)], type="t", partition_keys=["k"] * 5)
+    handled = []
+    in_first = threading.Event()
+    go_on = threading.Event()
+
+    def handle(msg: pq.Message):
+        handled.append(msg.msg_id)
+        if len(handled) == 1:
+            in_first.set()
+            go_on.wait(30)  # past the 1 s lease, without renewing it
+
+    pc = pq.PartitionedConsumer(
+        dsn, name, "pc", 1, handle, workers=1, ttl=1, poll_interval=0.2, handle_signals=False, worker_id="A"
+    )
+    with Running(pc):
+        conn.execute("SELECT pgque.force_tick(%s)", (name,))
+        assert in_first.wait(20)
+        # The lease lapses; another worker takes the slot over.
+        wait_until(lambda: _slots(conn, name, "pc")[0][3] is None, 10, 0.05, "A's lease to lapse")
+        epoch = conn.execute("SELECT pgque.claim_slot(%s, 'pc', 0, 'thief', '60 seconds')", (name,)).fetchone()[0]
+        assert epoch is not None
+        go_on.set()
+        wait_until(lambda: pc.lost_slots >= 1, 10, 0.05, "A to notice the take-over")
+        time.sleep(0.5)
+        # A handled the one message it was in, nothing more of that slot, and acked nothing.
+        assert handled == [ids[0]]
+        rows = conn.execute(
+            "SELECT msg_id FROM pgque.receive_partitioned(%s, 'pc', 0, 1, 'thief', 100)", (name,)
+        ).fetchall()
+        assert [r[0] for r in rows] == ids  # the new owner gets the whole batch again
+        assert conn.execute("SELECT pgque.ack_partitioned(%s, 'pc', 0, 1, 'thief')", (name,)).fetchone() == (1,)
+    assert handled == [ids[0]]

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# The client-library tier: installs pgque into one PostgreSQL version, starts
+# a private cluster with pgque preloaded, runs the Python client's pytest
+# suite and the Rust client's cargo tests against it, stops the cluster.
+#
+#   clients/run.sh 15                # both clients
+#   clients/run.sh 15 python [ARGS]  # only pytest (ARGS go to pytest, e.g. -k worker)
+#   clients/run.sh 15 rust [FILTER]  # only cargo test
+#
+# The Python side runs in a venv (clients/python/.venv, git-ignored) that this
+# script creates and fills from PyPI on first use (psycopg, pytest, setuptools, wheel),
+# so a fresh machine needs nothing else. Env: PGTEST_PROFILE=release|debug as
+# for pg_test/run.sh (release default).
+set -euo pipefail
+VER=${1:?usage: clients/run.sh PGVERSION [python|rust] [args]}
+WHAT=${2:-all}
+shift $(( $# >= 2 ? 2 : 1 ))
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+
+PG_CONFIG=$(sed -n "s/^pg$VER = \"\(.*\)\"$/\1/p" "$HOME/.pgrx/config.toml")
+[ -n "$PG_CONFIG" ] || { echo "no pg$VER in ~/.pgrx/config.toml: run scripts/setup.sh" >&2; exit 1; }
+BINDIR=$("$PG_CONFIG" --bindir)
+
+# --- the Python venv (before the server: a failed fetch fails fast) ----------
+VENV=$ROOT/clients/python/.venv
+PY_PKGS=("psycopg[binary]==3.3.9" "pytest==8.4.2" "setuptools>=70.1" "wheel")
+if [ "$WHAT" != rust ]; then
+  [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
+  if ! "$VENV/bin/python" -c 'import psycopg, pytest, wheel' 2>/dev/null; then
+    echo "[clients] pip install ${PY_PKGS[*]} into $VENV"
+    "$VENV/bin/pip" install -q --disable-pip-version-check "${PY_PKGS[@]}"
+  fi
+  # The package as users install it (checks pyproject.toml), without fetching.
+  "$VENV/bin/pip" install -q --disable-pip-version-check --no-deps --no-build-isolation --force-reinstall \
+    "$ROOT/clients/python" >/tmp/pgque_clients_pip_$VER.log 2>&1 \
+    || { cat /tmp/pgque_clients_pip_$VER.log; exit 1; }
+fi
+
+PROFILE=${PGTEST_PROFILE:-release}
+flag=(); [ "$PROFILE" = release ] && flag=(--release)
+echo "[clients] installing pgque ($PROFILE) into PostgreSQL $VER"
+cargo pgrx install "${flag[@]}" --pg-config "$PG_CONFIG" --no-default-features --features "pg$VER" >/tmp/pgque_clients_install_$VER.log 2>&1 \
+  || { tail -40 /tmp/pgque_clients_install_$VER.log; exit 1; }
+bash "$ROOT/scripts/ship_archive.sh" "$PG_CONFIG"
+
+DATA=/tmp/pgque_clients_$VER
+PORT=$((54100 + VER))
+as_pg() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
+if [ -f "$DATA/postmaster.pid" ]; then as_pg "$BINDIR/pg_ctl" -D "$DATA" -m immediate stop >/dev/null 2>&1 || true; fi
+rm -rf "$DATA"; mkdir -p "$DATA"
+[ "$(id -u)" = 0 ] && chown postgres "$DATA"
+as_pg "$BINDIR/initdb" -D "$DATA" -A trust -U postgres --no-sync >/dev/null
+cat >> "$DATA/postgresql.conf" <<CONF
+port = $PORT
+listen_addresses = ''
+unix_socket_directories = '$DATA'
+shared_preload_libraries = 'pgque'
+max_worker_processes = 32
+max_connections = 200
+fsync = off
+full_page_writes = off
+log_line_prefix = '%m [%p] %b %d '
+CONF
+cleanup() { as_pg "$BINDIR/pg_ctl" -D "$DATA" -m fast stop >/dev/null 2>&1 || as_pg "$BINDIR/pg_ctl" -D "$DATA" -m immediate stop >/dev/null 2>&1 || true; }
+trap cleanup EXIT
+as_pg "$BINDIR/pg_ctl" -D "$DATA" -l "$DATA/server.log" -w start >/dev/null
+export PGQUE_TEST_HOST=$DATA PGQUE_TEST_PORT=$PORT
+echo "[clients] PostgreSQL $VER on port $PORT (socket $DATA)"
+
+rc=0
+if [ "$WHAT" != rust ]; then
+  echo "==== clients: python (pytest)"
+  (cd "$ROOT/clients/python" && "$VENV/bin/python" -m pytest -q -p no:cacheprovider "$@") || rc=$?
+fi
+if [ "$WHAT" != python ] && [ -f "$ROOT/clients/rust/Cargo.toml" ]; then
+  echo "==== clients: rust (cargo test)"
+  cargo test --manifest-path "$ROOT/clients/rust/Cargo.toml" -- "$@" || rc=$?
+fi
+if [ $rc -ne 0 ]; then
+  echo "[clients] FAILED; last lines of the server log:"
+  tail -40 "$DATA/server.log"
+fi
+exit $rc
