@@ -7,7 +7,7 @@ VERSIONS ?= 15 16 17 18
 # The multi-session / SQL regression tier runs on these versions.
 PGTEST_VERSIONS ?= 15
 
-.PHONY: setup test lint pgrx-test pgtest test-web soak run stop bench psql help
+.PHONY: setup test lint pgrx-test pgtest test-web test-clients soak run stop bench psql help
 
 help:
 	@echo "make run      build, start a local PostgreSQL $(PG) with pgque preloaded, show a demo"
@@ -15,6 +15,7 @@ help:
 	@echo "make test     every check and test on PostgreSQL $(VERSIONS)"
 	@echo "make pgtest PG=16   only the server-level tier (pg_test/) on one version"
 	@echo "make test-web  the dashboard (pgque-web) in headless Chromium"
+	@echo "make test-clients   the Python and Rust client libraries against a real server"
 	@echo "make bench    side-by-side benchmarks (benches/)"
 	@echo "make soak     held-xmin soak, ~8 min (not part of make test; results in benches/results/)"
 
@@ -25,6 +26,7 @@ setup:
 test: setup lint pgrx-test
 	@for v in $(PGTEST_VERSIONS); do $(MAKE) --no-print-directory pgtest PG=$$v || exit 1; done
 	@$(MAKE) --no-print-directory test-web
+	@$(MAKE) --no-print-directory test-clients PG=$(firstword $(PGTEST_VERSIONS))
 	@echo "make test: all green on PostgreSQL $(VERSIONS) (server tier on $(PGTEST_VERSIONS))"
 
 lint:
@@ -33,6 +35,8 @@ lint:
 	cargo clippy --no-default-features --features "pg15 pg_test" --all-targets -- -D warnings
 	cargo clippy --manifest-path pg_test/Cargo.toml --all-targets -- -D warnings
 	cargo clippy -p pgque-web --all-targets -- -D warnings
+	cargo fmt --manifest-path clients/rust/Cargo.toml --all -- --check
+	cargo clippy --manifest-path clients/rust/Cargo.toml --all-targets -- -D warnings
 
 # Pure-Rust #[test]s and in-server #[pg_test]s, in one binary per version.
 pgrx-test:
@@ -52,6 +56,11 @@ test-web: setup
 pgtest: setup
 	@echo "==== pg_test tier on PostgreSQL $(PG)"
 	@bash pg_test/run.sh $(PG)
+
+# The client libraries (clients/python, clients/rust) against a real server.
+test-clients: setup
+	@echo "==== client libraries on PostgreSQL $(PG)"
+	@bash clients/run.sh $(PG)
 
 # The held-xmin soak: too long for make test (~8 minutes); see scripts/soak.sh.
 soak: setup

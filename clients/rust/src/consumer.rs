@@ -1,0 +1,503 @@
+//! Event consumers: [`Consumer`] (receive / ack / nack, woken by the queue's
+//! tick NOTIFY) and [`PartitionedConsumer`], whose M tasks cover N slots
+//! with the `claim_next_slot` loop so every slot is polled.
+//!
+//! At least once: a batch is acked after its handler calls returned; a batch
+//! cut short (a crash, a lost slot lease) is delivered again. A handler error
+//! nacks its event; the nacks and the ack of a batch commit together.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use deadpool_postgres::{Manager, Object, Pool};
+use serde_json::Value;
+use tokio::sync::watch;
+use tokio_postgres::{Config, NoTls, Row};
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::worker::BoxError;
+use crate::{listen, Shutdown};
+
+/// One event, with PgQue's `pgque.message` fields.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Message {
+    pub msg_id: i64,
+    pub batch_id: i64,
+    /// The event type (PgQue's `type`).
+    pub type_name: String,
+    pub payload: Option<String>,
+    /// None on first delivery.
+    pub retry_count: Option<i32>,
+    pub created_at: SystemTime,
+    /// The partition key rides extra1.
+    pub extra1: Option<String>,
+    pub extra2: Option<String>,
+    pub extra3: Option<String>,
+    pub extra4: Option<String>,
+}
+
+impl Message {
+    fn from_row(r: &Row) -> Message {
+        Message {
+            msg_id: r.get(0),
+            batch_id: r.get(1),
+            type_name: r.get(2),
+            payload: r.get(3),
+            retry_count: r.get(4),
+            created_at: r.get(5),
+            extra1: r.get(6),
+            extra2: r.get(7),
+            extra3: r.get(8),
+            extra4: r.get(9),
+        }
+    }
+    /// The partition key (extra1).
+    pub fn partition_key(&self) -> Option<&str> {
+        self.extra1.as_deref()
+    }
+    /// The payload decoded as JSON (Null for a NULL payload).
+    pub fn json(&self) -> std::result::Result<Value, serde_json::Error> {
+        self.payload.as_deref().map_or(Ok(Value::Null), serde_json::from_str)
+    }
+}
+
+type MsgHandler =
+    Arc<dyn Fn(Message) -> Pin<Box<dyn Future<Output = std::result::Result<(), BoxError>> + Send>> + Send + Sync>;
+
+const COLS: &str = "msg_id, batch_id, type, payload, retry_count, created_at, extra1, extra2, extra3, extra4";
+const MSG_ROW: &str = "ROW($1::int8, $2::int8, $3::text, $4::text, $5::int4, $6::timestamptz, \
+                       $7::text, $8::text, $9::text, $10::text)::pgque.message";
+
+async fn nack_in(
+    tx: &deadpool_postgres::Transaction<'_>,
+    sql: &str,
+    m: &Message,
+    extra: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+) -> Result<()> {
+    let mut p: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = vec![
+        &m.msg_id,
+        &m.batch_id,
+        &m.type_name,
+        &m.payload,
+        &m.retry_count,
+        &m.created_at,
+        &m.extra1,
+        &m.extra2,
+        &m.extra3,
+        &m.extra4,
+    ];
+    p.extend_from_slice(extra);
+    tx.execute(sql, &p).await?;
+    Ok(())
+}
+
+fn pool_for(config: &Config, size: usize) -> Result<Pool> {
+    Pool::builder(Manager::new(config.clone(), NoTls))
+        .max_size(size)
+        .build()
+        .map_err(|e| Error::Invalid(format!("pool: {e}")))
+}
+
+fn parse(dsn: &str) -> Result<Config> {
+    dsn.parse()
+        .map_err(|e: tokio_postgres::Error| Error::Invalid(format!("dsn: {e}")))
+}
+
+fn wrap<F, Fut>(f: F) -> MsgHandler
+where
+    F: Fn(Message) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = std::result::Result<(), BoxError>> + Send + 'static,
+{
+    Arc::new(move |m| Box::pin(f(m)))
+}
+
+async fn wait_tick(rx: &mut watch::Receiver<u64>, poll: Duration, shutdown: &Shutdown) {
+    tokio::select! {
+        _ = rx.changed() => {}
+        _ = tokio::time::sleep(poll) => {}
+        _ = shutdown.wait() => {}
+    }
+}
+
+/// Counters of a consumer (live while it runs).
+#[derive(Debug, Default)]
+pub struct ConsumerStats {
+    /// Events whose handler returned (ok or error).
+    pub handled: AtomicU64,
+    /// Slots given up because another worker took the lease over.
+    pub lost_slots: AtomicU64,
+}
+
+/// Reads `queue` as `consumer`, one handler call per event.
+pub struct Consumer {
+    config: Config,
+    queue: String,
+    consumer: String,
+    handler: MsgHandler,
+    batch_size: i32,
+    poll_interval: Duration,
+    retry_after: Duration,
+    stats: Arc<ConsumerStats>,
+}
+
+impl Consumer {
+    /// A consumer (subscribed on `run` if it is not yet).
+    pub fn new<F, Fut>(dsn: &str, queue: &str, consumer: &str, handler: F) -> Result<Consumer>
+    where
+        F: Fn(Message) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = std::result::Result<(), BoxError>> + Send + 'static,
+    {
+        Ok(Consumer {
+            config: parse(dsn)?,
+            queue: queue.into(),
+            consumer: consumer.into(),
+            handler: wrap(handler),
+            batch_size: 100,
+            poll_interval: Duration::from_secs(2),
+            retry_after: Duration::from_secs(60),
+            stats: Arc::default(),
+        })
+    }
+    /// Events per receive (default 100).
+    pub fn batch_size(mut self, n: i32) -> Self {
+        self.batch_size = n.max(1);
+        self
+    }
+    /// Poll when no tick NOTIFY comes (default 2 s).
+    pub fn poll_interval(mut self, d: Duration) -> Self {
+        self.poll_interval = d;
+        self
+    }
+    /// Redelivery delay of a failed event (default 60 s).
+    pub fn retry_after(mut self, d: Duration) -> Self {
+        self.retry_after = d;
+        self
+    }
+    /// The counters.
+    pub fn stats(&self) -> &Arc<ConsumerStats> {
+        &self.stats
+    }
+
+    /// Consumes until `shutdown`; the batch in hand is finished and acked first.
+    pub async fn run(&self, shutdown: Shutdown) -> Result<()> {
+        let pool = pool_for(&self.config, 1)?;
+        let mut c = pool.get().await?;
+        c.execute(
+            "SELECT pgque.subscribe($1::text, $2::text)",
+            &[&self.queue, &self.consumer],
+        )
+        .await?;
+        let (gen_tx, mut gen_rx) = watch::channel(0u64);
+        let stop = Shutdown::new();
+        let listener = listen::spawn(
+            self.config.clone(),
+            vec![format!("pgque_{}", self.queue)],
+            gen_tx,
+            stop.clone(),
+        )
+        .await;
+        let result = async {
+            while !shutdown.is_triggered() {
+                gen_rx.borrow_and_update();
+                if self.run_once(&mut c).await? == 0 {
+                    wait_tick(&mut gen_rx, self.poll_interval, &shutdown).await;
+                }
+            }
+            Ok(())
+        }
+        .await;
+        stop.trigger();
+        let _ = listener.await;
+        result
+    }
+
+    async fn run_once(&self, c: &mut Object) -> Result<usize> {
+        let rows = c
+            .query(
+                &format!("SELECT {COLS} FROM pgque.receive($1::text, $2::text, $3::int4)"),
+                &[&self.queue, &self.consumer, &self.batch_size],
+            )
+            .await?;
+        if rows.is_empty() {
+            return Ok(0);
+        }
+        let msgs: Vec<Message> = rows.iter().map(Message::from_row).collect();
+        let mut failed = Vec::new();
+        for m in &msgs {
+            if let Err(e) = (self.handler)(m.clone()).await {
+                failed.push((m, e.to_string()));
+            }
+            self.stats.handled.fetch_add(1, Ordering::Relaxed);
+        }
+        let retry = self.retry_after.as_secs_f64();
+        let tx = c.transaction().await?;
+        for (m, why) in &failed {
+            let sql = format!("SELECT pgque.nack($11::int8, {MSG_ROW}, make_interval(secs => $12::float8), $13::text)");
+            nack_in(&tx, &sql, m, &[&m.batch_id, &retry, why]).await?;
+        }
+        tx.execute("SELECT pgque.ack($1::int8)", &[&msgs[0].batch_id]).await?;
+        tx.commit().await?;
+        Ok(msgs.len())
+    }
+}
+
+/// Reads `queue` as partitioned consumer `consumer` over `n` slots with
+/// `workers` tasks (any ratio to n), each looping claim_next_slot ->
+/// receive_partitioned -> handler -> ack_partitioned -> release_slot: the
+/// slot that waited longest is served next, and no slot is left unpolled.
+///
+/// A task keeps a slot while its batches are non-empty (at most 16 batches),
+/// renewing the lease between events once a third of the ttl has passed; a
+/// lease taken over by another worker meanwhile makes it stop processing that
+/// slot at once, without acking (the new owner gets the same batch).
+pub struct PartitionedConsumer {
+    config: Config,
+    queue: String,
+    consumer: String,
+    n: i32,
+    handler: MsgHandler,
+    workers: usize,
+    ttl: Duration,
+    batch_size: i32,
+    poll_interval: Duration,
+    retry_after: Duration,
+    worker_id: String,
+    stats: Arc<ConsumerStats>,
+}
+
+impl PartitionedConsumer {
+    /// A partitioned consumer with one worker task (see [`Self::workers`]).
+    pub fn new<F, Fut>(dsn: &str, queue: &str, consumer: &str, n: i32, handler: F) -> Result<PartitionedConsumer>
+    where
+        F: Fn(Message) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = std::result::Result<(), BoxError>> + Send + 'static,
+    {
+        Ok(PartitionedConsumer {
+            config: parse(dsn)?,
+            queue: queue.into(),
+            consumer: consumer.into(),
+            n,
+            handler: wrap(handler),
+            workers: 1,
+            ttl: Duration::from_secs(30),
+            batch_size: 100,
+            poll_interval: Duration::from_secs(2),
+            retry_after: Duration::from_secs(60),
+            worker_id: format!("rust-{}", std::process::id()),
+            stats: Arc::default(),
+        })
+    }
+    /// Worker tasks (M, any ratio to n).
+    pub fn workers(mut self, m: usize) -> Self {
+        self.workers = m.max(1);
+        self
+    }
+    /// Slot lease ttl (at least 1 s; default 30 s).
+    pub fn ttl(mut self, d: Duration) -> Self {
+        self.ttl = d.max(Duration::from_secs(1));
+        self
+    }
+    /// Events per receive (default 100).
+    pub fn batch_size(mut self, n: i32) -> Self {
+        self.batch_size = n.max(1);
+        self
+    }
+    /// Poll when no tick NOTIFY comes (default 2 s).
+    pub fn poll_interval(mut self, d: Duration) -> Self {
+        self.poll_interval = d;
+        self
+    }
+    /// Redelivery delay of a failed event (default 60 s).
+    pub fn retry_after(mut self, d: Duration) -> Self {
+        self.retry_after = d;
+        self
+    }
+    /// The lease owner names are `<id>/<task number>`.
+    pub fn worker_id(mut self, id: impl Into<String>) -> Self {
+        self.worker_id = id.into();
+        self
+    }
+    /// The counters.
+    pub fn stats(&self) -> &Arc<ConsumerStats> {
+        &self.stats
+    }
+
+    /// Consumes until `shutdown` (each task finishes and acks its batch first).
+    pub async fn run(self: &Arc<Self>, shutdown: Shutdown) -> Result<()> {
+        let pool = pool_for(&self.config, self.workers + 1)?;
+        {
+            let c = pool.get().await?;
+            c.execute(
+                "SELECT pgque.subscribe_partitioned($1::text, $2::text, $3::int4)",
+                &[&self.queue, &self.consumer, &self.n],
+            )
+            .await?;
+        }
+        let (gen_tx, gen_rx) = watch::channel(0u64);
+        let stop = Shutdown::new();
+        let listener = listen::spawn(
+            self.config.clone(),
+            vec![format!("pgque_{}", self.queue)],
+            gen_tx,
+            stop.clone(),
+        )
+        .await;
+        let mut tasks = Vec::new();
+        for i in 0..self.workers {
+            let me = self.clone();
+            let pool = pool.clone();
+            let sd = shutdown.clone();
+            let rx = gen_rx.clone();
+            tasks.push(tokio::spawn(async move { me.worker(i, pool, rx, sd).await }));
+        }
+        let mut result = Ok(());
+        for t in tasks {
+            match t.await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    shutdown.trigger();
+                    result = Err(e);
+                }
+                Err(e) => result = Err(Error::Invalid(format!("worker task: {e}"))),
+            }
+        }
+        stop.trigger();
+        let _ = listener.await;
+        result
+    }
+
+    async fn worker(&self, i: usize, pool: Pool, mut rx: watch::Receiver<u64>, shutdown: Shutdown) -> Result<()> {
+        let wid = format!("{}/{i}", self.worker_id);
+        let ttl = self.ttl.as_secs_f64();
+        let idle_round = (self.n as usize).div_ceil(self.workers).max(1);
+        let mut idle = 0;
+        let mut c = pool.get().await?;
+        while !shutdown.is_triggered() {
+            rx.borrow_and_update();
+            let row = c
+                .query_opt(
+                    "SELECT slot, epoch FROM pgque.claim_next_slot($1::text, $2::text, $3::text, make_interval(secs => $4::float8))",
+                    &[&self.queue, &self.consumer, &wid, &ttl],
+                )
+                .await?;
+            let Some(row) = row else {
+                wait_tick(&mut rx, self.poll_interval, &shutdown).await;
+                continue;
+            };
+            let (slot, epoch): (i32, i64) = (row.get(0), row.get(1));
+            match self.serve_slot(&mut c, &wid, slot, epoch, &shutdown).await {
+                Ok(got) => idle = if got > 0 { 0 } else { idle + 1 },
+                Err(Error::SlotLost { .. }) => {
+                    self.stats.lost_slots.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
+                Err(e) => return Err(e),
+            }
+            if idle >= idle_round {
+                idle = 0;
+                wait_tick(&mut rx, self.poll_interval, &shutdown).await;
+            }
+        }
+        Ok(())
+    }
+
+    async fn serve_slot(
+        &self,
+        c: &mut Object,
+        wid: &str,
+        slot: i32,
+        mut epoch: i64,
+        shutdown: &Shutdown,
+    ) -> Result<usize> {
+        let lost = |e: Error| {
+            if e.kind() == ErrorKind::WrongState {
+                Error::SlotLost { slot }
+            } else {
+                e
+            }
+        };
+        let ttl = self.ttl.as_secs_f64();
+        let retry = self.retry_after.as_secs_f64();
+        let mut total = 0;
+        for _ in 0..16 {
+            if shutdown.is_triggered() {
+                break;
+            }
+            let rows = c
+                .query(
+                    &format!("SELECT {COLS} FROM pgque.receive_partitioned($1::text, $2::text, $3::int4, $4::int4, $5::text, $6::int4)"),
+                    &[&self.queue, &self.consumer, &slot, &self.n, &wid, &self.batch_size],
+                )
+                .await
+                .map_err(|e| lost(e.into()))?;
+            let mut renewed = Instant::now();
+            if rows.is_empty() {
+                break;
+            }
+            let mut failed = Vec::new();
+            for m in rows.iter().map(Message::from_row) {
+                if renewed.elapsed() > self.ttl / 3 {
+                    let got: Option<i64> = c
+                        .query_one(
+                            "SELECT pgque.claim_slot($1::text, $2::text, $3::int4, $4::text, make_interval(secs => $5::float8))",
+                            &[&self.queue, &self.consumer, &slot, &wid, &ttl],
+                        )
+                        .await?
+                        .get(0);
+                    // Same epoch: renewed; epoch + 1: it had lapsed and nobody
+                    // took it in between. Anything else: another worker held it.
+                    match got {
+                        Some(e) if e == epoch || e == epoch + 1 => epoch = e,
+                        Some(_) => {
+                            let _ = c
+                                .execute(
+                                    "SELECT pgque.release_slot($1::text, $2::text, $3::int4, $4::text)",
+                                    &[&self.queue, &self.consumer, &slot, &wid],
+                                )
+                                .await;
+                            return Err(Error::SlotLost { slot });
+                        }
+                        None => return Err(Error::SlotLost { slot }),
+                    }
+                    renewed = Instant::now();
+                }
+                if let Err(e) = (self.handler)(m.clone()).await {
+                    failed.push((m, e.to_string()));
+                }
+                self.stats.handled.fetch_add(1, Ordering::Relaxed);
+            }
+            let tx = c.transaction().await?;
+            for (m, why) in &failed {
+                let sql = format!(
+                    "SELECT pgque.nack_partitioned($11::text, $12::text, $13::int4, $14::int4, $15::text, {MSG_ROW}, \
+                     make_interval(secs => $16::float8), $17::text)"
+                );
+                nack_in(
+                    &tx,
+                    &sql,
+                    m,
+                    &[&self.queue, &self.consumer, &slot, &self.n, &wid, &retry, why],
+                )
+                .await
+                .map_err(lost)?;
+            }
+            tx.execute(
+                "SELECT pgque.ack_partitioned($1::text, $2::text, $3::int4, $4::int4, $5::text)",
+                &[&self.queue, &self.consumer, &slot, &self.n, &wid],
+            )
+            .await
+            .map_err(|e| lost(e.into()))?;
+            tx.commit().await?;
+            total += rows.len();
+        }
+        c.execute(
+            "SELECT pgque.release_slot($1::text, $2::text, $3::int4, $4::text)",
+            &[&self.queue, &self.consumer, &slot, &wid],
+        )
+        .await?;
+        Ok(total)
+    }
+}

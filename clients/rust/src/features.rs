@@ -1,0 +1,48 @@
+//! What the connected server's pgque offers, read once per worker run from
+//! pg_proc, so the client works with servers with and without the functions
+//! of later versions (outputs, progress, flows, job_channel).
+
+use tokio_postgres::Client;
+
+use crate::error::Result;
+
+/// Server capabilities.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Features {
+    /// `complete_many(ids, tokens, outputs)`.
+    pub outputs: bool,
+    /// `set_progress`.
+    pub progress: bool,
+    /// `enqueue_flow`.
+    pub flows: bool,
+    /// `job_channel(queue)`.
+    pub job_channel: bool,
+}
+
+impl Features {
+    /// Reads them (one catalogue query).
+    pub async fn read(client: &Client) -> Result<Features> {
+        let rows = client
+            .query(
+                "SELECT p.proname::text, p.pronargs::int4 FROM pg_catalog.pg_proc p \
+                 JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace \
+                 WHERE n.nspname = 'pgque' \
+                   AND p.proname = ANY ('{complete_many,set_progress,enqueue_flow,job_channel}')",
+                &[],
+            )
+            .await?;
+        let mut f = Features::default();
+        for r in rows {
+            let name: String = r.get(0);
+            let nargs: i32 = r.get(1);
+            match name.as_str() {
+                "complete_many" if nargs >= 3 => f.outputs = true,
+                "set_progress" => f.progress = true,
+                "enqueue_flow" => f.flows = true,
+                "job_channel" => f.job_channel = true,
+                _ => {}
+            }
+        }
+        Ok(f)
+    }
+}

@@ -1,0 +1,338 @@
+//! Producers: job enqueue and event send on the caller's client or
+//! transaction. Each call is one statement; nothing here commits, so a
+//! rolled-back transaction leaves no job and no event.
+
+use std::time::{Duration, SystemTime};
+
+use serde_json::Value;
+use tokio_postgres::types::ToSql;
+use tokio_postgres::GenericClient;
+
+use crate::error::{Error, Result};
+
+/// The options of `pgque.enqueue`, by the SQL function's parameter names.
+/// `None` takes the server's default.
+#[derive(Debug, Clone, Default)]
+pub struct EnqueueOptions {
+    /// -1000..1000, lower runs first.
+    pub priority: Option<i32>,
+    /// A future time puts the job in the scheduled set.
+    pub run_at: Option<SystemTime>,
+    /// At most `max_concurrent` running jobs per actor (`set_actor_capacity`).
+    pub actor: Option<String>,
+    /// Round-robin queues are fair over this key.
+    pub fairness_key: Option<String>,
+    /// At most one running job per (queue, identity key).
+    pub identity_key: Option<String>,
+    /// At most one live job per (queue, unique key).
+    pub unique_key: Option<String>,
+    /// 1..1000; the queue's setting when `None`.
+    pub max_attempts: Option<i32>,
+    /// `"skip"` (the default) or `"error"`.
+    pub on_duplicate: Option<String>,
+    /// Parent jobs (servers with flows only).
+    pub depends_on: Option<Vec<i64>>,
+}
+
+/// One row of [`enqueue_many`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Enqueued {
+    /// The job's id; for a `duplicate` the holder's (None if not yet visible).
+    pub job_id: Option<i64>,
+    /// `ready`, `scheduled` or `duplicate`.
+    pub state: String,
+}
+
+/// One job of [`enqueue_many`].
+#[derive(Debug, Clone)]
+pub struct NewJob {
+    pub kind: String,
+    pub args: Value,
+    /// Per job: priority, run_at, actor, fairness_key, identity_key,
+    /// unique_key, max_attempts (on_duplicate and depends_on are not per job).
+    pub options: EnqueueOptions,
+}
+
+impl NewJob {
+    /// A job with default options.
+    pub fn new(kind: impl Into<String>, args: Value) -> Self {
+        NewJob {
+            kind: kind.into(),
+            args,
+            options: EnqueueOptions::default(),
+        }
+    }
+}
+
+/// One row of [`enqueue_flow`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FlowJob {
+    pub flow_id: i64,
+    pub key: String,
+    pub job_id: i64,
+}
+
+/// The result of [`send_idem`]: the event id (the original one when deduped).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IdemSend {
+    pub event_id: i64,
+    pub deduped: bool,
+}
+
+type Param = Box<dyn ToSql + Sync + Send>;
+
+fn refs(params: &[Param]) -> Vec<&(dyn ToSql + Sync)> {
+    params.iter().map(|p| p.as_ref() as &(dyn ToSql + Sync)).collect()
+}
+
+/// Enqueues one job (`pgque.enqueue`); returns its id (for a duplicate unique
+/// key with `on_duplicate = "skip"`, the holder's id).
+pub async fn enqueue<C: GenericClient>(
+    client: &C,
+    queue: &str,
+    kind: &str,
+    args: &Value,
+    options: &EnqueueOptions,
+) -> Result<Option<i64>> {
+    let mut sql = String::from("SELECT pgque.enqueue(queue_name => $1::text, kind => $2::text, args => $3::jsonb");
+    let mut params: Vec<Param> = vec![
+        Box::new(queue.to_owned()),
+        Box::new(kind.to_owned()),
+        Box::new(args.clone()),
+    ];
+    let mut add = |name: &str, ty: &str, p: Param, params: &mut Vec<Param>| {
+        params.push(p);
+        sql.push_str(&format!(", {name} => ${}::{ty}", params.len()));
+    };
+    let o = options;
+    if let Some(v) = o.priority {
+        add("priority", "int4", Box::new(v), &mut params);
+    }
+    if let Some(v) = o.run_at {
+        add("run_at", "timestamptz", Box::new(v), &mut params);
+    }
+    for (name, v) in [
+        ("actor", &o.actor),
+        ("fairness_key", &o.fairness_key),
+        ("identity_key", &o.identity_key),
+        ("unique_key", &o.unique_key),
+        ("on_duplicate", &o.on_duplicate),
+    ] {
+        if let Some(v) = v {
+            add(name, "text", Box::new(v.clone()), &mut params);
+        }
+    }
+    if let Some(v) = o.max_attempts {
+        add("max_attempts", "int4", Box::new(v), &mut params);
+    }
+    if let Some(v) = &o.depends_on {
+        add("depends_on", "int8[]", Box::new(v.clone()), &mut params);
+    }
+    sql.push(')');
+    let row = client
+        .query_one(&sql, &refs(&params))
+        .await
+        .map_err(|e| missing(e, "enqueue(..., depends_on)"))?;
+    Ok(row.get(0))
+}
+
+/// Enqueues a batch in one statement (`pgque.enqueue_ready_rows`); one row
+/// per job, in input order.
+pub async fn enqueue_many<C: GenericClient>(
+    client: &C,
+    queue: &str,
+    jobs: &[NewJob],
+    on_duplicate: Option<&str>,
+) -> Result<Vec<Enqueued>> {
+    if jobs.is_empty() {
+        return Ok(Vec::new());
+    }
+    fn col<T: Clone>(jobs: &[NewJob], f: impl Fn(&EnqueueOptions) -> Option<T>) -> Option<Vec<Option<T>>> {
+        let v: Vec<Option<T>> = jobs.iter().map(|j| f(&j.options)).collect();
+        v.iter().any(Option::is_some).then_some(v)
+    }
+    let kinds: Vec<&str> = jobs.iter().map(|j| j.kind.as_str()).collect();
+    let args: Vec<&Value> = jobs.iter().map(|j| &j.args).collect();
+    let prio = col(jobs, |o| {
+        o.priority.map(|p| p.clamp(i16::MIN as i32, i16::MAX as i32) as i16)
+    });
+    let run_at = col(jobs, |o| o.run_at);
+    let actors = col(jobs, |o| o.actor.clone());
+    let fair = col(jobs, |o| o.fairness_key.clone());
+    let ident = col(jobs, |o| o.identity_key.clone());
+    let uniq = col(jobs, |o| o.unique_key.clone());
+    let maxa = col(jobs, |o| o.max_attempts);
+    let rows = client
+        .query(
+            "SELECT job_id, state FROM pgque.enqueue_ready_rows($1::text, $2::text[], $3::jsonb[], \
+             $4::int2[], $5::timestamptz[], $6::text[], $7::text[], $8::text[], $9::text[], $10::int4[], \
+             coalesce($11::text, 'skip')) ORDER BY ord",
+            &[
+                &queue,
+                &kinds,
+                &args,
+                &prio,
+                &run_at,
+                &actors,
+                &fair,
+                &ident,
+                &uniq,
+                &maxa,
+                &on_duplicate,
+            ],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| Enqueued {
+            job_id: r.get(0),
+            state: r.get(1),
+        })
+        .collect())
+}
+
+/// Enqueues a flow (`pgque.enqueue_flow`): a JSON array of jobs with `key`,
+/// `kind`, `args`, `depends_on` (keys) and enqueue options, all or nothing.
+/// [`Error::ServerFeatureMissing`] on a server without flows.
+pub async fn enqueue_flow<C: GenericClient>(client: &C, queue: &str, jobs: &Value) -> Result<Vec<FlowJob>> {
+    let rows = client
+        .query(
+            "SELECT flow_id, key, job_id FROM pgque.enqueue_flow($1::text, $2::jsonb)",
+            &[&queue, jobs],
+        )
+        .await
+        .map_err(|e| missing(e, "enqueue_flow"))?;
+    Ok(rows
+        .iter()
+        .map(|r| FlowJob {
+            flow_id: r.get(0),
+            key: r.get(1),
+            job_id: r.get(2),
+        })
+        .collect())
+}
+
+fn missing(e: tokio_postgres::Error, what: &'static str) -> Error {
+    let err = Error::Db(e);
+    if err.kind() == crate::ErrorKind::UndefinedFunction {
+        Error::ServerFeatureMissing(what)
+    } else {
+        err
+    }
+}
+
+/// Sends one JSON event (`pgque.send`); `partition_key` rides extra1.
+pub async fn send<C: GenericClient>(
+    client: &C,
+    queue: &str,
+    type_name: &str,
+    payload: &Value,
+    partition_key: Option<&str>,
+) -> Result<i64> {
+    let row = match partition_key {
+        Some(k) => {
+            client
+                .query_one(
+                    "SELECT pgque.send($1::text, $2::text, $3::jsonb, $4::text)",
+                    &[&queue, &type_name, payload, &k],
+                )
+                .await?
+        }
+        None => {
+            client
+                .query_one(
+                    "SELECT pgque.send($1::text, $2::text, $3::jsonb)",
+                    &[&queue, &type_name, payload],
+                )
+                .await?
+        }
+    };
+    Ok(row.get(0))
+}
+
+/// Sends one text event (the text overload of `pgque.send`).
+pub async fn send_text<C: GenericClient>(
+    client: &C,
+    queue: &str,
+    type_name: &str,
+    payload: &str,
+    partition_key: Option<&str>,
+) -> Result<i64> {
+    let row = match partition_key {
+        Some(k) => {
+            client
+                .query_one(
+                    "SELECT pgque.send($1::text, $2::text, $3::text, $4::text)",
+                    &[&queue, &type_name, &payload, &k],
+                )
+                .await?
+        }
+        None => {
+            client
+                .query_one(
+                    "SELECT pgque.send($1::text, $2::text, $3::text)",
+                    &[&queue, &type_name, &payload],
+                )
+                .await?
+        }
+    };
+    Ok(row.get(0))
+}
+
+/// Sends JSON events in one statement (`pgque.send_batch`); ids aligned with
+/// `payloads`. `partition_keys`, when given, must align too.
+pub async fn send_batch<C: GenericClient>(
+    client: &C,
+    queue: &str,
+    type_name: &str,
+    payloads: &[Value],
+    partition_keys: Option<&[Option<&str>]>,
+) -> Result<Vec<i64>> {
+    let row = match partition_keys {
+        Some(keys) => {
+            if keys.len() != payloads.len() {
+                return Err(Error::Invalid("partition_keys must align with payloads".into()));
+            }
+            client
+                .query_one(
+                    "SELECT pgque.send_batch($1::text, $2::text, $3::jsonb[], $4::text[])",
+                    &[&queue, &type_name, &payloads, &keys],
+                )
+                .await?
+        }
+        None => {
+            client
+                .query_one(
+                    "SELECT pgque.send_batch($1::text, $2::text, $3::jsonb[])",
+                    &[&queue, &type_name, &payloads],
+                )
+                .await?
+        }
+    };
+    Ok(row.get(0))
+}
+
+/// At most one event per (queue, idem_key) while the key's window (`ttl`)
+/// is live (`pgque.send_idem`).
+pub async fn send_idem<C: GenericClient>(
+    client: &C,
+    queue: &str,
+    type_name: &str,
+    payload: &Value,
+    idem_key: &str,
+    ttl: Duration,
+    partition_key: Option<&str>,
+) -> Result<IdemSend> {
+    let secs = ttl.as_secs_f64();
+    let row = client
+        .query_one(
+            "SELECT event_id, deduped FROM pgque.send_idem($1::text, $2::text, $3::jsonb, $4::text, \
+             make_interval(secs => $5::float8), $6::text)",
+            &[&queue, &type_name, payload, &idem_key, &secs, &partition_key],
+        )
+        .await?;
+    Ok(IdemSend {
+        event_id: row.get(0),
+        deduped: row.get(1),
+    })
+}

@@ -1,0 +1,206 @@
+//! Event consumers against a real server.
+mod common;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::*;
+use pgque_client::*;
+use serde_json::json;
+
+async fn slots(c: &tokio_postgres::Client, q: &str) -> Vec<(i32, i64, i64, Option<String>)> {
+    c.query(
+        "SELECT slot, pending_events, last_tick, lease_owner FROM pgque.partition_slot_status \
+         WHERE queue_name = $1 AND consumer = 'pc' ORDER BY slot",
+        &[&q],
+    )
+    .await
+    .unwrap()
+    .iter()
+    .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+    .collect()
+}
+
+async fn last_tick(c: &tokio_postgres::Client, q: &str) -> i64 {
+    c.query_one("SELECT last_tick_id FROM pgque.get_queue_info($1)", &[&q])
+        .await
+        .unwrap()
+        .get(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consumer_handles_and_nacks() {
+    let (dsn, c) = test_db("consumer_plain").await;
+    c.batch_execute("SELECT pgque.create_queue('ev')").await.unwrap();
+    let payloads: Vec<serde_json::Value> = (0..30).map(|i| json!({ "i": i })).collect();
+    type Seen = Arc<Mutex<Vec<(i64, Option<i32>)>>>;
+    let seen: Seen = Arc::default();
+    let s = seen.clone();
+    let consumer = Consumer::new(&dsn, "ev", "c1", move |m: Message| {
+        let s = s.clone();
+        async move {
+            if m.json()?["i"] == 3 && m.retry_count.is_none() {
+                return Err("first delivery of 3 fails".into());
+            }
+            s.lock().unwrap().push((m.msg_id, m.retry_count));
+            Ok(())
+        }
+    })
+    .unwrap()
+    .poll_interval(Duration::from_millis(200))
+    .retry_after(Duration::ZERO);
+    // run() subscribes it; the test sends once that is done.
+    let sd = Shutdown::new();
+    let consumer = Arc::new(consumer);
+    let h = tokio::spawn({
+        let (sd, consumer) = (sd.clone(), consumer.clone());
+        async move { consumer.run(sd).await }
+    });
+    wait_until(10, "subscribed", || async {
+        c.query_opt("SELECT 1 FROM pgque.get_consumer_info('ev', 'c1')", &[])
+            .await
+            .map(|r| r.is_some())
+            .unwrap_or(false)
+    })
+    .await;
+    let ids = send_batch(&c, "ev", "t", &payloads, None).await.unwrap();
+    wait_until(30, "every event handled", || async { seen.lock().unwrap().len() == 30 }).await;
+    sd.trigger();
+    h.await.unwrap().unwrap();
+    let seen = seen.lock().unwrap().clone();
+    let first: Vec<i64> = seen.iter().filter(|s| s.1.is_none()).map(|s| s.0).collect();
+    let expect: Vec<i64> = ids.iter().copied().filter(|&i| i != ids[3]).collect();
+    assert_eq!(first, expect);
+    assert!(seen.contains(&(ids[3], Some(1))));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn partitioned_fewer_workers_than_slots_polls_every_slot() {
+    let (dsn, c) = test_db("consumer_slots").await;
+    c.batch_execute("SELECT pgque.create_queue('ev'); SELECT pgque.subscribe_partitioned('ev', 'pc', 8)")
+        .await
+        .unwrap();
+    let keys: Vec<String> = (0..40).map(|k| format!("key-{k}")).collect();
+    let mut sent: HashMap<String, Vec<i64>> = HashMap::new();
+    for r in 0..5 {
+        let payloads: Vec<serde_json::Value> = keys.iter().map(|k| json!({"r": r, "k": k})).collect();
+        let kref: Vec<Option<&str>> = keys.iter().map(|k| Some(k.as_str())).collect();
+        let ids = send_batch(&c, "ev", "t", &payloads, Some(&kref)).await.unwrap();
+        for (k, id) in keys.iter().zip(ids) {
+            sent.entry(k.clone()).or_default().push(id);
+        }
+    }
+    let got: Arc<Mutex<HashMap<String, Vec<i64>>>> = Arc::default();
+    let g = got.clone();
+    let pc = Arc::new(
+        PartitionedConsumer::new(&dsn, "ev", "pc", 8, move |m: Message| {
+            let g = g.clone();
+            async move {
+                g.lock()
+                    .unwrap()
+                    .entry(m.partition_key().unwrap().to_string())
+                    .or_default()
+                    .push(m.msg_id);
+                Ok(())
+            }
+        })
+        .unwrap()
+        .workers(3)
+        .poll_interval(Duration::from_millis(300)),
+    );
+    let sd = Shutdown::new();
+    let h = tokio::spawn({
+        let (sd, pc) = (sd.clone(), pc.clone());
+        async move { pc.run(sd).await }
+    });
+    c.execute("SELECT pgque.force_tick('ev')", &[]).await.unwrap();
+    let t1 = last_tick(&c, "ev").await;
+    wait_until(60, "pending of every slot at 0", || async {
+        slots(&c, "ev").await.iter().all(|s| s.1 == 0 && s.2 >= t1)
+    })
+    .await;
+    c.execute("SELECT pgque.force_tick('ev')", &[]).await.unwrap();
+    let t2 = last_tick(&c, "ev").await;
+    wait_until(30, "every slot polled", || async {
+        slots(&c, "ev").await.iter().all(|s| s.2 >= t2)
+    })
+    .await;
+    sd.trigger();
+    h.await.unwrap().unwrap();
+    assert_eq!(slots(&c, "ev").await.len(), 8);
+    assert_eq!(*got.lock().unwrap(), sent);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partitioned_worker_that_loses_its_lease_stops_processing_the_slot() {
+    let (dsn, c) = test_db("consumer_lease").await;
+    c.batch_execute("SELECT pgque.create_queue('ev'); SELECT pgque.subscribe_partitioned('ev', 'pc', 1)")
+        .await
+        .unwrap();
+    let payloads: Vec<serde_json::Value> = (0..5).map(|i| json!({ "i": i })).collect();
+    let ids = send_batch(&c, "ev", "t", &payloads, Some(&[Some("k"); 5]))
+        .await
+        .unwrap();
+    let handled: Arc<Mutex<Vec<i64>>> = Arc::default();
+    let go_on = Arc::new(tokio::sync::Notify::new());
+    let (h2, g2) = (handled.clone(), go_on.clone());
+    let pc = Arc::new(
+        PartitionedConsumer::new(&dsn, "ev", "pc", 1, move |m: Message| {
+            let (h2, g2) = (h2.clone(), g2.clone());
+            async move {
+                let first = {
+                    let mut h = h2.lock().unwrap();
+                    h.push(m.msg_id);
+                    h.len() == 1
+                };
+                if first {
+                    g2.notified().await; // past the 1 s lease, without renewing it
+                }
+                Ok(())
+            }
+        })
+        .unwrap()
+        .ttl(Duration::from_secs(1))
+        .poll_interval(Duration::from_millis(200))
+        .worker_id("A"),
+    );
+    let sd = Shutdown::new();
+    let h = tokio::spawn({
+        let (sd, pc) = (sd.clone(), pc.clone());
+        async move { pc.run(sd).await }
+    });
+    c.execute("SELECT pgque.force_tick('ev')", &[]).await.unwrap();
+    wait_until(20, "the first event in hand", || async {
+        handled.lock().unwrap().len() == 1
+    })
+    .await;
+    wait_until(10, "A's lease to lapse", || async {
+        slots(&c, "ev").await[0].3.is_none()
+    })
+    .await;
+    let epoch: Option<i64> = c
+        .query_one("SELECT pgque.claim_slot('ev', 'pc', 0, 'thief', '60 seconds')", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(epoch.is_some());
+    go_on.notify_one();
+    wait_until(10, "A to notice", || async {
+        pc.stats().lost_slots.load(std::sync::atomic::Ordering::Relaxed) >= 1
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(*handled.lock().unwrap(), vec![ids[0]]);
+    let rows = c
+        .query(
+            "SELECT msg_id FROM pgque.receive_partitioned('ev', 'pc', 0, 1, 'thief', 100)",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(rows.iter().map(|r| r.get::<_, i64>(0)).collect::<Vec<_>>(), ids);
+    sd.trigger();
+    h.await.unwrap().unwrap();
+    assert_eq!(*handled.lock().unwrap(), vec![ids[0]]);
+}

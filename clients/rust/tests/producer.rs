@@ -1,0 +1,169 @@
+//! Producers on the caller's transaction, typed errors.
+mod common;
+
+use common::*;
+use pgque_client::*;
+use serde_json::json;
+use std::time::Duration;
+
+#[tokio::test]
+async fn enqueue_runs_in_the_callers_transaction() {
+    let (dsn, c) = test_db("producer_tx").await;
+    c.execute("SELECT pgque.create_job_queue('q')", &[]).await.unwrap();
+    let mut p = connect(&dsn).await;
+    let tx = p.transaction().await.unwrap();
+    enqueue(&tx, "q", "k", &json!({"a": 1}), &EnqueueOptions::default())
+        .await
+        .unwrap();
+    tx.rollback().await.unwrap();
+    assert!(states(&c, "q").await.is_empty());
+    let tx = p.transaction().await.unwrap();
+    let opts = EnqueueOptions {
+        priority: Some(7),
+        max_attempts: Some(3),
+        unique_key: Some("u".into()),
+        ..Default::default()
+    };
+    let id = enqueue(&tx, "q", "k", &json!({"a": 2}), &opts).await.unwrap().unwrap();
+    tx.commit().await.unwrap();
+    let r = c
+        .query_one(
+            "SELECT priority, max_attempts, unique_key, args FROM pgque.get_job($1)",
+            &[&id],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (r.get::<_, i16>(0), r.get::<_, i32>(1), r.get::<_, String>(2)),
+        (7, 3, "u".to_string())
+    );
+    assert_eq!(r.get::<_, serde_json::Value>(3), json!({"a": 2}));
+    // A duplicate: skip gives the holder, 'error' a typed DuplicateJob.
+    assert_eq!(enqueue(&c, "q", "k", &json!({}), &opts).await.unwrap(), Some(id));
+    let err = enqueue(
+        &c,
+        "q",
+        "k",
+        &json!({}),
+        &EnqueueOptions {
+            on_duplicate: Some("error".into()),
+            ..opts
+        },
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::DuplicateJob);
+    assert_eq!(err.sqlstate(), Some("23505"));
+
+    let many = enqueue_many(
+        &c,
+        "q",
+        &[
+            NewJob::new("a", json!({})),
+            NewJob {
+                options: EnqueueOptions {
+                    unique_key: Some("u".into()),
+                    ..Default::default()
+                },
+                ..NewJob::new("b", json!({}))
+            },
+        ],
+        None,
+    )
+    .await
+    .unwrap();
+    assert_eq!(many[0].state, "ready");
+    assert_eq!(
+        many[1],
+        Enqueued {
+            job_id: Some(id),
+            state: "duplicate".into()
+        }
+    );
+}
+
+#[tokio::test]
+async fn typed_errors_and_flows() {
+    let (_dsn, c) = test_db("producer_errors").await;
+    let e = enqueue(&c, "nope", "k", &json!({}), &EnqueueOptions::default())
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::UndefinedObject);
+    c.execute("SELECT pgque.create_job_queue('q')", &[]).await.unwrap();
+    let e = enqueue(&c, "q", "", &json!({}), &EnqueueOptions::default())
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidParameterValue);
+    let e = enqueue(
+        &c,
+        "q",
+        "k",
+        &json!({}),
+        &EnqueueOptions {
+            priority: Some(5000),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::NumericValueOutOfRange);
+    let e = send(&c, "bad name;", "t", &json!({}), None).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidName);
+    let flow =
+        json!([{"key": "a", "kind": "x", "args": {}}, {"key": "b", "kind": "y", "args": {}, "depends_on": ["a"]}]);
+    let f = Features::read(&c).await.unwrap();
+    match enqueue_flow(&c, "q", &flow).await {
+        Ok(rows) => {
+            assert!(f.flows);
+            assert_eq!(rows.len(), 2);
+        }
+        Err(Error::ServerFeatureMissing(_)) => assert!(!f.flows),
+        Err(e) => panic!("{e}"),
+    }
+}
+
+#[tokio::test]
+async fn send_batch_idem_and_text() {
+    let (_dsn, c) = test_db("producer_send").await;
+    c.batch_execute("SELECT pgque.create_queue('ev'); SELECT pgque.subscribe('ev', 'c')")
+        .await
+        .unwrap();
+    let a = send(&c, "ev", "t", &json!({"n": 1}), Some("k1")).await.unwrap();
+    let b = send_text(&c, "ev", "t.text", "plain", None).await.unwrap();
+    let ids = send_batch(
+        &c,
+        "ev",
+        "t.b",
+        &[json!({"n": 2}), json!({"n": 3})],
+        Some(&[Some("k2"), None]),
+    )
+    .await
+    .unwrap();
+    let first = send_idem(&c, "ev", "t.i", &json!({}), "effect:1", Duration::from_secs(60), None)
+        .await
+        .unwrap();
+    let again = send_idem(&c, "ev", "t.i", &json!({}), "effect:1", Duration::from_secs(60), None)
+        .await
+        .unwrap();
+    assert!(!first.deduped && again.deduped && again.event_id == first.event_id);
+    c.execute("SELECT pgque.force_tick('ev')", &[]).await.unwrap();
+    let rows = c
+        .query(
+            "SELECT msg_id, type, payload, extra1 FROM pgque.receive('ev', 'c', 100)",
+            &[],
+        )
+        .await
+        .unwrap();
+    let got: Vec<(i64, String, Option<String>, Option<String>)> =
+        rows.iter().map(|r| (r.get(0), r.get(1), r.get(2), r.get(3))).collect();
+    assert_eq!(
+        got,
+        vec![
+            (a, "t".into(), Some(r#"{"n": 1}"#.into()), Some("k1".into())),
+            (b, "t.text".into(), Some("plain".into()), None),
+            (ids[0], "t.b".into(), Some(r#"{"n": 2}"#.into()), Some("k2".into())),
+            (ids[1], "t.b".into(), Some(r#"{"n": 3}"#.into()), None),
+            (first.event_id, "t.i".into(), Some("{}".into()), None),
+        ]
+    );
+}
