@@ -36,6 +36,9 @@ const DISPATCH: &str = "SELECT job_id, queue, kind, args, priority, attempt, max
      FROM pgque.dispatch($1::text[], $2::int4, $3::text, make_interval(secs => $4::float8))";
 const HEARTBEAT: &str = "SELECT job_id FROM pgque.heartbeat($1::int8[], $2::int8[], make_interval(secs => $3::float8))";
 
+/// How long a dispatch waits for half the handler slots to free up.
+const REFILL_WAIT: Duration = Duration::from_millis(20);
+
 struct Shared {
     pool: Pool,
     features: Features,
@@ -290,6 +293,21 @@ impl Worker {
                     p = sem.clone().acquire_owned() => drop(p),
                     _ = shutdown.wait() => break,
                 }
+                continue;
+            }
+            let low = (batch.min(b.concurrency) / 2).max(1);
+            let free = if free < low {
+                // Refill in batches: give the running handlers a moment to
+                // free half the slots, so short jobs are not dispatched one by
+                // one (a round trip each); a slow handler delays a refill by
+                // at most REFILL_WAIT.
+                let want = u32::try_from(low).unwrap_or(u32::MAX);
+                let _ = tokio::time::timeout(REFILL_WAIT, sem.acquire_many(want)).await;
+                sem.available_permits()
+            } else {
+                free
+            };
+            if free == 0 {
                 continue;
             }
             let want = free.min(batch);

@@ -56,6 +56,10 @@ DISPATCH_SQL = (
 )
 
 
+# How long a dispatch waits for half the handler slots to free up (see _dispatch_loop).
+REFILL_WAIT = 0.02
+
+
 def _seconds(v: float | timedelta) -> float:
     return v.total_seconds() if isinstance(v, timedelta) else float(v)
 
@@ -243,6 +247,17 @@ class Worker:
                 with self._cond:
                     self._cond.wait_for(lambda: self._stopping.is_set() or self._free() > 0, self.poll_interval)
                 continue
+            low = max(1, min(self.batch_size, self.concurrency) // 2)
+            if free < low:
+                # Refill in batches: give the running handlers a moment to free
+                # half the slots, so short jobs are not dispatched one by one
+                # (one round trip each); a slow handler delays a refill by at
+                # most REFILL_WAIT.
+                with self._cond:
+                    self._cond.wait_for(lambda: self._stopping.is_set() or self._free() >= low, REFILL_WAIT)
+                    free = self._free()
+                if self._stopping.is_set():
+                    break
             want = min(free, self.batch_size)
             try:
                 with translated():
