@@ -248,3 +248,9 @@ def test_graceful_stop_hands_back_jobs_past_the_timeout(dsn, conn, name):
     with Running(w2):
         wait_until(lambda: job_states(conn, name) == {"completed": 1}, 30, 0.1, "the handed-back job done")
     assert again == [1]
+
+
+def test_unknown_queue_is_a_typed_error_from_run(dsn, name):
+    w = pq.Worker(dsn, ["no_such_" + name], handle_signals=False)
+    with pytest.raises(errors.UndefinedObject):
+        w.run()

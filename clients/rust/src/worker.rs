@@ -285,6 +285,7 @@ impl Worker {
         ));
         let batch = b.batch_size.unwrap_or(b.concurrency);
 
+        let mut failure = None;
         while !shutdown.is_triggered() {
             gen_rx.borrow_and_update();
             let free = sem.available_permits();
@@ -319,10 +320,17 @@ impl Worker {
                 Err(e) => {
                     let err = Error::Db(e);
                     if err.kind() != crate::ErrorKind::Other {
-                        return Err(err); // a refused call (unknown queue...): not transient
+                        failure = Some(err); // a refused call (unknown queue...): not transient
+                        break;
                     }
                     tokio::time::sleep(Duration::from_secs(1)).await;
-                    client = self.pool.get().await?;
+                    match self.pool.get().await {
+                        Ok(c) => client = c,
+                        Err(e) => {
+                            failure = Some(e.into());
+                            break;
+                        }
+                    }
                     continue;
                 }
             };
@@ -405,7 +413,7 @@ impl Worker {
         let _ = beater.await;
         stop_listen.trigger();
         let _ = listener.await;
-        Ok(())
+        failure.map_or(Ok(()), Err)
     }
 
     async fn channels(&self, client: &tokio_postgres::Client, f: &Features) -> Result<Vec<String>> {

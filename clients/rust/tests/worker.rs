@@ -266,3 +266,14 @@ async fn listen_wakes_an_idle_worker() {
     );
     assert!(lat[4] < Duration::from_secs(10));
 }
+
+#[tokio::test]
+async fn unknown_queue_is_a_typed_error_and_run_returns() {
+    let (dsn, _c) = test_db("worker_unknown").await;
+    let w = Worker::builder(&dsn, ["no_such_queue"]).unwrap().build().unwrap();
+    let err = tokio::time::timeout(Duration::from_secs(30), w.run(Shutdown::new()))
+        .await
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::UndefinedObject, "{err}");
+}

@@ -216,6 +216,7 @@ class Worker:
             try:
                 self._dispatch_loop(dconn, pool)
             finally:
+                self._stopping.set()  # also on an error: the other threads end too
                 self._drain()
                 self._done_q.put(None)
                 completer.join()
