@@ -1,6 +1,96 @@
 -- pgque bootstrap: objects every module needs, created before anything else.
 -- The schema `pgque` itself is created by CREATE EXTENSION (pgque.control: schema = pgque).
 
+-- Install-time trust (docs/operations.md, "Threat model"): CREATE EXTENSION
+-- reuses a schema `pgque` that exists already, and whoever owns that schema,
+-- or may create in it, can replace pgque's objects (the worker runs them as
+-- superuser) or plant overloads that its functions would resolve to. So
+-- the schema must be one only superusers control: owned by a superuser, no
+-- privilege on it for anyone else but pgque's own USAGE grants, and every
+-- object in it owned by a superuser (the leftovers of an earlier pgque that
+-- DROP EXTENSION leaves, such as event tables). This runs first, before
+-- anything of the schema is used; every name is qualified.
+-- The same for the cluster-wide roles pgque adopts when they exist: one that
+-- can log in, or that a role other than a superuser administers, would hand
+-- pgque's rights to whoever controls it, so it is refused; the members it
+-- already has are reported.
+DO $trust$
+DECLARE
+    ns pg_catalog.oid := pg_catalog.to_regnamespace('pgque')::pg_catalog.oid;
+    owner pg_catalog.name;
+    bad pg_catalog.text;
+    r pg_catalog.text;
+BEGIN
+    SELECT a.rolname INTO owner FROM pg_catalog.pg_namespace n
+      JOIN pg_catalog.pg_authid a ON a.oid = n.nspowner
+     WHERE n.oid = ns AND NOT a.rolsuper;
+    IF owner IS NOT NULL THEN
+        RAISE EXCEPTION 'schema pgque exists already and is owned by %, who is not a superuser', owner
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = 'Whoever controls schema pgque controls pgque. Check what it holds, then DROP SCHEMA pgque CASCADE (or ALTER SCHEMA pgque OWNER TO a superuser) before CREATE EXTENSION pgque.';
+    END IF;
+    SELECT pg_catalog.string_agg(DISTINCT CASE WHEN x.grantee = 0 THEN 'PUBLIC'
+                                    ELSE pg_catalog.quote_ident(a.rolname) END || ' (' || x.privilege_type || ')', ', ')
+      INTO bad
+      FROM pg_catalog.pg_namespace n, pg_catalog.aclexplode(n.nspacl) x
+      LEFT JOIN pg_catalog.pg_authid a ON a.oid = x.grantee
+     WHERE n.oid = ns AND NOT coalesce(a.rolsuper, false)
+       AND NOT (x.privilege_type = 'USAGE'
+                AND a.rolname IN ('pgque_reader', 'pgque_writer', 'pgque_admin'));
+    IF bad IS NOT NULL THEN
+        RAISE EXCEPTION 'schema pgque exists already and grants privileges to roles that are not superusers: %', bad
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = 'Check what schema pgque holds, then DROP SCHEMA pgque CASCADE (or REVOKE those privileges) before CREATE EXTENSION pgque.';
+    END IF;
+    SELECT pg_catalog.string_agg(o.what, ', ') INTO bad FROM (
+        SELECT 'relation ' || c.relname AS what, c.relowner AS own FROM pg_catalog.pg_class c WHERE c.relnamespace = ns
+        UNION ALL SELECT 'function ' || p.proname, p.proowner FROM pg_catalog.pg_proc p WHERE p.pronamespace = ns
+        UNION ALL SELECT 'type ' || t.typname, t.typowner FROM pg_catalog.pg_type t WHERE t.typnamespace = ns
+        UNION ALL SELECT 'operator ' || o.oprname, o.oprowner FROM pg_catalog.pg_operator o WHERE o.oprnamespace = ns
+        UNION ALL SELECT 'collation ' || c.collname, c.collowner FROM pg_catalog.pg_collation c WHERE c.collnamespace = ns
+        UNION ALL SELECT 'conversion ' || c.conname, c.conowner FROM pg_catalog.pg_conversion c WHERE c.connamespace = ns
+        UNION ALL SELECT 'operator family ' || f.opfname, f.opfowner FROM pg_catalog.pg_opfamily f WHERE f.opfnamespace = ns
+        UNION ALL SELECT 'operator class ' || c.opcname, c.opcowner FROM pg_catalog.pg_opclass c WHERE c.opcnamespace = ns
+        UNION ALL SELECT 'text search configuration ' || c.cfgname, c.cfgowner FROM pg_catalog.pg_ts_config c WHERE c.cfgnamespace = ns
+        UNION ALL SELECT 'text search dictionary ' || d.dictname, d.dictowner FROM pg_catalog.pg_ts_dict d WHERE d.dictnamespace = ns
+        UNION ALL SELECT 'statistics ' || s.stxname, s.stxowner FROM pg_catalog.pg_statistic_ext s WHERE s.stxnamespace = ns
+    ) o JOIN pg_catalog.pg_authid a ON a.oid = o.own
+     WHERE NOT a.rolsuper;
+    IF bad IS NOT NULL THEN
+        RAISE EXCEPTION 'schema pgque exists already and holds objects owned by roles that are not superusers: %', bad
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = 'Check what schema pgque holds, then DROP SCHEMA pgque CASCADE before CREATE EXTENSION pgque.';
+    END IF;
+
+    FOREACH r IN ARRAY ARRAY['pgque_reader', 'pgque_writer', 'pgque_admin'] LOOP
+        IF EXISTS (SELECT 1 FROM pg_catalog.pg_authid a WHERE a.rolname = r AND a.rolcanlogin) THEN
+            RAISE EXCEPTION 'role % exists already and can log in', r
+                USING ERRCODE = 'insufficient_privilege',
+                      HINT = 'pgque''s roles are groups: ALTER ROLE ' || r || ' NOLOGIN (or drop it) before CREATE EXTENSION pgque.';
+        END IF;
+        SELECT pg_catalog.string_agg(pg_catalog.quote_ident(m.rolname), ', ') INTO bad
+          FROM pg_catalog.pg_auth_members am
+          JOIN pg_catalog.pg_authid g ON g.oid = am.roleid
+          JOIN pg_catalog.pg_authid m ON m.oid = am.member
+         WHERE g.rolname = r AND am.admin_option AND NOT m.rolsuper;
+        IF bad IS NOT NULL THEN
+            RAISE EXCEPTION 'role % exists already and is administered by roles that are not superusers: %', r, bad
+                USING ERRCODE = 'insufficient_privilege',
+                      HINT = 'They could grant pgque''s rights to anyone: REVOKE ADMIN OPTION FOR ' || r || ' FROM them (or drop the role) before CREATE EXTENSION pgque.';
+        END IF;
+        SELECT pg_catalog.string_agg(pg_catalog.quote_ident(m.rolname), ', ') INTO bad
+          FROM pg_catalog.pg_auth_members am
+          JOIN pg_catalog.pg_authid g ON g.oid = am.roleid
+          JOIN pg_catalog.pg_authid m ON m.oid = am.member
+         WHERE g.rolname = r
+           AND m.rolname NOT IN ('pgque_reader', 'pgque_writer', 'pgque_admin');
+        IF bad IS NOT NULL THEN
+            RAISE NOTICE 'role % exists already; its members get its pgque rights: %', r, bad;
+        END IF;
+    END LOOP;
+END
+$trust$;
+
 -- Roles. Created if missing (they are cluster-wide and outlive the extension).
 -- pgque_admin is a member of both others, so it can do all they can.
 -- Two databases creating the extension at the same moment race on these
