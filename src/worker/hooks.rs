@@ -4,7 +4,10 @@
 //! connected), and DROP EXTENSION pgque (its exclusive locks on the pgque
 //! tables deadlock with a duty that is reading them). Each stops the worker
 //! first; after a rename or copy it is started again, after a drop it is not
-//! (if the command fails, it is started again at once).
+//! (if the command fails, is cancelled or times out, also while it waits
+//! for the worker to leave, it is started again at once). Only for a caller
+//! with the right to run the statement (`permitted`): the worker of a
+//! database stays up whatever statements others are refused on it.
 use crate::shmem;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
@@ -29,7 +32,17 @@ enum Action {
         name: String,
         restart: bool,
         drop_db: bool,
+        kind: Kind,
     },
+}
+
+/// Which statement it is, for the privilege check (`permitted`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Kind {
+    DropDatabase,
+    DropExtension,
+    RenameDatabase,
+    CopyDatabase,
 }
 
 unsafe fn cstr(p: *const std::ffi::c_char) -> Option<String> {
@@ -53,6 +66,7 @@ unsafe fn classify(node: *mut pg_sys::Node) -> Action {
                         name,
                         restart: false,
                         drop_db: true,
+                        kind: Kind::DropDatabase,
                     },
                     None => Action::None,
                 }
@@ -75,6 +89,7 @@ unsafe fn classify(node: *mut pg_sys::Node) -> Action {
                                     name,
                                     restart: false,
                                     drop_db: false,
+                                    kind: Kind::DropExtension,
                                 };
                             }
                         }
@@ -90,6 +105,7 @@ unsafe fn classify(node: *mut pg_sys::Node) -> Action {
                             name,
                             restart: true,
                             drop_db: false,
+                            kind: Kind::RenameDatabase,
                         },
                         None => Action::None,
                     }
@@ -112,6 +128,7 @@ unsafe fn classify(node: *mut pg_sys::Node) -> Action {
                                 name,
                                 restart: true,
                                 drop_db: false,
+                                kind: Kind::CopyDatabase,
                             };
                         }
                     }
@@ -123,18 +140,103 @@ unsafe fn classify(node: *mut pg_sys::Node) -> Action {
     }
 }
 
+/// The owner of database `db` and whether it is a template (None: gone).
+unsafe fn database_row(db: pg_sys::Oid) -> Option<(pg_sys::Oid, bool)> {
+    unsafe {
+        let t = pg_sys::SearchSysCache1(
+            pg_sys::SysCacheIdentifier::DATABASEOID as _,
+            pg_sys::Datum::from(db),
+        );
+        if t.is_null() {
+            return None;
+        }
+        let f = pg_sys::heap_tuple_get_struct::<pg_sys::FormData_pg_database>(t);
+        let r = ((*f).datdba, (*f).datistemplate);
+        pg_sys::ReleaseSysCache(t);
+        Some(r)
+    }
+}
+
+/// Whether the current user has the CREATEDB attribute (or is a superuser).
+unsafe fn has_createdb() -> bool {
+    unsafe {
+        if pg_sys::superuser() {
+            return true;
+        }
+        let t = pg_sys::SearchSysCache1(
+            pg_sys::SysCacheIdentifier::AUTHOID as _,
+            pg_sys::Datum::from(pg_sys::GetUserId()),
+        );
+        if t.is_null() {
+            return false;
+        }
+        let f = pg_sys::heap_tuple_get_struct::<pg_sys::FormData_pg_authid>(t);
+        let r = (*f).rolcreatedb;
+        pg_sys::ReleaseSysCache(t);
+        r
+    }
+}
+
+/// Whether the current user owns extension pgque (or is a superuser).
+unsafe fn owns_extension() -> bool {
+    unsafe {
+        let ext = pg_sys::get_extension_oid(c"pgque".as_ptr(), true);
+        if ext == pg_sys::InvalidOid {
+            return false;
+        }
+        #[cfg(feature = "pg15")]
+        {
+            pg_sys::pg_extension_ownercheck(ext, pg_sys::GetUserId())
+        }
+        #[cfg(not(feature = "pg15"))]
+        {
+            pg_sys::object_ownercheck(pg_sys::ExtensionRelationId, ext, pg_sys::GetUserId())
+        }
+    }
+}
+
+/// Whether the statement will pass PostgreSQL's own privilege checks, made
+/// as PostgreSQL makes them (dropdb, RenameDatabase, createdb,
+/// RemoveObjects): the worker is only stopped for a statement that may
+/// succeed. Stopping it first for any caller let every connected role keep
+/// a database's worker down by repeating a statement that then failed.
+unsafe fn permitted(kind: Kind, db: pg_sys::Oid) -> bool {
+    unsafe {
+        let Some((owner, is_template)) = database_row(db) else {
+            return false;
+        };
+        let owns_db = pg_sys::has_privs_of_role(pg_sys::GetUserId(), owner);
+        match kind {
+            // a template database cannot be dropped
+            Kind::DropDatabase => owns_db && !is_template,
+            Kind::RenameDatabase => owns_db && has_createdb(),
+            // any template, or one's own database, may be copied
+            Kind::CopyDatabase => has_createdb() && (is_template || owns_db),
+            Kind::DropExtension => owns_extension(),
+        }
+    }
+}
+
 /// Asks the worker of `db_oid` to stop and waits (up to 5 s) until it is gone.
 fn stop_worker(db_oid: u32) {
     let Some(pid) = shmem::request_stop(db_oid) else {
         return;
     };
     shmem::send_signal(pid, 15 /* SIGTERM */);
+    wait_gone(db_oid, true);
+}
+
+/// Waits (up to 5 s) until the worker of `db_oid` has left its slot;
+/// `interruptible`: a cancel raises its error here (not on an error path).
+fn wait_gone(db_oid: u32, interruptible: bool) {
     let deadline = Instant::now() + Duration::from_secs(5);
     while shmem::find(db_oid).is_some() && Instant::now() < deadline {
         unsafe {
             pg_sys::pg_usleep(10_000);
         }
-        pg_sys::check_for_interrupts!();
+        if interruptible {
+            pg_sys::check_for_interrupts!();
+        }
     }
 }
 
@@ -267,22 +369,21 @@ unsafe extern "C-unwind" fn process_utility_with_worker(
     };
     // (classified twice for the few statements that get here: cheap, and it
     // keeps this function the whole story for them)
-    let mut stopped: Option<(pg_sys::Oid, bool)> = None;
+    let mut stopped: Option<(pg_sys::Oid, bool, bool)> = None;
     if let Action::Stop {
         name,
         restart,
         drop_db,
+        kind,
     } = action
     {
         let cname = std::ffi::CString::new(name).unwrap_or_default();
         let oid = unsafe { pg_sys::get_database_oid(cname.as_ptr(), true) };
-        if oid != pg_sys::InvalidOid && shmem::find(oid.to_u32()).is_some() {
-            if drop_db {
-                // Keep the postmaster from restarting it into a database that is gone.
-                shmem::mark_dropped(oid.to_u32());
-            }
-            stop_worker(oid.to_u32());
-            stopped = Some((oid, restart));
+        if oid != pg_sys::InvalidOid
+            && shmem::find(oid.to_u32()).is_some()
+            && unsafe { permitted(kind, oid) }
+        {
+            stopped = Some((oid, restart, drop_db));
         }
     }
     // Rust frames are live here (the restart below): an error must come back
@@ -303,10 +404,25 @@ unsafe extern "C-unwind" fn process_utility_with_worker(
     };
     match stopped {
         None => run(),
-        Some((oid, restart)) => {
-            PgTryBuilder::new(run)
+        Some((oid, restart, drop_db)) => {
+            // The stop is inside the try: a cancel (or statement_timeout)
+            // while it waits for the worker to leave is an error like the
+            // command's own, and must not leave the database marked as
+            // dropped, with no worker until the server restarts.
+            let stop_and_run = || {
+                if drop_db {
+                    // Keep the postmaster from restarting it into a database that is gone.
+                    shmem::mark_dropped(oid.to_u32());
+                }
+                stop_worker(oid.to_u32());
+                run()
+            };
+            PgTryBuilder::new(stop_and_run)
                 .catch_others(|e| {
                     // The command failed: the database is still there, so is its need for a worker.
+                    // (After a cancel the stopping worker may not have left its slot yet, and
+                    // a new one would find it taken and leave.)
+                    wait_gone(oid.to_u32(), false);
                     shmem::unmark_dropped(oid.to_u32());
                     super::spawn_db_worker(oid, false);
                     e.rethrow()
