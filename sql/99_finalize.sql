@@ -1,6 +1,8 @@
 -- pgque finalize: runs after every table and function exists.
 
 -- Nothing is callable by PUBLIC; each function is granted to the narrowest role.
+-- pgque.xact_lock, xact_lock_shared and try_xact_lock are granted to none:
+-- only pgque's own (SECURITY DEFINER) functions take pgque's locks.
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA pgque FROM PUBLIC;
 REVOKE ALL ON ALL TABLES IN SCHEMA pgque FROM PUBLIC;
 
@@ -41,7 +43,6 @@ GRANT EXECUTE ON FUNCTION
     pgque.receive_coop(text, text, text, int4, interval),
     pgque.touch_subconsumer(text, text, text),
     pgque.dlq_inspect(text, int4), pgque.dlq_replay(bigint), pgque.dlq_replay_all(text),
-    pgque.dlq_purge(text, interval),
     pgque.get_queue_info(), pgque.get_queue_info(text),
     pgque.get_consumer_info(), pgque.get_consumer_info(text), pgque.get_consumer_info(text, text),
     pgque.get_batch_info(bigint)
@@ -51,8 +52,12 @@ GRANT EXECUTE ON FUNCTION
     pgque.create_queue(text), pgque.drop_queue(text), pgque.drop_queue(text, boolean),
     pgque.set_queue_config(text, text, text),
     pgque.ticker(), pgque.ticker(text), pgque.force_next_tick(text), pgque.force_tick(text),
-    pgque.maint(), pgque.maint_retry_events(), pgque.maint_operations()
+    pgque.maint(), pgque.maint_retry_events(), pgque.maint_operations(),
+    pgque.dlq_purge(text, interval)
   TO pgque_admin;
+-- (dlq_purge destroys the dead letters of every consumer of the queue, which
+-- no consumer needs to do to another: an administrator's step. Inspecting
+-- and replaying stay with readers: replay only re-delivers.)
 
 -- ---- idempotent and delayed publishing ------------------------------------------------
 GRANT EXECUTE ON FUNCTION
@@ -146,13 +151,16 @@ $generic$;
 -- send functions: their statements (a lookup by unique name, an INSERT of
 -- VALUES or of an unnested array) cost far below jit_above_cost and they keep
 -- sequential scans enabled, so the setting would only cost its per-call
--- set and reset.
+-- set and reset. Nor pgque's lock functions (src/locks.rs), called per row
+-- inside pgque's statements: they run no statement, and a function with a
+-- setting is called through fmgr_security_definer on every row.
 DO $nojit$
 DECLARE f regprocedure;
 BEGIN
     FOR f IN SELECT p.oid::regprocedure FROM pg_catalog.pg_proc p
               WHERE p.pronamespace = 'pgque'::regnamespace
-                AND p.proname <> ALL (ARRAY['send', 'send_batch', 'insert_event'])
+                AND p.proname <> ALL (ARRAY['send', 'send_batch', 'insert_event',
+                                            'xact_lock', 'xact_lock_shared', 'try_xact_lock'])
     LOOP
         EXECUTE format('ALTER FUNCTION %s SET jit = off', f);
     END LOOP;

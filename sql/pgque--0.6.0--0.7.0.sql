@@ -157,3 +157,38 @@ AS 'MODULE_PATHNAME', 'metrics_wrapper';
 ALTER FUNCTION pgque.metrics() SET jit = off;
 REVOKE ALL ON FUNCTION pgque.metrics() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION pgque.metrics() TO pgque_admin, pgque_reader;
+
+-- ==== security hardening (issue 24) ====
+-- pgque's own locks (src/locks.rs): advisory-type locks with a tag no
+-- PUBLIC function builds, granted to no role; the statements that took
+-- pg_advisory_xact_lock now call these (their new text comes with the new
+-- library: the statements live in Rust).
+CREATE FUNCTION pgque."xact_lock"(
+	"class" INT,
+	"key" bigint
+) RETURNS void
+STRICT
+PARALLEL UNSAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'xact_lock_wrapper';
+CREATE FUNCTION pgque."xact_lock_shared"(
+	"class" INT,
+	"key" bigint
+) RETURNS void
+STRICT
+PARALLEL UNSAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'xact_lock_shared_wrapper';
+CREATE FUNCTION pgque."try_xact_lock"(
+	"class" INT,
+	"key" bigint
+) RETURNS bool
+STRICT
+PARALLEL UNSAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'try_xact_lock_wrapper';
+REVOKE ALL ON FUNCTION pgque.xact_lock(int4, int8), pgque.xact_lock_shared(int4, int8),
+    pgque.try_xact_lock(int4, int8) FROM PUBLIC;
+-- dlq_purge is an administrator's step.
+REVOKE EXECUTE ON FUNCTION pgque.dlq_purge(text, interval) FROM pgque_reader;
+GRANT EXECUTE ON FUNCTION pgque.dlq_purge(text, interval) TO pgque_admin;

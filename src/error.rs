@@ -15,20 +15,23 @@
 //! | state forbids it (lease lost, batch open)   | 55000    | object_not_in_prerequisite_state |
 //! | not JSON where JSON is required             | 22P02    | invalid_text_representation |
 //! | a log job handled at REPEATABLE READ or above | 0A000  | feature_not_supported       |
+//! | an administrator's step by another role     | 42501    | insufficient_privilege      |
+//! | an array or count beyond its documented cap | 54000    | program_limit_exceeded      |
 use pgrx::pg_sys::errcodes::PgSqlErrorCode;
 use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::PgLogLevel;
 
 pub use PgSqlErrorCode::{
     ERRCODE_DUPLICATE_OBJECT as DUPLICATE_OBJECT,
-    ERRCODE_FEATURE_NOT_SUPPORTED as FEATURE_NOT_SUPPORTED, ERRCODE_INVALID_NAME as INVALID_NAME,
+    ERRCODE_FEATURE_NOT_SUPPORTED as FEATURE_NOT_SUPPORTED,
+    ERRCODE_INSUFFICIENT_PRIVILEGE as INSUFFICIENT_PRIVILEGE, ERRCODE_INVALID_NAME as INVALID_NAME,
     ERRCODE_INVALID_PARAMETER_VALUE as INVALID_PARAMETER_VALUE,
     ERRCODE_INVALID_TEXT_REPRESENTATION as INVALID_TEXT_REPRESENTATION,
     ERRCODE_NAME_TOO_LONG as NAME_TOO_LONG,
     ERRCODE_NULL_VALUE_NOT_ALLOWED as NULL_VALUE_NOT_ALLOWED,
     ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE as OUT_OF_RANGE,
     ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE as WRONG_STATE,
-    ERRCODE_UNDEFINED_OBJECT as UNDEFINED_OBJECT,
+    ERRCODE_PROGRAM_LIMIT_EXCEEDED as LIMIT_EXCEEDED, ERRCODE_UNDEFINED_OBJECT as UNDEFINED_OBJECT,
 };
 
 /// Raises an ERROR with `code`; never returns. The current transaction (or
@@ -67,6 +70,37 @@ pub enum NameProblem {
 pub const MAX_QUEUE_NAME: usize = 52;
 /// Longest consumer / worker name.
 pub const MAX_CONSUMER_NAME: usize = 200;
+
+/// Most events one call returns (`max_return` of the receive functions,
+/// `get_batch_cursor`'s quick limit) and one batch holds
+/// (`pgque.batch_max_events`): a call materializes its events in the
+/// backend's memory, so an unbounded count was a way to exhaust it.
+pub const MAX_RETURN: i32 = 100_000;
+/// Most elements of an array argument that a call checks, looks up or locks
+/// one by one (complete_many, heartbeat): each element can cost a lock in
+/// the server's shared lock table, so an unbounded array was a way to fill
+/// it for every database.
+pub const MAX_ARRAY: usize = 10_000;
+
+/// 54000 when `what` has more than `max` elements.
+pub fn check_len(n: usize, what: &str, max: usize) {
+    if n > max {
+        raise(
+            LIMIT_EXCEEDED,
+            format!("{what} has {n} elements; at most {max} are accepted in one call"),
+        );
+    }
+}
+
+/// 54000 when a count of events to return is above MAX_RETURN.
+pub fn check_return_count(n: i32, what: &str) {
+    if n > MAX_RETURN {
+        raise(
+            LIMIT_EXCEEDED,
+            format!("{what} is {n}; at most {MAX_RETURN} events are returned by one call"),
+        );
+    }
+}
 
 /// Checks a queue or consumer name. Names are data, never SQL, but they also
 /// become NOTIFY channel names and appear in logs, so control characters,

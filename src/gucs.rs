@@ -135,7 +135,7 @@ pub fn init() {
         c"A bigger tick range is cut into several batches.",
         &BATCH_MAX_EVENTS,
         1,
-        i32::MAX,
+        crate::error::MAX_RETURN,
         GucContext::Userset,
         GucFlags::default(),
     );

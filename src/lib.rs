@@ -4,6 +4,7 @@
 //! - `gucs`    every `pgque.*` setting with typed accessors
 //! - `error`   errors with SQLSTATEs, name validation
 //! - `shmem`   shared state of the background workers (status, wake-ups)
+//! - `locks`   pgque's own transaction locks, which other roles cannot take
 //! - `worker`  the launcher and the per-database worker loop (thin: calls duty functions)
 //! - `admin`   start/stop/status/version
 //! - `log`     the event-log engine: queues, ticks, batches, rotation, retries
@@ -30,6 +31,7 @@ pub mod api;
 pub mod error;
 pub mod gucs;
 pub mod jobs;
+pub mod locks;
 pub mod log;
 pub mod metrics;
 pub mod schedules;

@@ -36,7 +36,8 @@ SELECT p.oid::regprocedure AS definer_without_search_path
 SELECT p.oid::regprocedure AS function_with_jit
   FROM pg_proc p
  WHERE p.pronamespace = 'pgque'::regnamespace
-   AND p.proname <> ALL (ARRAY['send', 'send_batch', 'insert_event'])
+   AND p.proname <> ALL (ARRAY['send', 'send_batch', 'insert_event',
+                               'xact_lock', 'xact_lock_shared', 'try_xact_lock'])
    AND NOT coalesce('jit=off' = ANY (p.proconfig), false);
 SELECT p.oid::regprocedure AS send_function, p.proconfig
   FROM pg_proc p

@@ -359,7 +359,8 @@ fn matrix() -> Vec<Row> {
         .with("NULL max", "SELECT * FROM pgque.receive('q', 'c', NULL)", St("22004"))
         .with("beyond int", "SELECT * FROM pgque.receive('q', 'c', '3000000000')", St("22003"))
         .with("text max", "SELECT * FROM pgque.receive('q', 'c', 'ten')", St("22P02"))
-        .with("numeric max", "SELECT * FROM pgque.receive('q', 'c', 1.5)", St("42883")),
+        .with("numeric max", "SELECT * FROM pgque.receive('q', 'c', 1.5)", St("42883"))
+        .with("max beyond the cap", "SELECT * FROM pgque.receive('q', 'c', 100001)", St("54000")),
         batch_cases(row("pgque.ack(bigint)", "", &[]), "SELECT pgque.ack({X})"),
         batch_cases(row("pgque.finish_batch(bigint)", "", &[]), "SELECT pgque.finish_batch({X})"),
         batch_cases(
@@ -430,7 +431,8 @@ fn matrix() -> Vec<Row> {
         )
         .with("long cursor name", format!("SELECT * FROM pgque.get_batch_cursor({{B}}, '{}', 1)", "c".repeat(64)), St("42622"))
         .with("NULL limit", "SELECT * FROM pgque.get_batch_cursor({B}, 'cur', NULL)", St("22004"))
-        .with("negative limit", "SELECT * FROM pgque.get_batch_cursor({B}, 'cur', -1)", St("22023")),
+        .with("negative limit", "SELECT * FROM pgque.get_batch_cursor({B}, 'cur', -1)", St("22023"))
+        .with("limit beyond the cap", "SELECT * FROM pgque.get_batch_cursor({B}, 'cur', 100001)", St("54000")),
         batch_cases(
             row("pgque.event_retry(bigint,bigint,timestamp with time zone)", "", &[]),
             "SELECT pgque.event_retry({X}, 1, now())",
@@ -567,6 +569,10 @@ fn matrix() -> Vec<Row> {
         row("pgque.partition_slot(text,integer)", "", &[])
             .with("n = 0", "SELECT pgque.partition_slot('k', 0)", St("22003"))
             .with("n = 257", "SELECT pgque.partition_slot('k', 257)", St("22003")),
+        // ---- pgque's own locks: granted to no role (src/locks.rs) -----------
+        no_args("pgque.xact_lock(integer,bigint)", "internal, granted to no role: takes a lock, changes nothing"),
+        no_args("pgque.xact_lock_shared(integer,bigint)", "internal, granted to no role: takes a lock, changes nothing"),
+        no_args("pgque.try_xact_lock(integer,bigint)", "internal, granted to no role: takes a lock, changes nothing"),
         no_args(
             "pgque.partition_slot_rows()",
             "no arguments: the rows of the partition_slot_status view",
@@ -846,7 +852,8 @@ fn matrix() -> Vec<Row> {
             .with("NULL ids", "SELECT pgque.complete_many(NULL, ARRAY[1]::bigint[])", St("22004"))
             .with("NULL tokens", "SELECT pgque.complete_many(ARRAY[1]::bigint[], NULL)", St("22004"))
             .with("length mismatch", "SELECT pgque.complete_many(ARRAY[1, 2]::bigint[], ARRAY[1]::bigint[])", St("22023"))
-            .with("unknown jobs", "SELECT pgque.complete_many(ARRAY[987654321]::bigint[], ARRAY[1]::bigint[])", Noop),
+            .with("unknown jobs", "SELECT pgque.complete_many(ARRAY[987654321]::bigint[], ARRAY[1]::bigint[])", Noop)
+            .with("beyond the cap", "SELECT pgque.complete_many(array_fill(1::bigint, ARRAY[10001]), array_fill(1::bigint, ARRAY[10001]))", St("54000")),
         row("pgque.fail(bigint,bigint,text,timestamp with time zone)", "", &[])
             .with("NULL job", "SELECT pgque.fail(NULL, 1, 'e')", St("22004"))
             .with("NULL token", "SELECT pgque.fail(1, NULL, 'e')", St("22004"))
@@ -856,6 +863,7 @@ fn matrix() -> Vec<Row> {
         row("pgque.heartbeat(bigint[],bigint[],interval)", "", &[])
             .with("NULL ids", "SELECT * FROM pgque.heartbeat(NULL, ARRAY[1]::bigint[], '1 minute')", St("22004"))
             .with("length mismatch", "SELECT * FROM pgque.heartbeat(ARRAY[1,2]::bigint[], ARRAY[1]::bigint[], '1 minute')", St("22023"))
+            .with("beyond the cap", "SELECT * FROM pgque.heartbeat(array_fill(1::bigint, ARRAY[10001]), array_fill(1::bigint, ARRAY[10001]), '1 minute')", St("54000"))
             .with("zero extend", "SELECT * FROM pgque.heartbeat(ARRAY[1]::bigint[], ARRAY[1]::bigint[], '0')", St("22023"))
             .with("negative extend", "SELECT * FROM pgque.heartbeat(ARRAY[1]::bigint[], ARRAY[1]::bigint[], '-1 minute')", St("22023"))
             .with("unknown job", "SELECT * FROM pgque.heartbeat(ARRAY[987654321]::bigint[], ARRAY[1]::bigint[], '1 minute')", Noop)

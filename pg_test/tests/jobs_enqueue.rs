@@ -25,7 +25,7 @@ fn backend_pid(c: &mut Client) -> i32 {
 fn waits_on_lane(obs: &mut Client, pid: i32) -> bool {
     obs.query_one(
         "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE pid = $1 AND NOT granted
-                         AND locktype = 'advisory' AND classid::bigint = 1785684588)",
+                         AND locktype = 'advisory' AND objsubid = 25196)",
         &[&pid],
     )
     .unwrap()

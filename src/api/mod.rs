@@ -320,6 +320,7 @@ pub(crate) fn max_return_arg(max_return: Option<i32>) -> i64 {
             format!("max_return must be at least 1, not {n}"),
         );
     }
+    error::check_return_count(n, "max_return");
     n as i64
 }
 
@@ -830,6 +831,7 @@ fn get_batch_cursor(
             "i_quick_limit must not be negative",
         );
     }
+    error::check_return_count(quick, "i_quick_limit");
     let evs = Spi::connect_mut(|c| {
         let (b, q, _) = batch::open_batch_by_id(c, i_batch_id);
         let mut evs = batch::read_events_ext(

@@ -33,7 +33,7 @@ pub const MAX_PRIORITY: i16 = 1000;
 pub const ENQUEUE_SQL: &str = r#"
 WITH q AS MATERIALIZED (
     SELECT jq.queue_name, jq.shards, jq.max_attempts, jq.mode,
-           pg_catalog.pg_advisory_xact_lock_shared(1785684593, pg_catalog.hashtext(jq.queue_name)) AS qlock
+           pgque.xact_lock_shared(1785684593, pg_catalog.hashtext(jq.queue_name)) AS qlock
     FROM pgque.job_queues jq
     WHERE jq.queue_name = $1
 ),
@@ -57,7 +57,7 @@ input AS MATERIALIZED (
                               identity_key, unique_key, max_attempts, ord)
 ),
 lanes AS MATERIALIZED (
-    SELECT k.lane_key, pg_catalog.pg_advisory_xact_lock(1785684588, k.lane_key) AS lock
+    SELECT k.lane_key, pgque.xact_lock(1785684588, k.lane_key) AS lock
     FROM (SELECT pg_catalog.hashtext($1 || '/' || l.priority || '/' || l.shard) AS lane_key
           FROM (SELECT DISTINCT i.priority, i.shard FROM input i WHERE NOT i.scheduled) l
           ORDER BY 1) k
@@ -129,12 +129,12 @@ WITH q AS MATERIALIZED (
            CASE WHEN jq.shards > 1
                 THEN (pg_catalog.pg_backend_pid() % jq.shards)::smallint
                 ELSE 0::smallint END AS shard,
-           pg_catalog.pg_advisory_xact_lock_shared(1785684593, pg_catalog.hashtext(jq.queue_name)) AS qlock
+           pgque.xact_lock_shared(1785684593, pg_catalog.hashtext(jq.queue_name)) AS qlock
     FROM pgque.job_queues jq
     WHERE jq.queue_name = $1
 ),
 lanes AS MATERIALIZED (
-    SELECT k.lane_key, pg_catalog.pg_advisory_xact_lock(1785684588, k.lane_key) AS lock
+    SELECT k.lane_key, pgque.xact_lock(1785684588, k.lane_key) AS lock
     FROM (SELECT pg_catalog.hashtext($1 || '/' || p.priority || '/' || q.shard) AS lane_key
           FROM q CROSS JOIN LATERAL unnest($11::smallint[]) AS p(priority)
           ORDER BY 1) k

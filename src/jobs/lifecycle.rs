@@ -188,6 +188,7 @@ fn complete(job_id: Option<i64>, lease_token: Option<i64>) -> bool {
 fn complete_many(job_ids: Option<Vec<Option<i64>>>, lease_tokens: Option<Vec<Option<i64>>>) -> i32 {
     let ids = required(job_ids, "job_ids");
     let tokens = required(lease_tokens, "lease_tokens");
+    error::check_len(ids.len().max(tokens.len()), "job_ids", error::MAX_ARRAY);
     if ids.len() != tokens.len() {
         raise(
             error::INVALID_PARAMETER_VALUE,
@@ -317,6 +318,7 @@ fn heartbeat(
 > {
     let ids = required(job_ids, "job_ids");
     let tokens = required(lease_tokens, "lease_tokens");
+    error::check_len(ids.len().max(tokens.len()), "job_ids", error::MAX_ARRAY);
     let extend = required(extend, "extend");
     check_positive_interval(&extend, "extend");
     if ids.len() != tokens.len() {
@@ -436,7 +438,7 @@ WITH cur AS MATERIALIZED (
     FROM pgque.jobs j WHERE j.id = $1 FOR UPDATE
 ),
 lane AS MATERIALIZED (
-    SELECT c.id, pg_catalog.pg_advisory_xact_lock(1785684588,
+    SELECT c.id, pgque.xact_lock(1785684588,
                pg_catalog.hashtext(c.queue || '/' || c.priority || '/' || c.shard)) AS l
     FROM cur c WHERE c.state IN ('failed', 'cancelled') AND c.ready_seq IS NULL
 ),

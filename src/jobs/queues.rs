@@ -84,7 +84,7 @@ fn drop_job_queue(queue_name: Option<&str>, force: default!(Option<bool>, false)
     let force = required(force, "force");
     // Wait for in-flight enqueues into this queue (they hold the lock shared).
     Spi::run_with_args(
-        "SELECT pg_advisory_xact_lock($1, hashtext($2))",
+        crate::locks::sql("SELECT pgque.xact_lock($1, pg_catalog.hashtext($2))"),
         &[super::QUEUE_LOCK_CLASS.into(), queue.into()],
     )
     .unwrap_or_else(|e| pgrx::error!("{e}"));
@@ -203,7 +203,7 @@ fn set_job_queue_config(queue_name: Option<&str>, param: Option<&str>, value: Op
             // shared until they commit) so that the rr_key rewrite below,
             // run with a snapshot taken after the wait, sees their jobs.
             Spi::run_with_args(
-                "SELECT pg_catalog.pg_advisory_xact_lock($1, pg_catalog.hashtext($2))",
+                crate::locks::sql("SELECT pgque.xact_lock($1, pg_catalog.hashtext($2))"),
                 &[super::QUEUE_LOCK_CLASS.into(), queue.into()],
             )
             .unwrap_or_else(|e| pgrx::error!("{e}"));
@@ -254,8 +254,10 @@ fn set_job_queue_config(queue_name: Option<&str>, param: Option<&str>, value: Op
         // log's ready jobs move there (in their places), lanes locked
         super::log::require_read_committed("a switch to round_robin");
         Spi::run_with_args(
-            "SELECT count(pg_catalog.pg_advisory_xact_lock(1785684580, l.lane_id))
-             FROM (SELECT lane_id FROM pgque.job_lanes WHERE queue = $1 ORDER BY lane_id) l",
+            crate::locks::sql(
+                "SELECT count(pgque.xact_lock(1785684580, l.lane_id))
+                 FROM (SELECT lane_id FROM pgque.job_lanes WHERE queue = $1 ORDER BY lane_id) l",
+            ),
             &[queue.into()],
         )
         .unwrap_or_else(|e| pgrx::error!("{e}"));

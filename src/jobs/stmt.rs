@@ -37,6 +37,8 @@ pub fn prepared(
     sql: &'static str,
     types: &[PgOid],
 ) -> &'static OwnedPreparedStatement {
+    // (on a schema older than pgque's lock functions, the released lock calls)
+    let sql = crate::locks::sql(sql);
     let ext = extension_oid();
     let key = sql.as_ptr() as usize;
     let cached = CACHE.with(|c| {

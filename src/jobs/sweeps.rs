@@ -60,7 +60,9 @@ SELECT (SELECT count(*)::int FROM gone), (SELECT count(*)::int FROM note)"#
 
 /// Due scheduled jobs become ready. A job that never was ready takes its
 /// ready_seq now, under its lane's lock (lane FIFO, as at enqueue); a
-/// retried or snoozed one keeps its place.
+/// retried or snoozed one keeps its place. The lane lock is only tried: a
+/// lane an open enqueue transaction holds keeps its due jobs scheduled until
+/// the next run (the duty never waits on a caller's transaction).
 pub const PROMOTE_SQL: &str = r#"
 WITH due AS MATERIALIZED (
     SELECT j.id, j.queue, j.ready_seq, j.run_at,
@@ -72,14 +74,15 @@ WITH due AS MATERIALIZED (
     FOR UPDATE SKIP LOCKED
 ),
 lanes AS MATERIALIZED (
-    SELECT l.lane_key, pg_catalog.pg_advisory_xact_lock(1785684588, l.lane_key) AS lock
+    SELECT l.lane_key, pgque.try_xact_lock(1785684588, l.lane_key) AS ok
     FROM (SELECT DISTINCT d.lane_key FROM due d WHERE d.ready_seq IS NULL ORDER BY 1) l
 ),
 numbered AS MATERIALIZED (
     SELECT s.id, s.queue,
            COALESCE(s.ready_seq, pg_catalog.nextval('pgque.jobs_id_seq')) AS ready_seq
     FROM (SELECT d.* FROM due d
-          WHERE (SELECT count(*) FROM lanes) >= 0
+          WHERE d.ready_seq IS NOT NULL
+             OR d.lane_key = ANY (ARRAY(SELECT l.lane_key FROM lanes l WHERE l.ok))
           ORDER BY d.run_at, d.id) s
 ),
 upd AS (

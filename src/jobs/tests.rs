@@ -440,12 +440,12 @@ pub mod tests {
         // plus the queue's shared lock.
         assert_eq!(
             count("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()
-                   AND classid::bigint = 1785684588 AND mode = 'ExclusiveLock' AND granted"),
+                   AND objsubid = 25196 AND mode = 'ExclusiveLock' AND granted"),
             2
         );
         assert_eq!(
             count("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()
-                   AND classid::bigint = 1785684593 AND mode = 'ShareLock' AND granted"),
+                   AND objsubid = 25201 AND mode = 'ShareLock' AND granted"),
             1
         );
         // within each lane ready_seq follows input order

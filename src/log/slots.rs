@@ -9,7 +9,7 @@
 //! an index on (slot expression for N, ev_txid, ev_id) on every event table
 //! of the queue answers, so a slot reads its own events, not the stream.
 use super::{col, exec, first_row, run_once, Queue};
-use crate::error::{self, raise};
+use crate::error::{self, raise, raise_detail};
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
 
@@ -141,9 +141,25 @@ fn index_name(qid: i32, t: i32, n: i32) -> String {
     format!("event_{qid}_{t}_slot{n}_idx")
 }
 
+/// Whether the role calling pgque (its SET ROLE identity: inside pgque's
+/// SECURITY DEFINER functions the current user is the extension's owner)
+/// has the privileges of pgque_admin; superusers have.
+fn caller_is_admin() -> bool {
+    unsafe {
+        let who = pg_sys::GetOuterUserId();
+        let admin = pg_sys::get_role_oid(c"pgque_admin".as_ptr(), true);
+        pg_sys::superuser_arg(who)
+            || (admin != pg_sys::InvalidOid && pg_sys::has_privs_of_role(who, admin))
+    }
+}
+
 /// Creates the slot index for `n` on each event table of the queue, when
 /// missing. CREATE INDEX takes a SHARE lock: sends to this queue wait until
 /// the subscribing transaction ends (they are never lost or misplaced).
+/// Creating one is an administrator's step (42501 for other roles): each
+/// index is paid by every send to the queue, and its SHARE lock, held by a
+/// consumer's open transaction, would stop every send and duty on the
+/// queue. A reader subscribes with an N whose indexes exist.
 pub fn ensure_index(client: &mut SpiClient<'_>, q: &Queue, n: i32) {
     for t in 0..q.ntables {
         let name = index_name(q.id, t, n);
@@ -154,6 +170,18 @@ pub fn ensure_index(client: &mut SpiClient<'_>, q: &Queue, n: i32) {
         );
         let missing: bool = col(&first_row(r).unwrap(), 1).unwrap();
         if missing {
+            if !caller_is_admin() {
+                raise_detail(
+                    error::INSUFFICIENT_PRIVILEGE,
+                    format!(
+                        "queue {:?} has no slot indexes for {n} slots, and creating them needs pgque_admin",
+                        q.name
+                    ),
+                    format!(
+                        "An administrator allows N = {n} on this queue by subscribing a consumer with it first (pgque.subscribe_partitioned); readers then subscribe with that N."
+                    ),
+                );
+            }
             run_once(
                 client,
                 &format!(
@@ -168,7 +196,13 @@ pub fn ensure_index(client: &mut SpiClient<'_>, q: &Queue, n: i32) {
 
 /// Drops the slot index for `n` when no partitioned consumer of the queue
 /// uses that N any more (each index costs every send an index insert).
+/// Only for an administrator's call: DROP INDEX takes an ACCESS EXCLUSIVE
+/// lock, which a reader's open transaction must not hold on the queue (a
+/// reader's unsubscribe leaves the index, for the next consumer of that N).
 pub fn drop_index_if_unused(client: &mut SpiClient<'_>, q: &Queue, n: i32) {
+    if !caller_is_admin() {
+        return;
+    }
     let t = exec(
         client,
         "SELECT EXISTS (SELECT 1 FROM pgque.partition_consumer WHERE pc_queue = $1 AND pc_n = $2)",

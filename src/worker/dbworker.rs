@@ -177,6 +177,15 @@ pub extern "C-unwind" fn pgque_db_worker_main(arg: pg_sys::Datum) {
     }
     let dbname = database_name();
     log!("pgque worker started for database {dbname}");
+    // A duty never waits long on a lock another session holds (duties.rs).
+    unsafe {
+        pg_sys::SetConfigOption(
+            c"lock_timeout".as_ptr(),
+            duties::DUTY_LOCK_TIMEOUT.as_ptr(),
+            pg_sys::GucContext::PGC_SUSET,
+            pg_sys::GucSource::PGC_S_SESSION,
+        );
+    }
 
     let mut sched: Vec<Schedule> = DUTIES
         .iter()

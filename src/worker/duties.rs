@@ -75,6 +75,17 @@ pub fn sooner(name: &str) -> Option<Duration> {
 /// See `sooner`.
 pub const SCHEDULES_MIN_GAP: Duration = Duration::from_millis(20);
 
+/// The worker's lock_timeout. Duties run one after another, so one waiting
+/// on a lock would stop every other (the ticker of every queue included).
+/// Each lock a duty takes on an object a caller can hold is only tried
+/// (SKIP LOCKED rows, conditional table locks, try-locks of lanes and
+/// claims; ANALYZE (SKIP_LOCKED)), so the busy object waits for the next
+/// run; pgque's own locks cannot be taken by other roles (src/locks.rs).
+/// This bounds whatever else a duty may meet (an administrator's open DDL
+/// transaction): the duty fails after it, is logged once and backs off,
+/// and the others run meanwhile.
+pub const DUTY_LOCK_TIMEOUT: &std::ffi::CStr = c"1s";
+
 /// A wake-up runs an `on_wake` duty at most this often, so a stream of small
 /// commits costs at most one run per interval rather than one per commit.
 /// 5 ms: under a heavy send load the ticker then takes at most 200 ticks a

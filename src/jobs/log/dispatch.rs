@@ -30,7 +30,7 @@
 /// lane ids (empty: no queue of the call ever used the log).
 pub const LOCK_LANES_SQL: &str = r#"
 SELECT COALESCE(array_agg(x.lane_id ORDER BY x.lane_id), '{}'::int[])
-FROM (SELECT l.lane_id, pg_catalog.pg_advisory_xact_lock(1785684580, l.lane_id) AS lk
+FROM (SELECT l.lane_id, pgque.xact_lock(1785684580, l.lane_id) AS lk
       FROM pgque.job_lanes l
       WHERE l.queue = ANY ($1::text[])
       ORDER BY l.lane_id) x

@@ -23,7 +23,7 @@ macro_rules! fifo_queue {
         r#"
 WITH q AS MATERIALIZED (
     SELECT jq.queue_name, jq.max_attempts,
-           pg_catalog.pg_advisory_xact_lock_shared(1785684593, pg_catalog.hashtext(jq.queue_name)) AS qlock,
+           pgque.xact_lock_shared(1785684593, pg_catalog.hashtext(jq.queue_name)) AS qlock,
            CASE WHEN jq.shards > 1 THEN (pg_catalog.pg_backend_pid() % jq.shards)::smallint
                 ELSE 0::smallint END AS shard
     FROM pgque.job_queues jq
@@ -50,7 +50,7 @@ pub const LOG_ENQUEUE_SQL: &str = concat!(
     fifo_queue!(),
     r#"
 lanes AS MATERIALIZED (
-    SELECT k.priority, pg_catalog.pg_advisory_xact_lock(1785684588, k.lane_key) AS lock,
+    SELECT k.priority, pgque.xact_lock(1785684588, k.lane_key) AS lock,
            (SELECT l.lane_id FROM pgque.job_lanes l
             WHERE l.queue = $1 AND l.priority = k.priority AND l.shard = k.shard) AS lane_id
     FROM (SELECT p.priority, q.shard,
@@ -119,7 +119,7 @@ pub const LOG_ENQUEUE_ONE_SQL: &str = concat!(
     fifo_queue!(),
     r#"
 lane AS MATERIALIZED (
-    SELECT pg_catalog.pg_advisory_xact_lock(1785684588,
+    SELECT pgque.xact_lock(1785684588,
                pg_catalog.hashtext($1 || '/' || ($11::smallint[])[1] || '/' || q.shard)) AS lock,
            (SELECT l.lane_id FROM pgque.job_lanes l
             WHERE l.queue = $1 AND l.priority = ($11::smallint[])[1] AND l.shard = q.shard) AS lane_id

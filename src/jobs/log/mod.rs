@@ -55,7 +55,7 @@ macro_rules! cur_seg {
 /// Locks those of `tokens` that are claims (the claim lock, in hash order,
 /// so two callers never deadlock on each other). Returns how many locks it
 /// took: 0 when no token is a claim (a job of pgque.jobs).
-const LOCK_CLAIMS_SQL: &str = "SELECT count(pg_catalog.pg_advisory_xact_lock(1785684579, x.h))::int
+const LOCK_CLAIMS_SQL: &str = "SELECT count(pgque.xact_lock(1785684579, x.h))::int
 FROM (SELECT DISTINCT pg_catalog.hashint8(c.claim_id) AS h FROM pgque.job_claims c
       WHERE c.claim_id = ANY ($1::bigint[]) ORDER BY 1) x";
 
@@ -67,6 +67,10 @@ pub fn lock_claims(tokens: &[i64]) -> i32 {
     )
 }
 
+/// Most tokens `lock_tokens` locks without looking them up (a completion
+/// names one claim, or a few).
+pub const BLIND_LOCKS: usize = 16;
+
 /// Takes the claim lock of every token in `tokens`, whether or not it is a
 /// claim, without a statement: the key is computed here, as LOCK_CLAIMS_SQL
 /// computes it (hashint8), and the locks are taken in the same order (by key,
@@ -76,34 +80,44 @@ pub fn lock_claims(tokens: &[i64]) -> i32 {
 /// shares. Saves the lookup statement of `lock_claims` where the caller runs
 /// the log's statement anyway (completion, READ COMMITTED only: the next
 /// statement's snapshot is taken after these locks).
+/// Beyond BLIND_LOCKS distinct tokens, only the tokens that are claims are
+/// locked (`lock_claims`, one lookup statement): a made-up token then costs
+/// no lock, so one call cannot fill the server's shared lock table.
 pub fn lock_tokens(tokens: &[i64]) {
     // a complete_many of one claim passes its token once per job
     let mut distinct = tokens.to_vec();
     distinct.sort_unstable();
     distinct.dedup();
-    let mut keys: Vec<i32> = distinct
-        .iter()
-        .map(|t| unsafe {
-            let d = pg_sys::OidFunctionCall1Coll(
-                pg_sys::Oid::from(pg_sys::F_HASHINT8),
-                pg_sys::InvalidOid,
-                pg_sys::Datum::from(*t),
-            );
-            d.value() as u32 as i32
-        })
-        .collect();
+    if distinct.len() > BLIND_LOCKS {
+        lock_claims(&distinct);
+        return;
+    }
+    let mut keys: Vec<i32> = distinct.iter().map(|t| claim_key(*t)).collect();
     keys.sort_unstable();
     keys.dedup();
     for k in keys {
-        unsafe {
-            pg_sys::OidFunctionCall2Coll(
-                pg_sys::Oid::from(pg_sys::F_PG_ADVISORY_XACT_LOCK_INT4_INT4),
-                pg_sys::InvalidOid,
-                pg_sys::Datum::from(CLAIM_LOCK_CLASS),
-                pg_sys::Datum::from(k),
-            );
-        }
+        // as pgque.xact_lock(class, int4 key) takes it: the key sign-extended
+        crate::locks::lock(CLAIM_LOCK_CLASS, k as i64);
     }
+}
+
+/// The claim lock's key of token `t`: hashint8(t), as LOCK_CLAIMS_SQL computes it.
+fn claim_key(t: i64) -> i32 {
+    unsafe {
+        let d = pg_sys::OidFunctionCall1Coll(
+            pg_sys::Oid::from(pg_sys::F_HASHINT8),
+            pg_sys::InvalidOid,
+            pg_sys::Datum::from(t),
+        );
+        d.value() as u32 as i32
+    }
+}
+
+/// Takes the lock of claim `claim` if no one holds it (false: busy). For
+/// the worker's duties, which never wait on a claim a caller's transaction
+/// holds: they leave it for their next run.
+pub fn try_lock_claim(claim: i64) -> bool {
+    crate::locks::try_lock(CLAIM_LOCK_CLASS, claim_key(claim) as i64)
 }
 
 /// Locks the claims among `tokens` and checks the isolation level; false

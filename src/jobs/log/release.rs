@@ -410,7 +410,7 @@ pub fn job_to_side(id: i64) -> bool {
     super::require_read_committed("cancel");
     // no dispatcher of the lane moves its cursor meanwhile
     Spi::run_with_args(
-        "SELECT pg_catalog.pg_advisory_xact_lock(1785684580, $1)",
+        crate::locks::sql("SELECT pgque.xact_lock(1785684580, $1)"),
         &[lane.into()],
     )
     .unwrap_or_else(|e| pgrx::error!("{e}"));

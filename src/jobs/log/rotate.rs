@@ -77,7 +77,11 @@ pub fn rescue_claims(max: i32) -> i32 {
     });
     let mut moved = 0;
     for claim in unfinished {
-        super::lock_claims(&[claim]);
+        // a duty never waits: a claim whose lock a completing (or any
+        // other) transaction holds is rescued on the next run
+        if !super::try_lock_claim(claim) {
+            continue;
+        }
         // under the lock: what is still unfinished moves (a completion that
         // committed meanwhile is seen here; a heartbeat that extended the
         // lease meanwhile keeps the claim); nothing left: settled
@@ -134,7 +138,7 @@ const OLDEST_SEALED_SQL: &str = "SELECT o.seg FROM (
     WHERE o.sealed_at <= now() - $1::interval";
 
 const LOCK_ALL_LANES_SQL: &str = "SELECT (count(*) FILTER (WHERE NOT x.ok))::int FROM (
-    SELECT pg_catalog.pg_try_advisory_xact_lock(1785684580, l.lane_id) AS ok
+    SELECT pgque.try_xact_lock(1785684580, l.lane_id) AS ok
     FROM (SELECT lane_id FROM pgque.job_lanes ORDER BY lane_id) l) x";
 
 /// Lanes with a job in segment $1 that was not handed out yet.
@@ -183,7 +187,7 @@ pub fn rotate() -> (bool, Option<i16>, i32, bool) {
     else {
         return (switched, None, 0, false);
     };
-    let busy_lanes = Spi::get_one::<i32>(LOCK_ALL_LANES_SQL)
+    let busy_lanes = Spi::get_one::<i32>(crate::locks::sql(LOCK_ALL_LANES_SQL))
         .ok()
         .flatten()
         .unwrap_or(0);

@@ -1,0 +1,194 @@
+//! pgque's own transaction-scoped locks (lanes, claims, job queues), which no
+//! other role can take.
+//!
+//! They are advisory-type heavyweight locks, so they behave as
+//! `pg_advisory_xact_lock` does (released at the end of the transaction,
+//! visible in `pg_locks` as locktype `advisory`), but with a lock tag that no
+//! SQL-callable function of PostgreSQL builds: `pg_advisory_*` always set the
+//! tag's fourth field to 1 (one int8 key) or 2 (two int4 keys), and these set
+//! it to the low 16 bits of the pgque class (`objsubid` in `pg_locks`), with
+//! the 64-bit key in the first two (`classid` = high half, `objid` = low half).
+//! With the plain advisory functions, which PUBLIC may call, any connected
+//! role could take a lane's or a claim's lock with its fixed, computable key
+//! and stall dispatch, completion and the worker's duties behind it.
+//!
+//! The SQL wrappers (`pgque.xact_lock` and friends) are granted to no role:
+//! only pgque's SECURITY DEFINER functions (running as the extension's owner)
+//! call them, from inside their statements.
+//!
+//! Until `ALTER EXTENSION pgque UPDATE` has created them, a database with an
+//! older schema runs this library with its released lock protocol: `sql`
+//! then turns pgque's lock calls back into the `pg_advisory_*` ones, and
+//! `lock` / `try_lock` take those, so every backend of that database keeps
+//! taking the same locks (the switch happens when the update commits).
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+
+thread_local! {
+    /// The extension OID whose schema was seen to have the lock functions.
+    static INSTALLED_IN: Cell<pg_sys::Oid> = const { Cell::new(pg_sys::InvalidOid) };
+    /// The released-protocol text of each statement, by the address of its
+    /// text (leaked: kept plans refer to them by address, see jobs::stmt).
+    static FALLBACK: RefCell<HashMap<usize, &'static str>> = RefCell::new(HashMap::new());
+}
+
+/// Whether this database's pgque schema has pgque.try_xact_lock (0.7.0+).
+/// Looked up once per backend and extension once present.
+pub fn installed() -> bool {
+    unsafe {
+        let ext = pg_sys::get_extension_oid(c"pgque".as_ptr(), true);
+        if ext == pg_sys::InvalidOid {
+            return false;
+        }
+        if INSTALLED_IN.with(|c| c.get()) == ext {
+            return true;
+        }
+        let mut names: *mut pg_sys::List = std::ptr::null_mut();
+        for n in [c"pgque", c"try_xact_lock"] {
+            names = pg_sys::lappend(
+                names,
+                pg_sys::makeString(pg_sys::pstrdup(n.as_ptr())).cast(),
+            );
+        }
+        let args = [pg_sys::INT4OID, pg_sys::INT8OID];
+        let found = pg_sys::LookupFuncName(names, 2, args.as_ptr(), true) != pg_sys::InvalidOid;
+        if found {
+            INSTALLED_IN.with(|c| c.set(ext));
+        }
+        found
+    }
+}
+
+/// `stmt` as this database runs it: itself, or, on a schema older than the
+/// lock functions, with pgque's lock calls turned into `pg_advisory_*` ones
+/// (every key pgque passes fits their int4 form).
+pub fn sql(stmt: &'static str) -> &'static str {
+    if !stmt.contains("xact_lock") || installed() {
+        return stmt;
+    }
+    let key = stmt.as_ptr() as usize;
+    FALLBACK.with(|m| {
+        *m.borrow_mut().entry(key).or_insert_with(|| {
+            let old = stmt
+                .replace(
+                    "pgque.xact_lock_shared(",
+                    "pg_catalog.pg_advisory_xact_lock_shared(",
+                )
+                .replace(
+                    "pgque.try_xact_lock(",
+                    "pg_catalog.pg_try_advisory_xact_lock(",
+                )
+                .replace("pgque.xact_lock(", "pg_catalog.pg_advisory_xact_lock(");
+            Box::leak(old.into_boxed_str())
+        })
+    })
+}
+
+/// The released protocol's lock of (`class`, `key` as int4).
+fn advisory_int4(class: i32, key: i64, wait: bool) -> bool {
+    let f = if wait {
+        pg_sys::F_PG_ADVISORY_XACT_LOCK_INT4_INT4
+    } else {
+        pg_sys::F_PG_TRY_ADVISORY_XACT_LOCK_INT4_INT4
+    };
+    let d = unsafe {
+        pg_sys::OidFunctionCall2Coll(
+            pg_sys::Oid::from(f),
+            pg_sys::InvalidOid,
+            pg_sys::Datum::from(class),
+            pg_sys::Datum::from(key as i32),
+        )
+    };
+    wait || d.value() != 0
+}
+
+/// The lock tag of (`class`, `key`) in the current database.
+fn tag(class: i32, key: i64) -> pg_sys::LOCKTAG {
+    let field4 = class as u32 as u16;
+    // 1 and 2 are the tags of pg_advisory_*; no pgque class may map there.
+    debug_assert!(field4 > 2);
+    pg_sys::LOCKTAG {
+        locktag_field1: unsafe { pg_sys::MyDatabaseId }.to_u32(),
+        locktag_field2: ((key as u64) >> 32) as u32,
+        locktag_field3: key as u64 as u32,
+        locktag_field4: field4,
+        locktag_type: pg_sys::LockTagType::LOCKTAG_ADVISORY as u8,
+        locktag_lockmethodid: pg_sys::USER_LOCKMETHOD as u8,
+    }
+}
+
+fn acquire(class: i32, key: i64, mode: u32, dont_wait: bool) -> bool {
+    let t = tag(class, key);
+    let r = unsafe { pg_sys::LockAcquire(&t, mode as pg_sys::LOCKMODE, false, dont_wait) };
+    r != pg_sys::LockAcquireResult::LOCKACQUIRE_NOT_AVAIL
+}
+
+/// Takes (`class`, `key`) exclusively until the transaction ends (waits).
+pub fn lock(class: i32, key: i64) {
+    if !installed() {
+        advisory_int4(class, key, true);
+        return;
+    }
+    acquire(class, key, pg_sys::ExclusiveLock, false);
+}
+
+/// Takes (`class`, `key`) exclusively if no one holds it; false otherwise.
+pub fn try_lock(class: i32, key: i64) -> bool {
+    if !installed() {
+        return advisory_int4(class, key, false);
+    }
+    acquire(class, key, pg_sys::ExclusiveLock, true)
+}
+
+/// xact_lock(class, key): `lock` for pgque's statements (granted to no role).
+#[pg_extern(parallel_unsafe)]
+fn xact_lock(class: i32, key: i64) {
+    acquire(class, key, pg_sys::ExclusiveLock, false);
+}
+
+/// xact_lock_shared(class, key): the shared mode of `xact_lock` (waits).
+#[pg_extern(parallel_unsafe)]
+fn xact_lock_shared(class: i32, key: i64) {
+    acquire(class, key, pg_sys::ShareLock, false);
+}
+
+/// try_xact_lock(class, key) → whether it took the lock: `try_lock` for
+/// pgque's statements (granted to no role).
+#[pg_extern(parallel_unsafe)]
+fn try_xact_lock(class: i32, key: i64) -> bool {
+    acquire(class, key, pg_sys::ExclusiveLock, true)
+}
+
+#[cfg(any(test, feature = "pg_test"))]
+#[pg_schema]
+mod tests {
+    use pgrx::prelude::*;
+
+    #[pg_test]
+    fn pgque_locks_are_not_the_advisory_locks_of_the_same_numbers() {
+        // the same class and key through the PUBLIC advisory functions
+        // is another lock: taking both in one transaction shows two entries
+        Spi::run("SELECT pgque.xact_lock(1785684580, 7)").unwrap();
+        Spi::run("SELECT pg_advisory_xact_lock(1785684580, 7)").unwrap();
+        Spi::run("SELECT pg_advisory_xact_lock((1785684580::int8 << 32) | 7)").unwrap();
+        let n = Spi::get_one::<i64>(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' \
+              AND pid = pg_backend_pid() AND objsubid = 25188 AND objid = 7 AND classid = 0",
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(n, 1);
+        let all = Spi::get_one::<i64>(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()",
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(all, 3);
+        assert_eq!(
+            Spi::get_one::<bool>("SELECT pgque.try_xact_lock(1785684580, 7)").unwrap(),
+            Some(true)
+        );
+    }
+}
