@@ -111,6 +111,27 @@ CREATE TABLE pgque.batch_done_p0 PARTITION OF pgque.batch_done FOR VALUES IN (0)
 CREATE TABLE pgque.batch_done_p1 PARTITION OF pgque.batch_done FOR VALUES IN (1);
 CREATE INDEX batch_done_id_idx ON pgque.batch_done (batch_id);
 
+-- Stored cuts of a big batch range (src/log/cuts.rs): the ids and addresses
+-- (ctid, child table number) of the range's events above `base`, in id order,
+-- in chunks; read once when the range's first cut is needed, so every cut
+-- fetches its own events by address instead of re-reading the range.
+-- Not dumped: tuple addresses do not survive a restore (cuts are rebuilt).
+CREATE TABLE pgque.batch_cut (
+    sub_id       int4 NOT NULL,
+    prev_tick_id bigint NOT NULL,
+    tick_id      bigint NOT NULL,
+    base         bigint NOT NULL,
+    first_id     bigint NOT NULL,
+    last_id      bigint NOT NULL,
+    ids          bigint[] NOT NULL,
+    tids         tid[] NOT NULL,
+    tbls         int2[] NOT NULL,
+    piece        int2 NOT NULL
+) PARTITION BY LIST (piece);
+CREATE TABLE pgque.batch_cut_p0 PARTITION OF pgque.batch_cut FOR VALUES IN (0);
+CREATE TABLE pgque.batch_cut_p1 PARTITION OF pgque.batch_cut FOR VALUES IN (1);
+CREATE INDEX batch_cut_idx ON pgque.batch_cut (sub_id, prev_tick_id, tick_id, last_id);
+
 -- Events waiting to be redelivered to one consumer (nack / event_retry).
 CREATE TABLE pgque.retry_queue (
     ev_retry_after timestamptz NOT NULL,

@@ -192,3 +192,20 @@ REVOKE ALL ON FUNCTION pgque.xact_lock(int4, int8), pgque.xact_lock_shared(int4,
 -- dlq_purge is an administrator's step.
 REVOKE EXECUTE ON FUNCTION pgque.dlq_purge(text, interval) FROM pgque_reader;
 GRANT EXECUTE ON FUNCTION pgque.dlq_purge(text, interval) TO pgque_admin;
+-- ==== stored cuts of big batch ranges (issue 25) ====
+CREATE TABLE pgque.batch_cut (
+    sub_id       int4 NOT NULL,
+    prev_tick_id bigint NOT NULL,
+    tick_id      bigint NOT NULL,
+    base         bigint NOT NULL,
+    first_id     bigint NOT NULL,
+    last_id      bigint NOT NULL,
+    ids          bigint[] NOT NULL,
+    tids         tid[] NOT NULL,
+    tbls         int2[] NOT NULL,
+    piece        int2 NOT NULL
+) PARTITION BY LIST (piece);
+CREATE TABLE pgque.batch_cut_p0 PARTITION OF pgque.batch_cut FOR VALUES IN (0);
+CREATE TABLE pgque.batch_cut_p1 PARTITION OF pgque.batch_cut FOR VALUES IN (1);
+CREATE INDEX batch_cut_idx ON pgque.batch_cut (sub_id, prev_tick_id, tick_id, last_id);
+REVOKE ALL ON pgque.batch_cut, pgque.batch_cut_p0, pgque.batch_cut_p1 FROM PUBLIC;

@@ -13,6 +13,7 @@
 //! are inserted only, and reclaimed by the metadata rotation in maint().
 //! Opening a batch locks the consumer's subscription row (FOR NO KEY UPDATE),
 //! so two sessions receiving for one consumer get the same batch.
+use super::cuts;
 use super::slots::{self, Slot};
 use super::{col, exec, first_row, tick, Queue};
 use crate::error::{self, raise};
@@ -230,51 +231,16 @@ pub fn read_events_ext(
     only: Option<i64>,
     with_txid: bool,
 ) -> Vec<Event> {
-    let prev_snap = tick::tick_snapshot(client, q.id, prev_tick).unwrap_or_else(|| {
-        raise(
-            error::UNDEFINED_OBJECT,
-            format!("tick {prev_tick} of queue {:?} is gone", q.name),
-        )
-    });
-    let cur_snap = tick::tick_snapshot(client, q.id, tick).unwrap_or_else(|| {
-        raise(
-            error::UNDEFINED_OBJECT,
-            format!("tick {tick} of queue {:?} is gone", q.name),
-        )
-    });
-    let txid = if with_txid {
-        "ev_txid::text::int8"
-    } else {
-        "0::int8"
-    };
-    // The slot's condition names the index expression of its N literally
-    // (the planner matches index expressions by their text), its slot number
-    // is a parameter: one kept plan per (queue, N).
-    // Its lower txid bound (every event the earlier tick did not see has
-    // ev_txid >= that snapshot's xmin) makes the index range start at the
-    // batch, not at the slot's oldest event still in the table.
-    let slot_cond = slot
-        .map(|s| {
-            format!(
-                "{} = $8 AND ev_txid >= pg_snapshot_xmin((SELECT $1::pg_snapshot)) AND ",
-                slots::slot_expr(s.n)
-            )
-        })
-        .unwrap_or_default();
+    let (prev_snap, cur_snap) = snapshots(client, q, prev_tick, tick);
     let sql = format!(
-        "SELECT ev_id, ev_time, {txid}, ev_retry, ev_type, ev_data, \
-                ev_extra1, ev_extra2, ev_extra3, ev_extra4 \
-           FROM {} \
-          WHERE {slot_cond}ev_txid < pg_snapshot_xmax((SELECT $2::pg_snapshot)) \
-            AND (ev_txid >= pg_snapshot_xmax((SELECT $1::pg_snapshot)) \
-                 OR ev_txid = ANY (ARRAY(SELECT pg_snapshot_xip($1::pg_snapshot)))) \
-            AND pg_visible_in_snapshot(ev_txid, (SELECT $2::pg_snapshot)) \
-            AND NOT pg_visible_in_snapshot(ev_txid, (SELECT $1::pg_snapshot)) \
-            AND (ev_owner IS NULL OR ev_owner = $3) \
+        "SELECT {} FROM {} \
+          WHERE {} \
             AND ev_id > $4 AND ev_id <= $5 \
             AND ($7::int8 IS NULL OR ev_id = $7) \
           ORDER BY ev_id LIMIT $6",
-        q.parent_table()
+        event_cols(with_txid),
+        q.parent_table(),
+        interval_cond(slot, 8)
     );
     let mut args = vec![
         prev_snap.as_str().into(),
@@ -289,11 +255,79 @@ pub fn read_events_ext(
         args.push((s.k as i64).into());
     }
     let t = exec(client, &sql, &args);
-    // The rows are read straight from SPI's result table: one
-    // heap_deform_tuple per row, and the text columns copied as datums into
-    // the memory context that outlives this SPI connection (the calling
-    // function's), where the caller's result set picks them up.
-    let mut out = Vec::with_capacity(t.len());
+    let out = take_events(t.len());
+    // (`t` stays in scope until here: the raw rows above are its table's)
+    drop(t);
+    out
+}
+
+/// The snapshots of a batch's two ticks, as text (42704 when one is gone).
+pub(super) fn snapshots(
+    client: &mut SpiClient<'_>,
+    q: &Queue,
+    prev_tick: i64,
+    tick: i64,
+) -> (String, String) {
+    let snap = |client: &mut SpiClient<'_>, t: i64| {
+        tick::tick_snapshot(client, q.id, t).unwrap_or_else(|| {
+            raise(
+                error::UNDEFINED_OBJECT,
+                format!("tick {t} of queue {:?} is gone", q.name),
+            )
+        })
+    };
+    (snap(client, prev_tick), snap(client, tick))
+}
+
+/// The columns an event read selects, in [`take_events`]' order.
+pub(super) fn event_cols(with_txid: bool) -> &'static str {
+    if with_txid {
+        "ev_id, ev_time, ev_txid::text::int8, ev_retry, ev_type, ev_data, \
+         ev_extra1, ev_extra2, ev_extra3, ev_extra4"
+    } else {
+        "ev_id, ev_time, 0::int8, ev_retry, ev_type, ev_data, \
+         ev_extra1, ev_extra2, ev_extra3, ev_extra4"
+    }
+}
+
+/// The condition that an event row belongs to a batch range and consumer:
+/// committed between the snapshots $1 (earlier tick) and $2 (later tick),
+/// for everyone or for consumer $3 (a retry), and with `slot`, on that slot
+/// (its number is parameter `$slot_param`).
+///
+/// The slot's condition names the index expression of its N literally
+/// (the planner matches index expressions by their text), its slot number
+/// is a parameter: one kept plan per (queue, N).
+/// Its lower txid bound (every event the earlier tick did not see has
+/// ev_txid >= that snapshot's xmin) makes the index range start at the
+/// batch, not at the slot's oldest event still in the table.
+pub(super) fn interval_cond(slot: Option<Slot>, slot_param: usize) -> String {
+    let slot_cond = slot
+        .map(|s| {
+            format!(
+                "{} = ${slot_param} AND ev_txid >= pg_snapshot_xmin((SELECT $1::pg_snapshot)) AND ",
+                slots::slot_expr(s.n)
+            )
+        })
+        .unwrap_or_default();
+    format!(
+        "{slot_cond}ev_txid < pg_snapshot_xmax((SELECT $2::pg_snapshot)) \
+            AND (ev_txid >= pg_snapshot_xmax((SELECT $1::pg_snapshot)) \
+                 OR ev_txid = ANY (ARRAY(SELECT pg_snapshot_xip($1::pg_snapshot)))) \
+            AND pg_visible_in_snapshot(ev_txid, (SELECT $2::pg_snapshot)) \
+            AND NOT pg_visible_in_snapshot(ev_txid, (SELECT $1::pg_snapshot)) \
+            AND (ev_owner IS NULL OR ev_owner = $3)"
+    )
+}
+
+/// The events of the statement just run (its `len` rows, of
+/// [`event_cols`]), read straight from SPI's result table: one
+/// heap_deform_tuple per row, and the text columns copied as datums into
+/// the memory context that outlives this SPI connection (the calling
+/// function's), where the caller's result set picks them up. Call it while
+/// the statement's SpiTupleTable is alive.
+pub(super) fn take_events(len: usize) -> Vec<Event> {
+    let mut out = Vec::with_capacity(len);
     unsafe {
         let tt = pg_sys::SPI_tuptable;
         assert!(!tt.is_null(), "the event read left no result table");
@@ -313,7 +347,7 @@ pub fn read_events_ext(
                 ))
             })
         };
-        for i in 0..t.len() {
+        for i in 0..len {
             pg_sys::heap_deform_tuple(
                 *(*tt).vals.add(i),
                 (*tt).tupdesc,
@@ -336,7 +370,6 @@ pub fn read_events_ext(
             });
         }
     }
-    // (`t` stays in scope until here: the raw rows above are its table's)
     out
 }
 
@@ -347,6 +380,23 @@ pub fn batch_events(
     b: &Batch,
     with_txid: bool,
 ) -> Vec<Event> {
+    // A cut of a big range is re-read from its stored chunks (cuts.rs).
+    if (b.floor > 0 || b.ceiling.is_some()) && cuts::installed() {
+        if let Some(c) = cuts::read(
+            client,
+            q,
+            b.sub_id,
+            b.slot,
+            b.prev_tick,
+            b.tick,
+            b.floor,
+            b.ceiling,
+            i64::MAX,
+            with_txid,
+        ) {
+            return c.events;
+        }
+    }
     read_events_ext(
         client,
         q,
@@ -397,36 +447,50 @@ pub fn mark_done(client: &mut SpiClient<'_>, batch_id: i64, abandoned: bool) {
 /// about `limit` events a batch, each from its own tick range, instead of
 /// one range up to the last tick re-read for every capped cut of it; only a
 /// single tick interval larger than `limit` (one huge transaction, a ticker
-/// outage) is cut by event id.
+/// outage) is cut by event id, through stored cuts (cuts.rs).
+///
+/// The range comes with whether it is known to hold more than `limit`
+/// events (a cut's continuation, or a next tick already beyond `limit`):
+/// such a range is read once into stored cuts.
 fn next_range(
     client: &mut SpiClient<'_>,
     q: &Queue,
     frontier: Option<&Batch>,
     start_tick: i64,
     limit: i64,
-) -> Option<(i64, i64, i64)> {
+) -> Option<(Range, bool)> {
     if let Some(f) = frontier {
         if let Some(c) = f.ceiling {
-            return Some((f.prev_tick, f.tick, c));
+            return Some(((f.prev_tick, f.tick, c), true));
         }
     }
     let from = frontier.map(|f| f.tick).unwrap_or(start_tick);
     let t = exec(
         client,
-        "SELECT coalesce( \
-            (SELECT t2.tick_id FROM pgque.tick t1 \
-               CROSS JOIN LATERAL (SELECT t2.tick_id FROM pgque.tick t2 \
-                                    WHERE t2.tick_queue = t1.tick_queue AND t2.tick_id > t1.tick_id \
-                                      AND t2.tick_event_seq <= t1.tick_event_seq + $3 \
-                                    ORDER BY t2.tick_event_seq DESC, t2.tick_id DESC LIMIT 1) t2 \
-              WHERE t1.tick_queue = $1 AND t1.tick_id = $2), \
-            (SELECT tick_id FROM pgque.tick WHERE tick_queue = $1 AND tick_id > $2 \
-              ORDER BY tick_id LIMIT 1))",
+        "SELECT t2.tick_id FROM pgque.tick t1 \
+           CROSS JOIN LATERAL (SELECT t2.tick_id FROM pgque.tick t2 \
+                                WHERE t2.tick_queue = t1.tick_queue AND t2.tick_id > t1.tick_id \
+                                  AND t2.tick_event_seq <= t1.tick_event_seq + $3 \
+                                ORDER BY t2.tick_event_seq DESC, t2.tick_id DESC LIMIT 1) t2 \
+          WHERE t1.tick_queue = $1 AND t1.tick_id = $2",
         &[q.id.into(), from.into(), limit.into()],
     );
+    if let Some(end) = first_row(t).and_then(|r| col::<i64>(&r, 1)) {
+        return Some(((from, end, 0), false));
+    }
+    // Even the next tick is more than `limit` events ahead.
+    let t = exec(
+        client,
+        "SELECT tick_id FROM pgque.tick WHERE tick_queue = $1 AND tick_id > $2 \
+          ORDER BY tick_id LIMIT 1",
+        &[q.id.into(), from.into()],
+    );
     let end: i64 = first_row(t).and_then(|r| col(&r, 1))?;
-    Some((from, end, 0))
+    Some(((from, end, 0), true))
 }
+
+/// A batch range: (prev_tick, tick, ev_floor).
+type Range = (i64, i64, i64);
 
 /// What opening a batch gave.
 pub struct Opened {
@@ -444,17 +508,38 @@ fn start_tick(client: &mut SpiClient<'_>, sub_id: i32) -> i64 {
     col(&first_row(t).unwrap(), 1).unwrap()
 }
 
-/// Opens a batch over `range` (cut to `limit` events) for sub/member.
-fn open_range(
+/// The next cut of `range` for `sub_id`: its events (at most `limit`) and
+/// its ceiling (set when events of the range are left above it). A range
+/// known to be big (`big`) is served from stored cuts, built on its first
+/// cut; another is read by txid, and if it turns out bigger than `limit`,
+/// the rest above this cut is stored for the next cuts.
+#[allow(clippy::too_many_arguments)]
+fn cut_range(
     client: &mut SpiClient<'_>,
     q: &Queue,
     sub_id: i32,
-    member: Option<i32>,
     slot: Option<Slot>,
-    range: (i64, i64, i64),
+    range: Range,
     limit: i64,
-) -> Opened {
+    big: bool,
+) -> (Vec<Event>, Option<i64>) {
     let (prev, tick, floor) = range;
+    let stored = (big || floor > 0) && cuts::installed();
+    if stored {
+        let read = |client: &mut SpiClient<'_>| {
+            cuts::read(
+                client, q, sub_id, slot, prev, tick, floor, None, limit, false,
+            )
+        };
+        if let Some(c) = read(client) {
+            return (c.events, c.ceiling);
+        }
+        if cuts::build(client, q, sub_id, slot, prev, tick, floor) > 0 {
+            if let Some(c) = read(client) {
+                return (c.events, c.ceiling);
+            }
+        }
+    }
     let mut evs = read_events(
         client,
         q,
@@ -469,10 +554,33 @@ fn open_range(
     );
     let ceiling = if evs.len() as i64 > limit {
         evs.truncate(limit as usize);
-        evs.last().map(|e| e.id)
+        let c = evs.last().map(|e| e.id);
+        if let (false, Some(c)) = (stored, c) {
+            if cuts::installed() {
+                cuts::build(client, q, sub_id, slot, prev, tick, c);
+            }
+        }
+        c
     } else {
         None
     };
+    (evs, ceiling)
+}
+
+/// Opens a batch over `range` (cut to `limit` events) for sub/member.
+#[allow(clippy::too_many_arguments)]
+fn open_range(
+    client: &mut SpiClient<'_>,
+    q: &Queue,
+    sub_id: i32,
+    member: Option<i32>,
+    slot: Option<Slot>,
+    range: Range,
+    limit: i64,
+    big: bool,
+) -> Opened {
+    let (prev, tick, floor) = range;
+    let (evs, ceiling) = cut_range(client, q, sub_id, slot, range, limit, big);
     let mut b = Batch {
         batch_id: 0,
         sub_id,
@@ -555,8 +663,8 @@ pub fn next_batch_of(
     } else {
         0
     };
-    let range = next_range(client, q, latest.as_ref(), start, span)?;
-    Some(open_range(client, q, sub_id, None, slot, range, limit))
+    let (range, big) = next_range(client, q, latest.as_ref(), start, span)?;
+    Some(open_range(client, q, sub_id, None, slot, range, limit, big))
 }
 
 /// Cooperative consumers: the member's open batch, else a batch of a dead or
@@ -608,7 +716,7 @@ pub fn next_batch_coop(
     } else {
         0
     };
-    let range = next_range(client, q, latest.as_ref(), start, limit)?;
+    let (range, big) = next_range(client, q, latest.as_ref(), start, limit)?;
     Some(open_range(
         client,
         q,
@@ -617,6 +725,7 @@ pub fn next_batch_coop(
         None,
         range,
         limit,
+        big,
     ))
 }
 

@@ -186,11 +186,15 @@ pub fn rotate_metadata(client: &mut SpiClient<'_>, period_ms: i64) -> i64 {
             return 0;
         }
         let old = 1 - cur;
-        let rels = [
+        let cuts = super::cuts::installed();
+        let mut rels = vec![
             format!("pgque.tick_p{old}"),
             format!("pgque.batch_p{old}"),
             format!("pgque.batch_done_p{old}"),
         ];
+        if cuts {
+            rels.push(format!("pgque.batch_cut_p{old}"));
+        }
         for rel in &rels {
             if !try_lock_exclusive(client, rel) {
                 return 0;
@@ -219,6 +223,21 @@ pub fn rotate_metadata(client: &mut SpiClient<'_>, period_ms: i64) -> i64 {
             ),
             &[],
         );
+        // The stored cuts of the ranges a kept batch is in (the next cut of
+        // a consumer mid-range reads them).
+        if cuts {
+            exec(
+                client,
+                &format!(
+                    "INSERT INTO pgque.batch_cut (sub_id, prev_tick_id, tick_id, base, first_id, last_id, ids, tids, tbls, piece) \
+                     SELECT c.sub_id, c.prev_tick_id, c.tick_id, c.base, c.first_id, c.last_id, c.ids, c.tids, c.tbls, {cur} \
+                       FROM pgque.batch_cut_p{old} c \
+                      WHERE EXISTS (SELECT 1 FROM pgque.batch_p{cur} b WHERE b.sub_id = c.sub_id \
+                                       AND b.prev_tick_id = c.prev_tick_id AND b.tick_id = c.tick_id)"
+                ),
+                &[],
+            );
+        }
         // The ticks still referenced, each queue's last tick, and the ticks
         // a consumer has yet to read: those after the oldest position of the
         // queue's consumers (a cooperative consumer's batches are its

@@ -18,6 +18,7 @@ use std::collections::HashMap;
 use std::rc::Rc;
 
 pub mod batch;
+pub mod cuts;
 pub mod maint;
 pub mod slots;
 pub mod tick;

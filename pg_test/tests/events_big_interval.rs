@@ -1,0 +1,402 @@
+//! Draining one tick interval that holds many more events than a batch
+//! (a ticker outage, a huge producer transaction): every event exactly once
+//! and in id order, for a plain consumer, one that starts far behind,
+//! partition slots and cooperative members; and each cut reads about its
+//! own events, not the whole interval again (counted with the transaction's
+//! own table statistics, pg_stat_xact_user_tables).
+mod events_util;
+use events_util::*;
+use pgque_pg_test::postgres::Client;
+use pgque_pg_test::{conninfo, postgres, TestDb};
+use std::sync::{Arc, Mutex};
+
+const N_SLOTS: i32 = 4;
+
+/// Plans of the statements a session ran, nested ones too (auto_explain
+/// with ANALYZE, sent to the client as log messages).
+type Plans = Arc<Mutex<Vec<String>>>;
+
+/// A connection whose session hands the test the plan, with actual row
+/// counts, of every statement it runs, including those inside pgque's
+/// functions.
+fn explained(db: &TestDb) -> (Client, Plans) {
+    let plans: Plans = Arc::new(Mutex::new(vec![]));
+    let sink = plans.clone();
+    let mut cfg: postgres::Config = conninfo(&db.name, "postgres").parse().unwrap();
+    cfg.notice_callback(move |n| sink.lock().unwrap().push(n.message().to_string()));
+    let mut c = cfg.connect(postgres::NoTls).unwrap();
+    c.batch_execute(
+        "LOAD 'auto_explain'; \
+         SET auto_explain.log_min_duration = 0; SET auto_explain.log_analyze = on; \
+         SET auto_explain.log_timing = off; SET auto_explain.log_nested_statements = on; \
+         SET client_min_messages = log",
+    )
+    .unwrap();
+    (c, plans)
+}
+
+/// Rows the plans read from the event tables of queue `qid`: for every scan
+/// node on one of them, the rows it returned and the rows its filters
+/// removed, times its loops.
+fn event_rows_in(plans: &[String], qid: i32) -> i64 {
+    let on = format!(" on event_{qid}_");
+    let num_after = |line: &str, key: &str| -> Option<i64> {
+        let i = line.find(key)? + key.len();
+        let digits: String = line[i..]
+            .chars()
+            .take_while(|c| c.is_ascii_digit())
+            .collect();
+        digits.parse().ok()
+    };
+    let mut total = 0;
+    for p in plans {
+        let (mut scan, mut loops) = (false, 1);
+        for line in p.lines() {
+            if line.contains("(actual rows=") || line.contains("(never executed)") {
+                // a node reading a child table itself (not one of its indexes)
+                scan = line.match_indices(&on).any(|(i, _)| {
+                    let rest = &line[i + on.len()..];
+                    let d = rest.chars().take_while(|c| c.is_ascii_digit()).count();
+                    d > 0 && rest[d..].starts_with(' ')
+                });
+                loops = num_after(line, " loops=").unwrap_or(0);
+                if scan {
+                    total += num_after(line, "(actual rows=").unwrap_or(0) * loops;
+                }
+            } else if scan {
+                for key in [
+                    "Rows Removed by Filter: ",
+                    "Rows Removed by Index Recheck: ",
+                ] {
+                    if let Some(n) = num_after(line, key) {
+                        total += n * loops;
+                    }
+                }
+            }
+        }
+    }
+    total
+}
+
+/// One receive in its own transaction: (batch id, ids, event rows its
+/// statements read, when the session's plans are collected).
+fn counted(
+    c: &mut Client,
+    qid: i32,
+    plans: Option<&Plans>,
+    sql: &str,
+) -> (Option<i64>, Vec<i64>, i64) {
+    if let Some(p) = plans {
+        p.lock().unwrap().clear();
+    }
+    let rows = c.query(sql, &[]).unwrap();
+    let ids: Vec<i64> = rows.iter().map(|r| r.get("msg_id")).collect();
+    let batch = rows.first().map(|r| r.get::<_, i64>("batch_id"));
+    let read = plans.map_or(0, |p| event_rows_in(&p.lock().unwrap(), qid));
+    if read > 2 * ids.len() as i64 + 16 {
+        // shown when the test fails
+        println!(
+            "{sql}: read {read} event rows for {} events; plans:",
+            ids.len()
+        );
+        for p in plans.unwrap().lock().unwrap().iter() {
+            println!("{p}");
+        }
+    }
+    (batch, ids, read)
+}
+
+/// The queue with `n` events in one interval: a big keyed send_batch, many
+/// small transactions, and two transactions interleaved with each other (so
+/// id order and transaction order differ), all before one tick. Returns the
+/// queue id and the interval's ids in order.
+fn one_big_interval(db: &TestDb, c: &mut Client, n: i64) -> (i32, Vec<i64>) {
+    c.batch_execute("SELECT pgque.create_queue('q')").unwrap();
+    let qid: i32 = c
+        .query_one(
+            "SELECT queue_id FROM pgque.queue WHERE queue_name = 'q'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    c.batch_execute(&format!(
+        "SELECT pgque.subscribe('q', 'p'); \
+         SELECT pgque.subscribe('q', 'behind'); \
+         SELECT pgque.subscribe_partitioned('q', 'ps', {N_SLOTS}); \
+         SELECT pgque.subscribe('q', 'co'); \
+         SELECT pgque.register_subconsumer('q', 'co', 'm1'); \
+         SELECT pgque.register_subconsumer('q', 'co', 'm2');"
+    ))
+    .unwrap();
+    // History first: 'behind' starts 20 ticks back.
+    for _ in 0..20 {
+        c.execute(
+            "SELECT pgque.send_batch('q', 'h', array_fill('{}'::jsonb, ARRAY[50]), \
+                    ARRAY(SELECT 'k' || g FROM generate_series(1, 50) g))",
+            &[],
+        )
+        .unwrap();
+        tick(c, "q");
+    }
+    for (consumer, slot) in [("p", None), ("co", None)]
+        .into_iter()
+        .chain((0..N_SLOTS).map(|k| ("ps", Some(k))))
+    {
+        drain_all(c, None, consumer, slot, 1000, &mut |_, _| {});
+    }
+    // The big interval.
+    let quarter = n / 4;
+    let mut other = db.connect();
+    other.batch_execute("BEGIN").unwrap();
+    other
+        .execute(
+            "SELECT pgque.send_batch('q', 'x', ARRAY(SELECT jsonb_build_object('i', g) FROM generate_series(1, $1::int4) g), \
+                    ARRAY(SELECT 'k' || (g % 97) FROM generate_series(1, $1::int4) g))",
+            &[&(quarter as i32)],
+        )
+        .unwrap();
+    for _ in 0..(quarter / 25) {
+        c.execute(
+            "SELECT pgque.send_batch('q', 'x', array_fill('{\"s\":1}'::jsonb, ARRAY[25]), \
+                    ARRAY(SELECT 'k' || (g % 13) FROM generate_series(1, 25) g))",
+            &[],
+        )
+        .unwrap();
+    }
+    other
+        .execute(
+            "SELECT pgque.send_batch('q', 'x', ARRAY(SELECT jsonb_build_object('j', g) FROM generate_series(1, $1::int4) g), \
+                    ARRAY(SELECT 'k' || (g % 89) FROM generate_series(1, $1::int4) g))",
+            &[&(quarter as i32)],
+        )
+        .unwrap();
+    other.batch_execute("COMMIT").unwrap();
+    c.execute(
+        "SELECT pgque.send_batch('q', 'x', ARRAY(SELECT jsonb_build_object('l', g) FROM generate_series(1, $1::int4) g), \
+                ARRAY(SELECT 'k' || (g % 7) FROM generate_series(1, $1::int4) g))",
+        &[&((n - 3 * quarter) as i32)],
+    )
+    .unwrap();
+    let first: i64 = c
+        .query_one(
+            &format!("SELECT min(ev_id) FROM pgque.event_{qid} WHERE ev_type = 'x'"),
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    tick(c, "q");
+    let ids: Vec<i64> = c
+        .query(
+            &format!("SELECT ev_id FROM pgque.event_{qid} WHERE ev_id >= $1 ORDER BY ev_id"),
+            &[&first],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(ids.len() as i64, n, "the interval holds the events sent");
+    (qid, ids)
+}
+
+/// The receive call of a consumer (plain, or slot `slot` of 'ps', or the
+/// cooperative member `m1`/`m2` chosen by the caller in `consumer`).
+fn receive_sql(consumer: &str, slot: Option<i32>, max: i32) -> String {
+    match (consumer, slot) {
+        (_, Some(k)) => format!(
+            "SELECT msg_id, batch_id, extra1 FROM pgque.receive_partitioned('q', 'ps', {k}, {N_SLOTS}, 'w', {max})"
+        ),
+        ("m1" | "m2", None) => format!(
+            "SELECT msg_id, batch_id, extra1 FROM pgque.receive_coop('q', 'co', '{consumer}', {max})"
+        ),
+        ("co", None) => unreachable!("a cooperative consumer receives through a member"),
+        (_, None) => {
+            format!("SELECT msg_id, batch_id, extra1 FROM pgque.receive('q', '{consumer}', {max})")
+        }
+    }
+}
+
+fn ack_sql(consumer: &str, slot: Option<i32>, batch: i64) -> String {
+    match slot {
+        Some(k) => format!("SELECT pgque.ack_partitioned('q', 'ps', {k}, {N_SLOTS}, 'w')"),
+        None => {
+            let _ = consumer;
+            format!("SELECT pgque.ack({batch})")
+        }
+    }
+}
+
+/// Receives and acks until empty; `each` sees every batch's ids and rows
+/// read. A cooperative consumer ('co') alternates its two members.
+fn drain_all(
+    c: &mut Client,
+    plans: Option<&Plans>,
+    consumer: &str,
+    slot: Option<i32>,
+    max: i32,
+    each: &mut dyn FnMut(&[i64], i64),
+) -> Vec<i64> {
+    if let Some(k) = slot {
+        let e: Option<i64> = c
+            .query_one(
+                "SELECT pgque.claim_slot('q', 'ps', $1, 'w', '10 minutes')",
+                &[&k],
+            )
+            .unwrap()
+            .get(0);
+        assert!(e.is_some(), "slot {k} claimed");
+    }
+    let qid: i32 = c
+        .query_one(
+            "SELECT queue_id FROM pgque.queue WHERE queue_name = 'q'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    let mut all = vec![];
+    for turn in 0.. {
+        let who = match consumer {
+            "co" if turn % 2 == 0 => "m1",
+            "co" => "m2",
+            other => other,
+        };
+        let (b, ids, read) = counted(c, qid, plans, &receive_sql(who, slot, max));
+        let Some(b) = b else {
+            return all;
+        };
+        assert!(ids.len() as i32 <= max, "a batch holds at most max_return");
+        assert!(
+            ids.windows(2).all(|w| w[0] < w[1]),
+            "a batch is in id order"
+        );
+        each(&ids, read);
+        all.extend(ids);
+        c.execute(&ack_sql(consumer, slot, b), &[]).unwrap();
+    }
+    unreachable!()
+}
+
+fn exactly_once_in_order(got: &[i64], want: &[i64], who: &str) {
+    assert_eq!(got.len(), want.len(), "{who}: every event, none twice");
+    assert_eq!(got, want, "{who}: the interval's events in id order");
+}
+
+#[test]
+fn big_interval_events_once_in_order_plain_behind_slots_coop() {
+    let db = manual_db("ev_big_order");
+    let mut c = db.connect();
+    let n = 6000;
+    let (qid, ids) = one_big_interval(&db, &mut c, n);
+
+    let got = drain_all(&mut c, None, "p", None, 250, &mut |_, _| {});
+    exactly_once_in_order(&got, &ids, "plain consumer");
+
+    // 'behind' first reads the 20 history ticks, then the interval's cuts.
+    let got = drain_all(&mut c, None, "behind", None, 250, &mut |_, _| {});
+    assert_eq!(
+        got.len() as i64,
+        20 * 50 + n,
+        "behind: history and interval"
+    );
+    assert!(got.windows(2).all(|w| w[0] < w[1]), "behind: in id order");
+    exactly_once_in_order(&got[1000..], &ids, "consumer starting far behind");
+
+    // Slots: each its own events in id order, together all of them once.
+    let mut union = vec![];
+    for k in 0..N_SLOTS {
+        let got = drain_all(&mut c, None, "ps", Some(k), 200, &mut |_, _| {});
+        assert!(got.windows(2).all(|w| w[0] < w[1]), "slot {k}: id order");
+        let keys: Vec<i32> = c
+            .query(
+                &format!(
+                    "SELECT pgque.partition_slot(ev_extra1, {N_SLOTS}) FROM pgque.event_{qid} \
+                      WHERE ev_id = ANY($1) AND ev_type = 'x'"
+                ),
+                &[&got],
+            )
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        assert_eq!(keys.len(), got.len());
+        assert!(keys.iter().all(|s| *s == k), "slot {k}: only its keys");
+        assert!(
+            got.len() > 250,
+            "slot {k} gets several cuts of the interval"
+        );
+        union.extend(got);
+    }
+    union.sort_unstable();
+    exactly_once_in_order(&union, &ids, "partition slots together");
+
+    // Cooperative members: m1 opens a cut and goes silent, m2 takes it over
+    // (a re-read of a cut batch), then they alternate.
+    let (b1, taken, _) = counted(&mut c, qid, None, &receive_sql("m1", None, 300));
+    assert_eq!(taken.len(), 300);
+    let over = c
+        .query(
+            "SELECT msg_id, batch_id FROM pgque.receive_coop('q', 'co', 'm2', 300, '0 seconds')",
+            &[],
+        )
+        .unwrap();
+    let over_ids: Vec<i64> = over.iter().map(|r| r.get(0)).collect();
+    assert_eq!(over_ids, taken, "the taken-over cut holds the same events");
+    let b2: i64 = over[0].get(1);
+    assert_ne!(Some(b2), b1);
+    c.execute(&format!("SELECT pgque.ack({b2})"), &[]).unwrap();
+    let mut got = taken;
+    got.extend(drain_all(&mut c, None, "co", None, 300, &mut |_, _| {}));
+    exactly_once_in_order(&got, &ids, "cooperative members");
+
+    // Nothing left for anyone.
+    assert_eq!(recv(&mut c, "q", "p", 250), (None, vec![]));
+}
+
+#[test]
+fn big_interval_events_cut_reads_bounded_rows() {
+    let db = manual_db("ev_big_cost");
+    let mut c = db.connect();
+    let n = 6000;
+    let (_, ids) = one_big_interval(&db, &mut c, n);
+    let (mut e, plans) = explained(&db);
+    // Each cut after the first (which reads the interval once to store the
+    // cuts) reads at most a small multiple of its own events; reading the
+    // interval again for every cut reads all n.
+    let check = |who: &str, max: i32, reads: &[(usize, i64)]| {
+        assert!(reads.len() > 5, "{who}: several cuts");
+        let total: i64 = reads.iter().map(|r| r.1).sum();
+        for (i, (len, read)) in reads.iter().enumerate().skip(1) {
+            assert!(
+                *read <= 2 * *len as i64 + 16,
+                "{who}: cut {i} of {len} events read {read} event rows (max_return {max})"
+            );
+        }
+        assert!(
+            total <= 3 * n,
+            "{who}: the whole drain read {total} event rows for {n} events"
+        );
+    };
+    let mut reads = vec![];
+    let got = drain_all(&mut e, Some(&plans), "p", None, 250, &mut |ids, r| {
+        reads.push((ids.len(), r))
+    });
+    exactly_once_in_order(&got, &ids, "plain");
+    check("plain consumer", 250, &reads);
+
+    let mut reads = vec![];
+    drain_all(&mut e, Some(&plans), "ps", Some(1), 100, &mut |ids, r| {
+        reads.push((ids.len(), r))
+    });
+    check("partition slot", 100, &reads);
+
+    let mut reads = vec![];
+    let got = drain_all(&mut e, Some(&plans), "co", None, 250, &mut |ids, r| {
+        reads.push((ids.len(), r))
+    });
+    exactly_once_in_order(&got, &ids, "cooperative");
+    check("cooperative members", 250, &reads);
+    let stored: i64 = c
+        .query_one("SELECT count(*) FROM pgque.batch_cut", &[])
+        .unwrap()
+        .get(0);
+    assert!(stored > 0, "the cuts were stored");
+}
