@@ -15,12 +15,12 @@ import sys
 import time
 import traceback
 
-from . import chart, db, report, w_events, w_jobs, w_xmin
+from . import chart, db, report, w_events, w_interval, w_jobs, w_xmin
 from .core import Results, progress
 
 WORKLOADS = {
     "w1": w_events.w1, "w2": w_events.w2, "w3": w_events.w3, "w4": w_events.w4, "w5": w_events.w5,
-    "w6": w_jobs.w6, "w7": w_jobs.w7, "w8": w_jobs.w8, "w9": w_xmin.w9,
+    "w6": w_jobs.w6, "w7": w_jobs.w7, "w8": w_jobs.w8, "w9": w_xmin.w9, "w10": w_interval.w10,
 }
 
 
@@ -47,6 +47,10 @@ class Config:
         self.w8_secs = 4 if quick else 30
         self.w9_secs = 8 if quick else 60
         self.w5_events = 20_000 if quick else 100_000
+        # w10: events in one tick interval (W10_SIZES=100000,1000000 in a QUICK run)
+        self.w10_sizes = [20_000, 100_000] if quick else [100_000, 1_000_000]
+        if os.environ.get("W10_SIZES"):
+            self.w10_sizes = [int(d) for d in os.environ["W10_SIZES"].split(",")]
         # CELL_SCALE=0.5: every timed cell (sends, latency, enqueue, end-to-end,
         # held-xmin phases) half as long; rounds, backlogs and depths unchanged.
         scale = float(os.environ.get("CELL_SCALE", "1"))
@@ -59,7 +63,8 @@ class Config:
         return (f"rounds {self.rounds}; send cells {self.send_secs} s; backlog {self.backlog:,}; drain batches "
                 f"{self.drain_batches}; latency cells {self.lat_secs} s at {self.lat_rates} ev/s; enqueue cells "
                 f"{self.enq_secs} s; dispatch depths {self.w7_depths}, {self.w7_samples} samples, limit {self.w7_limit}; "
-                f"end-to-end cells {self.w8_secs} s; held-xmin phases {self.w9_secs} s per system")
+                f"end-to-end cells {self.w8_secs} s; held-xmin phases {self.w9_secs} s per system; one-interval drains "
+                f"{self.w10_sizes}")
 
 
 def sh(cmd):
@@ -115,7 +120,7 @@ def main():
                                    started.strftime("%Y-%m-%d") + ("-quick" if cfg.quick else "") + ".md")
     out = os.path.abspath(out)
     os.makedirs(os.path.dirname(out), exist_ok=True)
-    env = " ".join(f"{k}={os.environ[k]}" for k in ("QUICK", "ROUNDS", "ONLY", "W7_DEPTHS", "CELL_SCALE") if os.environ.get(k))
+    env = " ".join(f"{k}={os.environ[k]}" for k in ("QUICK", "ROUNDS", "ONLY", "W7_DEPTHS", "W10_SIZES", "CELL_SCALE") if os.environ.get(k))
     cmdline = (env + " " if env else "") + "make bench" + (" -- " + " ".join(sys.argv[1:]) if sys.argv[1:] else "")
     only = [x.strip() for x in args.only.split(",") if x.strip()] or list(WORKLOADS)
 

@@ -125,6 +125,11 @@ def targets(res):
     p99 = w.med("rate=500/s", "pgque (worker)", "p99") if w else None
     add("w4 latency at 500/s: p50 ≤ 10 ms", p50, None if p50 is None else p50 <= 10, skipped("w4") if p50 is None else "median of rounds, ms")
     add("w4 latency at 500/s: p99 ≤ 50 ms", p99, None if p99 is None else p99 <= 50, skipped("w4") if p99 is None else "median of rounds, ms")
+    w = W.get("w10")
+    for v in (w.variants() if w else []):
+        r = ratio_of_medians("w10", v, "pgque (one interval)", "ref: pgque many ticks")
+        add(f"w10 one-interval drain {v} at batch 500 ≤ 1.5x the many-ticks drain", r, None if r is None else r >= 1 / 1.5,
+            skipped("w10") if r is None else "median rate one interval / many ticks (≥ 0.67)")
     r = ratio_of_medians("w6", "batch=100 producers=1", "pgque", "plain")
     add("w6 enqueue_ready_rows at 100 ≥ 0.5x plain INSERT", r, None if r is None else r >= 0.5, skipped("w6") if r is None else "median pgque / plain, 1 producer")
     w = W.get("w6")
