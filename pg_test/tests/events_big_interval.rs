@@ -215,13 +215,10 @@ fn receive_sql(consumer: &str, slot: Option<i32>, max: i32) -> String {
     }
 }
 
-fn ack_sql(consumer: &str, slot: Option<i32>, batch: i64) -> String {
+fn ack_sql(slot: Option<i32>, batch: i64) -> String {
     match slot {
         Some(k) => format!("SELECT pgque.ack_partitioned('q', 'ps', {k}, {N_SLOTS}, 'w')"),
-        None => {
-            let _ = consumer;
-            format!("SELECT pgque.ack({batch})")
-        }
+        None => format!("SELECT pgque.ack({batch})"),
     }
 }
 
@@ -270,7 +267,7 @@ fn drain_all(
         );
         each(&ids, read);
         all.extend(ids);
-        c.execute(&ack_sql(consumer, slot, b), &[]).unwrap();
+        c.execute(&ack_sql(slot, b), &[]).unwrap();
     }
     unreachable!()
 }
