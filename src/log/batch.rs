@@ -255,10 +255,8 @@ pub fn read_events_ext(
         args.push((s.k as i64).into());
     }
     let t = exec(client, &sql, &args);
-    let out = take_events(t.len());
-    // (`t` stays in scope until here: the raw rows above are its table's)
-    drop(t);
-    out
+    // (`t` stays in scope while the rows are taken: they are its table's)
+    take_events(t.len())
 }
 
 /// The snapshots of a batch's two ticks, as text (42704 when one is gone).
@@ -465,28 +463,26 @@ fn next_range(
         }
     }
     let from = frontier.map(|f| f.tick).unwrap_or(start_tick);
+    // One statement: the next tick is looked up only when no tick within
+    // `limit` exists (coalesce), and OFFSET 0 keeps the first lookup from
+    // being pulled up and run twice.
     let t = exec(
         client,
-        "SELECT t2.tick_id FROM pgque.tick t1 \
-           CROSS JOIN LATERAL (SELECT t2.tick_id FROM pgque.tick t2 \
-                                WHERE t2.tick_queue = t1.tick_queue AND t2.tick_id > t1.tick_id \
-                                  AND t2.tick_event_seq <= t1.tick_event_seq + $3 \
-                                ORDER BY t2.tick_event_seq DESC, t2.tick_id DESC LIMIT 1) t2 \
-          WHERE t1.tick_queue = $1 AND t1.tick_id = $2",
+        "SELECT coalesce(w.t, (SELECT tick_id FROM pgque.tick WHERE tick_queue = $1 AND tick_id > $2 \
+                               ORDER BY tick_id LIMIT 1)), w.t IS NULL \
+           FROM (SELECT (SELECT t2.tick_id FROM pgque.tick t1 \
+                           CROSS JOIN LATERAL (SELECT t2.tick_id FROM pgque.tick t2 \
+                                                WHERE t2.tick_queue = t1.tick_queue AND t2.tick_id > t1.tick_id \
+                                                  AND t2.tick_event_seq <= t1.tick_event_seq + $3 \
+                                                ORDER BY t2.tick_event_seq DESC, t2.tick_id DESC LIMIT 1) t2 \
+                          WHERE t1.tick_queue = $1 AND t1.tick_id = $2) AS t OFFSET 0) w",
         &[q.id.into(), from.into(), limit.into()],
     );
-    if let Some(end) = first_row(t).and_then(|r| col::<i64>(&r, 1)) {
-        return Some(((from, end, 0), false));
-    }
-    // Even the next tick is more than `limit` events ahead.
-    let t = exec(
-        client,
-        "SELECT tick_id FROM pgque.tick WHERE tick_queue = $1 AND tick_id > $2 \
-          ORDER BY tick_id LIMIT 1",
-        &[q.id.into(), from.into()],
-    );
-    let end: i64 = first_row(t).and_then(|r| col(&r, 1))?;
-    Some(((from, end, 0), true))
+    let r = first_row(t)?;
+    let end: i64 = col(&r, 1)?;
+    // Even the next tick is more than `limit` events ahead: a big range.
+    let big: bool = col(&r, 2).unwrap();
+    Some(((from, end, 0), big))
 }
 
 /// A batch range: (prev_tick, tick, ev_floor).

@@ -221,7 +221,6 @@ pub fn read(
         }
         let t = exec(client, &sql, &args);
         let got = take_events(t.len());
-        drop(t);
         let want = ids
             .iter()
             .zip(&tbls)
