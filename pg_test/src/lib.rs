@@ -219,13 +219,25 @@ pub fn sqlstate<T: std::fmt::Debug>(r: Result<T, postgres::Error>) -> String {
 
 /// Makes the stats collector's counters current (pg_stat_user_tables etc.)
 /// for this session: PG 15+ keeps them in shared memory, flushed at most once
-/// a second per backend, and caches them per transaction.
+/// a second per backend, and caches them per transaction. PostgreSQL 14 has
+/// a collector process instead: a backend sends its counters at the end of a
+/// transaction at most every 500 ms, and a read asks the collector for a
+/// file at most 500 ms old.
 pub fn flush_stats(c: &mut Client) {
     std::thread::sleep(Duration::from_millis(1100));
     c.batch_execute("SELECT pg_stat_clear_snapshot()").unwrap();
-    // pg_stat_force_next_flush() exists from 15 on; it flushes this backend's own counters.
-    c.batch_execute("SELECT pg_stat_force_next_flush()")
-        .unwrap();
+    if major() >= 15 {
+        // flushes this backend's own counters
+        c.batch_execute("SELECT pg_stat_force_next_flush()")
+            .unwrap();
+    } else {
+        // the transaction above sent this backend's counters (its last report
+        // is over a second old); the collector takes them before this
+        // session's next file request, and the snapshot is cleared again so
+        // that the next read makes one
+        std::thread::sleep(Duration::from_millis(600));
+        c.batch_execute("SELECT pg_stat_clear_snapshot()").unwrap();
+    }
 }
 
 /// A private PostgreSQL cluster for destructive tests (kill -9 of a backend,

@@ -45,6 +45,19 @@ enum Kind {
     CopyDatabase,
 }
 
+/// The text of a `T_String` node: PostgreSQL 15 made it a `String` node of
+/// its own; 14 keeps it in the generic `Value` node.
+unsafe fn string_node_value(node: *mut pg_sys::Node) -> *const std::ffi::c_char {
+    #[cfg(feature = "pg14")]
+    {
+        (*(node as *mut pg_sys::Value)).val.str_
+    }
+    #[cfg(not(feature = "pg14"))]
+    {
+        (*(node as *mut pg_sys::String)).sval
+    }
+}
+
 unsafe fn cstr(p: *const std::ffi::c_char) -> Option<String> {
     if p.is_null() {
         None
@@ -81,7 +94,7 @@ unsafe fn classify(node: *mut pg_sys::Node) -> Action {
                 for i in 0..(*objs).length as usize {
                     let obj = (*(*objs).elements.add(i)).ptr_value as *mut pg_sys::Node;
                     if !obj.is_null() && (*obj).type_ == pg_sys::NodeTag::T_String {
-                        let name = cstr((*(obj as *mut pg_sys::String)).sval);
+                        let name = cstr(string_node_value(obj));
                         if name.as_deref() == Some("pgque") {
                             let db = pg_sys::get_database_name(pg_sys::MyDatabaseId);
                             if let Some(name) = cstr(db) {
