@@ -52,6 +52,19 @@ fn run(cmd: &mut Command) -> String {
     text
 }
 
+/// Where pg_dump and pg_restore come from: the server's own, except on
+/// PostgreSQL 14, whose pg_dump (14.23) crashes with a segmentation fault on
+/// any partition that belongs to an extension, as pgque's metadata partitions
+/// do. pg_dump dumps servers older than itself, so 14 is dumped and restored
+/// with Debian's 15 (docs/operations.md, "Dump and restore").
+fn dump_bindir() -> String {
+    if major() == 14 {
+        "/usr/lib/postgresql/15/bin".to_string()
+    } else {
+        bindir()
+    }
+}
+
 fn conn_args(cmd: &mut Command) -> &mut Command {
     cmd.args(["-h", &host(), "-p", &port().to_string(), "-U", "postgres"])
 }
@@ -78,7 +91,7 @@ fn dump_and_restore_keeps_queues_consumers_and_jobs() {
 
     let file = std::env::temp_dir().join(format!("pgque_dump_{}.dump", std::process::id()));
     run(
-        conn_args(&mut Command::new(format!("{}/pg_dump", bindir())))
+        conn_args(&mut Command::new(format!("{}/pg_dump", dump_bindir())))
             .args(["-Fc", "-d", &src.name, "-f"])
             .arg(&file),
     );
@@ -86,7 +99,7 @@ fn dump_and_restore_keeps_queues_consumers_and_jobs() {
     // One transaction: the restored database's worker (started by CREATE
     // EXTENSION) sees nothing before every row is in.
     run(
-        conn_args(&mut Command::new(format!("{}/pg_restore", bindir())))
+        conn_args(&mut Command::new(format!("{}/pg_restore", dump_bindir())))
             .args(["--single-transaction", "--exit-on-error", "-d", &dst.name])
             .arg(&file),
     );
@@ -95,6 +108,17 @@ fn dump_and_restore_keeps_queues_consumers_and_jobs() {
     let mut d = dst.connect();
     stop_worker(&mut d);
     let after = contents(&mut d);
+    // The restored database's worker runs from the restore's commit until
+    // stop_worker: on a slow machine delayed-1 (due ~2 s after the fill) comes
+    // due meanwhile and is promoted there, one more event in its queue.
+    let promoted_in_dst: i64 = d
+        .query_one(
+            "SELECT count(*) FROM pgque.delayed_event d, pgque.delayed_state s
+              WHERE d.deliver_at <= s.last_horizon AND pg_visible_in_snapshot(d.ev_txid, s.last_snapshot)",
+            &[],
+        )
+        .unwrap()
+        .get(0);
     // Every table and sequence of schema pgque came across.
     let missing: Vec<&String> = before.keys().filter(|k| !after.contains_key(*k)).collect();
     assert!(missing.is_empty(), "not restored: {missing:?}");
@@ -112,6 +136,8 @@ fn dump_and_restore_keeps_queues_consumers_and_jobs() {
             "pgque.delayed_event_p0" | "pgque.delayed_event_p1" => m <= *n,
             // A worker may have ticked between restore and stop_worker.
             "pgque.tick_p0" | "pgque.tick_p1" | "pgque.tick_id_seq" => m >= *n,
+            // ... and promoted delayed-1 into uq's current event table.
+            r if r.starts_with("pgque.event_1_") => m == *n || m == *n + promoted_in_dst,
             _ => m == *n,
         };
         if !ok {
