@@ -15,17 +15,17 @@ shift
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 
-PG_CONFIG=$(sed -n "s/^pg$VER = \"\(.*\)\"$/\1/p" "$HOME/.pgrx/config.toml")
+PG_CONFIG=$(sed -n "s/^pg$VER = \"\(.*\)\"$/\1/p" "${PGRX_HOME:-$HOME/.pgrx}/config.toml")
 [ -n "$PG_CONFIG" ] || { echo "no pg$VER in ~/.pgrx/config.toml: run scripts/setup.sh" >&2; exit 1; }
 BINDIR=$("$PG_CONFIG" --bindir)
 
 PROFILE=${PGTEST_PROFILE:-release}
 flag=(); [ "$PROFILE" = release ] && flag=(--release)
 echo "[pgtest] installing pgque ($PROFILE) into PostgreSQL $VER"
-cargo pgrx install "${flag[@]}" --pg-config "$PG_CONFIG" --no-default-features --features "pg$VER" >/tmp/pgque_pgtest_install_$VER.log 2>&1 \
+# scripts/install.sh also ships the frozen install scripts of released versions
+# (the upgrade tests install them).
+bash "$ROOT/scripts/install.sh" "$PG_CONFIG" "$VER" "${flag[@]}" >/tmp/pgque_pgtest_install_$VER.log 2>&1 \
   || { tail -40 /tmp/pgque_pgtest_install_$VER.log; exit 1; }
-# The frozen install scripts of released versions (upgrade tests install them).
-bash "$ROOT/scripts/ship_archive.sh" "$PG_CONFIG"
 
 DATA=/tmp/pgque_pgtest_$VER
 PORT=$((54000 + VER))
@@ -50,6 +50,26 @@ CONF
 cleanup() { as_pg "$BINDIR/pg_ctl" -D "$DATA" -m fast stop >/dev/null 2>&1 || as_pg "$BINDIR/pg_ctl" -D "$DATA" -m immediate stop >/dev/null 2>&1 || true; }
 trap cleanup EXIT
 as_pg "$BINDIR/pg_ctl" -D "$DATA" -l "$DATA/server.log" -w start >/dev/null
+
+# Installing over a running server must not touch what it maps: reinstall now,
+# while the postmaster maps the library (preloaded), and check that the file it
+# maps was replaced, not rewritten, and that the server lives on.
+lib="$("$PG_CONFIG" --pkglibdir)/pgque.so"
+pm=$(head -1 "$DATA/postmaster.pid")
+mapped_inode() { awk -v lib="$lib" '$6 == lib { print $5; exit }' "/proc/$pm/maps"; }
+before=$(mapped_inode)
+[ -n "$before" ] || { echo "[pgtest] the postmaster does not map $lib"; exit 1; }
+bash "$ROOT/scripts/install.sh" "$PG_CONFIG" "$VER" "${flag[@]}" >>/tmp/pgque_pgtest_install_$VER.log 2>&1 \
+  || { tail -40 /tmp/pgque_pgtest_install_$VER.log; exit 1; }
+now=$(stat -c %i "$lib")
+if [ "$now" = "$before" ]; then
+  echo "[pgtest] FAILED: the install rewrote the library file a running server maps (inode $now)"; exit 1
+fi
+as_pg "$BINDIR/pg_ctl" -D "$DATA" status >/dev/null \
+  || { echo "[pgtest] FAILED: the server died when pgque was reinstalled under it"; tail -20 "$DATA/server.log"; exit 1; }
+"$BINDIR/psql" -X -q -h "$DATA" -p "$PORT" -U postgres -d postgres -Atc "SELECT 1" >/dev/null \
+  || { echo "[pgtest] FAILED: no new session after the reinstall"; exit 1; }
+echo "[pgtest] reinstalled under the running server: library replaced (inode $before -> $now), server up"
 
 export PGQUE_TEST_HOST=$DATA PGQUE_TEST_PORT=$PORT PGQUE_TEST_BINDIR=$BINDIR PGQUE_TEST_PGDATA=$DATA PGQUE_TEST_PGVER=$VER
 echo "[pgtest] PostgreSQL $VER on port $PORT (data $DATA)"

@@ -12,7 +12,7 @@ cmd=${1:-start}
 VER=${2:-15}
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
-PG_CONFIG=$(sed -n "s/^pg$VER = \"\(.*\)\"$/\1/p" "$HOME/.pgrx/config.toml" 2>/dev/null || true)
+PG_CONFIG=$(sed -n "s/^pg$VER = \"\(.*\)\"$/\1/p" "${PGRX_HOME:-$HOME/.pgrx}/config.toml" 2>/dev/null || true)
 [ -n "$PG_CONFIG" ] || { echo "PostgreSQL $VER is not set up: run make setup" >&2; exit 1; }
 BINDIR=$("$PG_CONFIG" --bindir)
 DATA=$ROOT/.run/pg$VER
@@ -35,9 +35,10 @@ start) ;;
 esac
 
 echo "== building pgque (release) and installing it into PostgreSQL $VER"
-cargo pgrx install --release --pg-config "$PG_CONFIG" --no-default-features --features "pg$VER" >/tmp/pgque_run_install.log 2>&1 \
+# A new file renamed over the old one: a server already running from this
+# installation (this one, or a test's) keeps the library it maps.
+bash "$ROOT/scripts/install.sh" "$PG_CONFIG" "$VER" --release >/tmp/pgque_run_install.log 2>&1 \
   || { tail -40 /tmp/pgque_run_install.log; exit 1; }
-bash "$ROOT/scripts/ship_archive.sh" "$PG_CONFIG"
 
 mkdir -p "$ROOT/.run" "$SOCK"
 [ "$(id -u)" = 0 ] && chown postgres "$SOCK" && chmod 755 "$ROOT/.run"
