@@ -1,11 +1,11 @@
 # pgque: the two commands a new user needs are `make run` and `make test`.
 # Both start with `make setup`, which takes a fresh machine to ready (apt
-# packages, cargo-pgrx, PostgreSQL 15-18) and takes seconds when it is done.
+# packages, cargo-pgrx, PostgreSQL 14-18) and takes seconds when it is done.
 
 PG ?= 15
-VERSIONS ?= 15 16 17 18
+VERSIONS ?= 14 15 16 17 18
 # The multi-session / SQL regression tier runs on these versions.
-PGTEST_VERSIONS ?= 15
+PGTEST_VERSIONS ?= 14 15 18
 
 .PHONY: setup test lint pgrx-test pgtest test-web test-clients soak run stop bench psql help
 
@@ -39,9 +39,14 @@ lint:
 	cargo clippy --manifest-path clients/rust/Cargo.toml --all-targets -- -D warnings
 
 # Pure-Rust #[test]s and in-server #[pg_test]s, in one binary per version.
+# cargo pgrx test installs the library in place: unlink it first, so that a
+# server running from the same installation (make run) keeps the file it maps.
+PGRX_CONFIG = $(or $(PGRX_HOME),$(HOME)/.pgrx)/config.toml
 pgrx-test:
 	@for v in $(VERSIONS); do \
 	  d=/tmp/pgque_pgrx_$$v; mkdir -p $$d; chown postgres $$d 2>/dev/null || true; \
+	  pgc=$$(sed -n "s/^pg$$v = \"\(.*\)\"$$/\1/p" $(PGRX_CONFIG)); \
+	  bash scripts/install.sh --unlink "$$pgc" || exit 1; \
 	  echo "==== cargo pgrx test pg$$v"; \
 	  cargo pgrx test pg$$v --runas postgres --pgdata $$d || exit 1; \
 	done
