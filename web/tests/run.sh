@@ -17,7 +17,7 @@ shift || true
 cd "$(dirname "$0")/../.."
 ROOT=$(pwd)
 
-PG_CONFIG=$(sed -n "s/^pg$VER = \"\(.*\)\"$/\1/p" "$HOME/.pgrx/config.toml")
+PG_CONFIG=$(sed -n "s/^pg$VER = \"\(.*\)\"$/\1/p" "${PGRX_HOME:-$HOME/.pgrx}/config.toml")
 [ -n "$PG_CONFIG" ] || { echo "no pg$VER in ~/.pgrx/config.toml: run scripts/setup.sh" >&2; exit 1; }
 BINDIR=$("$PG_CONFIG" --bindir)
 for b in /usr/bin/chromium /usr/bin/chromedriver; do
@@ -29,7 +29,7 @@ done
 PROFILE=${WEBTEST_PROFILE:-release}
 flag=(); [ "$PROFILE" = release ] && flag=(--release)
 echo "[webtest] installing pgque ($PROFILE) into PostgreSQL $VER"
-cargo pgrx install "${flag[@]}" --pg-config "$PG_CONFIG" --no-default-features --features "pg$VER" >/tmp/pgque_webtest_install_$VER.log 2>&1 \
+bash "$ROOT/scripts/install.sh" "$PG_CONFIG" "$VER" "${flag[@]}" >/tmp/pgque_webtest_install_$VER.log 2>&1 \
   || { tail -40 /tmp/pgque_webtest_install_$VER.log; exit 1; }
 echo "[webtest] building pgque-web"
 cargo build -q -p pgque-web
