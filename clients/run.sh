@@ -18,7 +18,7 @@ shift $(( $# >= 2 ? 2 : 1 ))
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 
-PG_CONFIG=$(sed -n "s/^pg$VER = \"\(.*\)\"$/\1/p" "$HOME/.pgrx/config.toml")
+PG_CONFIG=$(sed -n "s/^pg$VER = \"\(.*\)\"$/\1/p" "${PGRX_HOME:-$HOME/.pgrx}/config.toml")
 [ -n "$PG_CONFIG" ] || { echo "no pg$VER in ~/.pgrx/config.toml: run scripts/setup.sh" >&2; exit 1; }
 BINDIR=$("$PG_CONFIG" --bindir)
 
@@ -40,9 +40,8 @@ fi
 PROFILE=${PGTEST_PROFILE:-release}
 flag=(); [ "$PROFILE" = release ] && flag=(--release)
 echo "[clients] installing pgque ($PROFILE) into PostgreSQL $VER"
-cargo pgrx install "${flag[@]}" --pg-config "$PG_CONFIG" --no-default-features --features "pg$VER" >/tmp/pgque_clients_install_$VER.log 2>&1 \
+bash "$ROOT/scripts/install.sh" "$PG_CONFIG" "$VER" "${flag[@]}" >/tmp/pgque_clients_install_$VER.log 2>&1 \
   || { tail -40 /tmp/pgque_clients_install_$VER.log; exit 1; }
-bash "$ROOT/scripts/ship_archive.sh" "$PG_CONFIG"
 
 DATA=/tmp/pgque_clients_$VER
 PORT=$((54100 + VER))
