@@ -18,9 +18,9 @@ EVENTS=${EVENTS:-1000000}
 JOBS=${JOBS:-1000000}
 SECONDS_PER=${SECONDS_PER:-15}
 SLOTS=${SLOTS:-0}
-PG_CONFIG=$(sed -n "s/^pg$VER = \"\(.*\)\"$/\1/p" "$HOME/.pgrx/config.toml")
+PG_CONFIG=$(sed -n "s/^pg$VER = \"\(.*\)\"$/\1/p" "${PGRX_HOME:-$HOME/.pgrx}/config.toml")
 BINDIR=$("$PG_CONFIG" --bindir)
-cargo pgrx install --release --pg-config "$PG_CONFIG" --no-default-features --features "pg$VER" >/tmp/pgque_metrics_bench_install.log 2>&1 \
+bash "$ROOT/scripts/install.sh" "$PG_CONFIG" "$VER" --release >/tmp/pgque_metrics_bench_install.log 2>&1 \
   || { tail -30 /tmp/pgque_metrics_bench_install.log; exit 1; }
 DATA=/tmp/pgque_metrics_bench
 PORT=54299

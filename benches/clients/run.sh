@@ -16,7 +16,7 @@ ROUNDS=${2:-3}
 VER=${3:-15}
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
-PG_CONFIG=$(sed -n "s/^pg$VER = \"\(.*\)\"$/\1/p" "$HOME/.pgrx/config.toml")
+PG_CONFIG=$(sed -n "s/^pg$VER = \"\(.*\)\"$/\1/p" "${PGRX_HOME:-$HOME/.pgrx}/config.toml")
 BINDIR=$("$PG_CONFIG" --bindir)
 
 VENV=$HERE/.venv
@@ -26,7 +26,7 @@ VENV=$HERE/.venv
 export PYTHONPATH=$ROOT/clients/python/src   # the pgque client as it is in this tree
 [ -d "$HERE/node_modules/pg-boss" ] || (cd "$HERE" && npm install --silent --no-audit --no-fund)
 
-cargo pgrx install --release --pg-config "$PG_CONFIG" --no-default-features --features "pg$VER" >/tmp/pgque_bench_clients_install.log 2>&1 \
+bash "$ROOT/scripts/install.sh" "$PG_CONFIG" "$VER" --release >/tmp/pgque_bench_clients_install.log 2>&1 \
   || { tail -40 /tmp/pgque_bench_clients_install.log; exit 1; }
 cargo build -q --release --manifest-path "$ROOT/clients/rust/Cargo.toml" --example bench_worker
 RUST_BIN=${CARGO_TARGET_DIR:-$ROOT/clients/rust/target}/release/examples/bench_worker
