@@ -197,11 +197,11 @@ unsafe fn owns_extension() -> bool {
         if ext == pg_sys::InvalidOid {
             return false;
         }
-        #[cfg(feature = "pg15")]
+        #[cfg(any(feature = "pg14", feature = "pg15"))]
         {
             pg_sys::pg_extension_ownercheck(ext, pg_sys::GetUserId())
         }
-        #[cfg(not(feature = "pg15"))]
+        #[cfg(not(any(feature = "pg14", feature = "pg15")))]
         {
             pg_sys::object_ownercheck(pg_sys::ExtensionRelationId, ext, pg_sys::GetUserId())
         }
