@@ -133,6 +133,8 @@ CREATE TABLE pgque.batch_cut_p1 PARTITION OF pgque.batch_cut FOR VALUES IN (1);
 CREATE INDEX batch_cut_idx ON pgque.batch_cut (sub_id, prev_tick_id, tick_id, last_id);
 
 -- Events waiting to be redelivered to one consumer (nack / event_retry).
+-- PgQ's and PgQue's columns (ev_owner is the consumer's subscription id;
+-- ev_txid the event's original transaction, NULL where it was not read).
 CREATE TABLE pgque.retry_queue (
     ev_retry_after timestamptz NOT NULL,
     ev_queue       int4 NOT NULL,
@@ -146,12 +148,15 @@ CREATE TABLE pgque.retry_queue (
     ev_extra2      text,
     ev_extra3      text,
     ev_extra4      text,
+    ev_txid        xid8,
     PRIMARY KEY (ev_owner, ev_id)
 );
 CREATE INDEX retry_queue_due_idx ON pgque.retry_queue (ev_retry_after);
 
--- Events that ran out of retries.
-CREATE TABLE pgque.dead_letter (
+-- Events that ran out of retries. Users read them through the view
+-- pgque.dead_letter below (PgQue's columns); the consumer's name is kept
+-- here too, so a dead letter still says whose it was after an unsubscribe.
+CREATE TABLE pgque.dead_letter_store (
     dl_id         bigserial PRIMARY KEY,
     dl_queue      int4 NOT NULL,
     dl_consumer   text NOT NULL,
@@ -166,9 +171,30 @@ CREATE TABLE pgque.dead_letter (
     ev_extra1     text,
     ev_extra2     text,
     ev_extra3     text,
-    ev_extra4     text
+    ev_extra4     text,
+    ev_txid       xid8
 );
-CREATE INDEX dead_letter_queue_idx ON pgque.dead_letter (dl_queue, dl_time);
+CREATE INDEX dead_letter_queue_idx ON pgque.dead_letter_store (dl_queue, dl_time);
+-- One dead letter per (consumer, event): nack's insert probes this.
+CREATE INDEX dead_letter_owner_ev_idx ON pgque.dead_letter_store (dl_owner, ev_id);
+
+-- PgQue's pgque.dead_letter, column for column (its docs tell users to
+-- query it; dlq_inspect returns its rows). dl_consumer_id is the consumer's
+-- subscription id, as co_id of pgque.consumer.
+CREATE VIEW pgque.dead_letter AS
+SELECT d.dl_id, d.dl_queue AS dl_queue_id, d.dl_owner AS dl_consumer_id, d.dl_time, d.dl_reason,
+       d.ev_id, d.ev_time, d.ev_txid, d.ev_retry, d.ev_type, d.ev_data,
+       d.ev_extra1, d.ev_extra2, d.ev_extra3, d.ev_extra4
+  FROM pgque.dead_letter_store d;
+
+-- PgQ's / PgQue's consumer names (co_id, co_name). In pgque a consumer is
+-- registered per queue, so co_id is the (plain) consumer's subscription id:
+-- pgque.dead_letter.dl_consumer_id and pgque.retry_queue.ev_owner join it;
+-- pgque.subscription.sub_consumer holds the name itself.
+CREATE VIEW pgque.consumer AS
+SELECT s.sub_id AS co_id, s.sub_consumer AS co_name
+  FROM pgque.subscription s
+ WHERE s.sub_parent IS NULL;
 
 -- Each consumer's position: the tick its next batch starts after (the oldest
 -- open batch's start for cooperative consumers). Drives rotation and info.
@@ -204,8 +230,8 @@ SELECT pg_catalog.pg_extension_config_dump('pgque.batch_p1', '');
 SELECT pg_catalog.pg_extension_config_dump('pgque.batch_done_p0', '');
 SELECT pg_catalog.pg_extension_config_dump('pgque.batch_done_p1', '');
 SELECT pg_catalog.pg_extension_config_dump('pgque.retry_queue', '');
-SELECT pg_catalog.pg_extension_config_dump('pgque.dead_letter', '');
-SELECT pg_catalog.pg_extension_config_dump('pgque.dead_letter_dl_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('pgque.dead_letter_store', '');
+SELECT pg_catalog.pg_extension_config_dump('pgque.dead_letter_store_dl_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('pgque.queue_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('pgque.tick_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('pgque.batch_id_seq', '');

@@ -59,6 +59,15 @@ GRANT EXECUTE ON FUNCTION
 -- no consumer needs to do to another: an administrator's step. Inspecting
 -- and replaying stay with readers: replay only re-delivers.)
 
+-- ---- PgQue's relations and the job channel (issue 17) ----------------------
+-- PgQue's users read these relations directly (its monitoring recipes, its
+-- dead-letter docs): readers may read them; only an admin may delete dead
+-- letters by hand; nobody writes them but pgque's own functions.
+GRANT SELECT ON pgque.dead_letter, pgque.consumer, pgque.queue, pgque.subscription,
+    pgque.retry_queue TO pgque_reader;
+GRANT DELETE ON pgque.dead_letter TO pgque_admin;
+GRANT EXECUTE ON FUNCTION pgque.job_channel(text) TO pgque_reader, pgque_writer;
+
 -- ---- idempotent and delayed publishing ------------------------------------------------
 GRANT EXECUTE ON FUNCTION
     pgque.send_idem(text, text, jsonb, text, interval, text),
@@ -153,13 +162,14 @@ $generic$;
 -- sequential scans enabled, so the setting would only cost its per-call
 -- set and reset. Nor pgque's lock functions (src/locks.rs), called per row
 -- inside pgque's statements: they run no statement, and a function with a
--- setting is called through fmgr_security_definer on every row.
+-- setting is called through fmgr_security_definer on every row. Nor
+-- job_channel: a pure function, where a setting would cost on every call.
 DO $nojit$
 DECLARE f regprocedure;
 BEGIN
     FOR f IN SELECT p.oid::regprocedure FROM pg_catalog.pg_proc p
               WHERE p.pronamespace = 'pgque'::regnamespace
-                AND p.proname <> ALL (ARRAY['send', 'send_batch', 'insert_event',
+                AND p.proname <> ALL (ARRAY['send', 'send_batch', 'insert_event', 'job_channel',
                                             'xact_lock', 'xact_lock_shared', 'try_xact_lock'])
     LOOP
         EXECUTE format('ALTER FUNCTION %s SET jit = off', f);

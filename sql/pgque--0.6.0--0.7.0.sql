@@ -209,3 +209,59 @@ CREATE TABLE pgque.batch_cut_p0 PARTITION OF pgque.batch_cut FOR VALUES IN (0);
 CREATE TABLE pgque.batch_cut_p1 PARTITION OF pgque.batch_cut FOR VALUES IN (1);
 CREATE INDEX batch_cut_idx ON pgque.batch_cut (sub_id, prev_tick_id, tick_id, last_id);
 REVOKE ALL ON pgque.batch_cut, pgque.batch_cut_p0, pgque.batch_cut_p1 FROM PUBLIC;
+
+
+-- ==== PgQue contract: return values, error texts, names, relations (issue 17) ====
+-- The behaviour changes (ack of a finished batch 0, unsubscribe of a
+-- non-subscriber 0, force_next_tick making the next ticker() tick, error
+-- texts with PgQue's phrases, 57-byte queue names) live in the library; the
+-- schema changes follow.
+
+-- Dead letters: the storage table becomes pgque.dead_letter_store, and
+-- pgque.dead_letter is PgQue's view of it (dlq_inspect returns its rows).
+ALTER TABLE pgque.dead_letter RENAME TO dead_letter_store;
+ALTER SEQUENCE pgque.dead_letter_dl_id_seq RENAME TO dead_letter_store_dl_id_seq;
+ALTER INDEX pgque.dead_letter_pkey RENAME TO dead_letter_store_pkey;
+ALTER TABLE pgque.dead_letter_store ADD COLUMN ev_txid xid8;
+CREATE INDEX dead_letter_owner_ev_idx ON pgque.dead_letter_store (dl_owner, ev_id);
+ALTER TABLE pgque.retry_queue ADD COLUMN ev_txid xid8;
+
+CREATE VIEW pgque.dead_letter AS
+SELECT d.dl_id, d.dl_queue AS dl_queue_id, d.dl_owner AS dl_consumer_id, d.dl_time, d.dl_reason,
+       d.ev_id, d.ev_time, d.ev_txid, d.ev_retry, d.ev_type, d.ev_data,
+       d.ev_extra1, d.ev_extra2, d.ev_extra3, d.ev_extra4
+  FROM pgque.dead_letter_store d;
+
+CREATE VIEW pgque.consumer AS
+SELECT s.sub_id AS co_id, s.sub_consumer AS co_name
+  FROM pgque.subscription s
+ WHERE s.sub_parent IS NULL;
+
+GRANT SELECT ON pgque.dead_letter, pgque.consumer, pgque.queue, pgque.subscription,
+    pgque.retry_queue TO pgque_reader;
+GRANT DELETE ON pgque.dead_letter TO pgque_admin;
+
+-- dlq_inspect returns setof pgque.dead_letter (its result type changes).
+DROP FUNCTION pgque.dlq_inspect(text, int4);
+CREATE FUNCTION pgque."dlq_inspect"(
+	"queue_name" TEXT,
+	"limit" INT DEFAULT 100
+) RETURNS SETOF pgque.dead_letter
+SECURITY DEFINER
+SET search_path TO pg_catalog, pgque, pg_temp
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'dlq_inspect_wrapper';
+REVOKE ALL ON FUNCTION pgque.dlq_inspect(text, int4) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION pgque.dlq_inspect(text, int4) TO pgque_reader;
+ALTER FUNCTION pgque.dlq_inspect(text, int4) SET enable_seqscan = off;
+ALTER FUNCTION pgque.dlq_inspect(text, int4) SET jit = off;
+
+-- The NOTIFY channel of a job queue (names of 53..57 bytes get a hashed form).
+CREATE FUNCTION pgque."job_channel"(
+	"queue_name" TEXT
+) RETURNS TEXT
+IMMUTABLE PARALLEL SAFE
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'job_channel_wrapper';
+REVOKE ALL ON FUNCTION pgque.job_channel(text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION pgque.job_channel(text) TO pgque_reader, pgque_writer;

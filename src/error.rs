@@ -65,9 +65,11 @@ pub enum NameProblem {
     BadChar(char),
 }
 
-/// Longest queue name: NOTIFY channels are `pgque_<queue>` and `pgque_jobs_<queue>`
-/// and must fit in NAMEDATALEN - 1 = 63 bytes, so 63 - len("pgque_jobs_") = 52.
-pub const MAX_QUEUE_NAME: usize = 52;
+/// Longest queue name, PgQue's: an event queue's NOTIFY channel
+/// `pgque_<queue>` must fit in NAMEDATALEN - 1 = 63 bytes. Job queues take
+/// the same names; their channel (`pgque.job_channel`, src/jobs/channel.rs)
+/// is `pgque_jobs_<queue>` up to 52 bytes and a hashed form beyond.
+pub const MAX_QUEUE_NAME: usize = 57;
 /// Longest consumer / worker name.
 pub const MAX_CONSUMER_NAME: usize = 200;
 
@@ -189,8 +191,10 @@ mod tests {
 
     #[test]
     fn limit_counts_bytes_not_chars() {
-        // 26 two-byte letters = 52 bytes: fits; 27 = 54 bytes: does not.
-        assert_eq!(check_name(&"ж".repeat(26), MAX_QUEUE_NAME), Ok(()));
-        assert!(check_name(&"ж".repeat(27), MAX_QUEUE_NAME).is_err());
+        // 28 two-byte letters = 56 bytes: fits; 29 = 58 bytes: does not.
+        assert_eq!(check_name(&"ж".repeat(28), MAX_QUEUE_NAME), Ok(()));
+        assert!(check_name(&"ж".repeat(29), MAX_QUEUE_NAME).is_err());
+        assert_eq!(check_name(&"q".repeat(57), MAX_QUEUE_NAME), Ok(()));
+        assert!(check_name(&"q".repeat(58), MAX_QUEUE_NAME).is_err());
     }
 }

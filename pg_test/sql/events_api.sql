@@ -36,8 +36,51 @@ SELECT queue_name, consumer_name, current_batch, pending_events FROM pgque.get_c
 \set VERBOSITY sqlstate
 SELECT pgque.send('nope', 'x'::text);
 SELECT pgque.subscribe('rq', 'bad#name');
-SELECT pgque.ack(-1);
+SELECT * FROM pgque.get_batch_events(-1);
 SELECT pgque.set_queue_config('rq', 'bogus', '1');
 SELECT pgque.drop_queue('rq');
 \set VERBOSITY default
+-- PgQue's return-value contracts: a second ack and an unknown batch are 0,
+-- a second unsubscribe is 0, ticker() ticks again right after
+-- force_next_tick, receive_coop registers its member. The worker is stopped
+-- first, so only this session ticks.
+SELECT pgque.stop();
+DO $$
+BEGIN
+    FOR i IN 1..200 LOOP
+        PERFORM pg_stat_clear_snapshot();
+        EXIT WHEN NOT EXISTS (SELECT 1 FROM pg_stat_activity
+                               WHERE backend_type = 'pgque worker' AND datname = current_database());
+        PERFORM pg_sleep(0.05);
+    END LOOP;
+END
+$$;
+SELECT pgque.create_queue('cq');
+SELECT pgque.subscribe('cq', 'c'), pgque.subscribe('cq', 'c');
+SELECT pgque.send('cq', 'one') > 0 AS sent;
+SELECT pgque.ticker('cq') > 0 AS ticked;
+SELECT pgque.ack(batch_id) FROM (SELECT DISTINCT batch_id FROM pgque.receive('cq', 'c')) b;
+SELECT pgque.ack(max(batch_id)) AS again FROM pgque.batch;
+SELECT pgque.ack(987654321) AS unknown;
+SELECT pgque.force_next_tick('cq') > 0 AS forced, pgque.ticker('cq') > 0 AS ticked_after_force;
+SELECT pgque.unsubscribe('cq', 'c'), pgque.unsubscribe('cq', 'c');
+SELECT count(*) FROM pgque.receive_coop('cq', 'grp', 'w1');
+SELECT pgque.touch_subconsumer('cq', 'grp', 'w1'), pgque.touch_subconsumer('cq', 'grp', 'ghost');
+SELECT pgque.unregister_subconsumer('cq', 'grp', 'w1'), pgque.unregister_subconsumer('cq', 'grp', 'w1');
+-- PgQue's phrases in the messages.
+SELECT pgque.send('nope', 'x'::text);
+SELECT * FROM pgque.receive('cq', 'nobody');
+SELECT * FROM pgque.get_batch_events(987654321);
+-- Queue names up to 57 bytes; job channels fit 63.
+SELECT pgque.create_queue(repeat('q', 57));
+SELECT pgque.create_queue(repeat('q', 58));
+SELECT pgque.job_channel('orders'), pgque.job_channel(repeat('j', 52)) = 'pgque_jobs_' || repeat('j', 52) AS plain_52;
+SELECT pgque.job_channel(repeat('j', 57)), octet_length(pgque.job_channel(repeat('ж', 28))) AS bytes_56;
+-- PgQue's relations.
+SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute
+ WHERE attrelid = 'pgque.dead_letter'::regclass AND attnum > 0 ORDER BY attnum;
+SELECT pg_get_function_result('pgque.dlq_inspect(text, int4)'::regprocedure);
+SELECT attname FROM pg_attribute WHERE attrelid = 'pgque.consumer'::regclass AND attnum > 0 ORDER BY attnum;
+SELECT pgque.drop_queue('cq', true);
+SELECT pgque.drop_queue(repeat('q', 57));
 SELECT pgque.drop_queue('rq', true);

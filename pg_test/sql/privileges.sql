@@ -32,11 +32,12 @@ SELECT p.oid::regprocedure AS definer_without_search_path
 
 -- Every function runs with JIT off (short statements; JIT only costs),
 -- except the send functions, which carry nothing but their search_path (each
--- setting is paid on every call, and theirs would change no plan).
+-- setting is paid on every call, and theirs would change no plan), and
+-- job_channel, a pure function called inside pgque's own NOTIFY statements.
 SELECT p.oid::regprocedure AS function_with_jit
   FROM pg_proc p
  WHERE p.pronamespace = 'pgque'::regnamespace
-   AND p.proname <> ALL (ARRAY['send', 'send_batch', 'insert_event',
+   AND p.proname <> ALL (ARRAY['send', 'send_batch', 'insert_event', 'job_channel',
                                'xact_lock', 'xact_lock_shared', 'try_xact_lock'])
    AND NOT coalesce('jit=off' = ANY (p.proconfig), false);
 SELECT p.oid::regprocedure AS send_function, p.proconfig

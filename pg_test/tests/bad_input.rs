@@ -18,10 +18,14 @@ enum Expect {
     /// Fail with this SQLSTATE.
     St(&'static str),
     /// Accepted and changes nothing: the documented no-op of a lease-fenced
-    /// job call (a stale or unknown (job, lease token) pair).
+    /// job call (a stale or unknown (job, lease token) pair), PgQue's 0 of an
+    /// ack of a finished batch or an unsubscribe of a non-subscriber.
     Noop,
+    /// Accepted and may add rows: a valid call with a documented side
+    /// effect (receive_coop registers an unknown member, as PgQue's does).
+    Creates,
 }
-use Expect::{Noop, St};
+use Expect::{Creates, Noop, St};
 
 /// An infinite interval: refused by pgque (22023) where PostgreSQL has them
 /// (17+); before 17 the input itself is invalid (22007).
@@ -71,11 +75,11 @@ impl Slot {
             Slot::Schedule => "'sch'",
         }
     }
-    /// Longest accepted name (docs/errors.md): NOTIFY channels derive from
-    /// queue names (pgque_jobs_<name> must fit 63 bytes).
+    /// Longest accepted name (docs/errors.md): PgQue's 57 bytes for queue
+    /// names (the NOTIFY channel pgque_<name> must fit 63 bytes).
     fn max_len(self) -> usize {
         match self {
-            Slot::Queue | Slot::JobQueue => 52,
+            Slot::Queue | Slot::JobQueue => 57,
             _ => 200,
         }
     }
@@ -84,6 +88,11 @@ impl Slot {
 /// Hostile or malformed values for a name slot, with the SQLSTATE each
 /// must give where the name must name an existing object.
 fn name_cases(slot: Slot) -> Vec<(String, String, Expect)> {
+    name_cases_unknown(slot, St("42704"))
+}
+
+/// `name_cases`, with what a valid but unknown name gives.
+fn name_cases_unknown(slot: Slot, unknown: Expect) -> Vec<(String, String, Expect)> {
     let long = "a".repeat(slot.max_len() + 1);
     let long_uni = "ж".repeat(slot.max_len() / 2 + 1);
     let mut v = vec![
@@ -122,11 +131,27 @@ fn name_cases(slot: Slot) -> Vec<(String, String, Expect)> {
         ("tab".into(), "E'a\\tb'".into(), St("42602")),
         ("NUL-free control".into(), "E'a\\x01b'".into(), St("42602")),
         ("emoji".into(), "'🚀'".into(), St("42602")),
-        ("unknown".into(), "'nope'".into(), St("42704")),
+        // A call that registers the unknown name gets names of its own, so
+        // later rows still find 'nope' unknown.
+        (
+            "unknown".into(),
+            if unknown == Creates {
+                "'nope_new'"
+            } else {
+                "'nope'"
+            }
+            .into(),
+            unknown,
+        ),
         (
             "unknown unicode".into(),
-            "'очередь_нет'".into(),
-            St("42704"),
+            if unknown == Creates {
+                "'новый_член'"
+            } else {
+                "'очередь_нет'"
+            }
+            .into(),
+            unknown,
         ),
     ];
     if matches!(slot, Slot::Queue | Slot::JobQueue) {
@@ -154,6 +179,9 @@ struct Row {
     /// A function without arguments (or whose only arguments are covered
     /// elsewhere): why there is no bad input to give it.
     none: Option<&'static str>,
+    /// What an unknown (valid) consumer / member name gives, where that is
+    /// not 42704 (PgQue's contract: 0, or a registration).
+    unknown_member: Option<Expect>,
 }
 
 fn row(sig: &'static str, template: &'static str, slots: &'static [Slot]) -> Row {
@@ -163,6 +191,7 @@ fn row(sig: &'static str, template: &'static str, slots: &'static [Slot]) -> Row
         slots,
         extra: vec![],
         none: None,
+        unknown_member: None,
     }
 }
 
@@ -173,12 +202,17 @@ fn no_args(sig: &'static str, why: &'static str) -> Row {
         slots: &[],
         extra: vec![],
         none: Some(why),
+        unknown_member: None,
     }
 }
 
 impl Row {
     fn with(mut self, label: &'static str, sql: impl Into<String>, e: Expect) -> Row {
         self.extra.push((label, sql.into(), e));
+        self
+    }
+    fn unknown_member(mut self, e: Expect) -> Row {
+        self.unknown_member = Some(e);
         self
     }
 }
@@ -199,6 +233,27 @@ fn matrix() -> Vec<Row> {
     const QGM: &[Slot] = &[Queue, Group, Member];
     const J: &[Slot] = &[JobQueue];
     let bad_json = St("22P02");
+    // ack / finish_batch of an unknown or finished batch return 0 (PgQue).
+    let finish_cases = |r: Row, call: &'static str| -> Row {
+        r.with(
+            "NULL batch",
+            call.replace("{X}", "NULL::bigint"),
+            St("22004"),
+        )
+        .with("unknown batch", call.replace("{X}", "987654321"), Noop)
+        .with("negative batch", call.replace("{X}", "-1"), Noop)
+        .with("finished batch", call.replace("{X}", "{BD}"), Noop)
+        .with(
+            "batch id as text",
+            call.replace("{X}", "'one'"),
+            St("22P02"),
+        )
+        .with(
+            "batch id beyond bigint",
+            call.replace("{X}", "'99999999999999999999'"),
+            St("22003"),
+        )
+    };
     let batch_cases = |r: Row, call: &'static str| -> Row {
         // call has {X} where the batch id goes.
         r.with(
@@ -328,7 +383,8 @@ fn matrix() -> Vec<Row> {
             .with("hash in consumer", "SELECT pgque.subscribe('q', 'a#b')", St("42602"))
             .with("SQL in consumer", "SELECT pgque.subscribe('q', 'c''); CREATE TABLE pwned_s (i int); --')", St("42602"))
             .with("long consumer", format!("SELECT pgque.subscribe('q', '{}')", "c".repeat(201)), St("42622")),
-        row("pgque.unsubscribe(text,text)", "SELECT pgque.unsubscribe({Q}::text, {C}::text)", QC),
+        row("pgque.unsubscribe(text,text)", "SELECT pgque.unsubscribe({Q}::text, {C}::text)", QC)
+            .unknown_member(Noop),
         row(
             "pgque.register_consumer(text,text)",
             "SELECT pgque.register_consumer({Q}::text, 'newc')",
@@ -348,7 +404,8 @@ fn matrix() -> Vec<Row> {
             "pgque.unregister_consumer(text,text)",
             "SELECT pgque.unregister_consumer({Q}::text, {C}::text)",
             QC,
-        ),
+        )
+        .unknown_member(Noop),
         row(
             "pgque.receive(text,text,integer)",
             "SELECT * FROM pgque.receive({Q}::text, {C}::text, 10)",
@@ -361,8 +418,8 @@ fn matrix() -> Vec<Row> {
         .with("text max", "SELECT * FROM pgque.receive('q', 'c', 'ten')", St("22P02"))
         .with("numeric max", "SELECT * FROM pgque.receive('q', 'c', 1.5)", St("42883"))
         .with("max beyond the cap", "SELECT * FROM pgque.receive('q', 'c', 100001)", St("54000")),
-        batch_cases(row("pgque.ack(bigint)", "", &[]), "SELECT pgque.ack({X})"),
-        batch_cases(row("pgque.finish_batch(bigint)", "", &[]), "SELECT pgque.finish_batch({X})"),
+        finish_cases(row("pgque.ack(bigint)", "", &[]), "SELECT pgque.ack({X})"),
+        finish_cases(row("pgque.finish_batch(bigint)", "", &[]), "SELECT pgque.finish_batch({X})"),
         batch_cases(
             row("pgque.nack(bigint,pgque.message,interval,text)", "", &[]),
             "SELECT pgque.nack({X}, (SELECT m FROM pgque.receive('q', 'c', 10) m LIMIT 1))",
@@ -601,6 +658,7 @@ fn matrix() -> Vec<Row> {
             "SELECT pgque.unregister_subconsumer({Q}::text, {G}::text, {M}::text, 1)",
             QGM,
         )
+        .unknown_member(Noop)
         .with("batch_handling 2", "SELECT pgque.unregister_subconsumer('q', 'grp', 'm1', 2)", St("22023"))
         .with("batch_handling NULL", "SELECT pgque.unregister_subconsumer('q', 'grp', 'm1', NULL)", St("22004"))
         .with("open batch, handling 0", "SELECT pgque.unregister_subconsumer('q', 'grp', 'm1', 0)", St("55000")),
@@ -608,18 +666,21 @@ fn matrix() -> Vec<Row> {
             "pgque.next_batch(text,text,text)",
             "SELECT pgque.next_batch({Q}::text, {G}::text, {M}::text)",
             QGM,
-        ),
+        )
+        .unknown_member(Creates),
         row(
             "pgque.next_batch(text,text,text,interval)",
             "SELECT pgque.next_batch({Q}::text, {G}::text, {M}::text, '1 minute'::interval)",
             QGM,
         )
+        .unknown_member(Creates)
         .with("negative dead interval", "SELECT pgque.next_batch('q', 'grp', 'm1', '-1 minute'::interval)", St("22023")),
         row(
             "pgque.receive_coop(text,text,text,integer,interval)",
             "SELECT * FROM pgque.receive_coop({Q}::text, {G}::text, {M}::text, 10)",
             QGM,
         )
+        .unknown_member(Creates)
         .with("zero", "SELECT * FROM pgque.receive_coop('q', 'grp', 'm1', 0)", St("22023"))
         .with("NULL max", "SELECT * FROM pgque.receive_coop('q', 'grp', 'm1', NULL)", St("22004"))
         .with("negative dead interval", "SELECT * FROM pgque.receive_coop('q', 'grp', 'm1', 10, '-1 s')", St("22023")),
@@ -627,7 +688,8 @@ fn matrix() -> Vec<Row> {
             "pgque.touch_subconsumer(text,text,text)",
             "SELECT pgque.touch_subconsumer({Q}::text, {G}::text, {M}::text)",
             QGM,
-        ),
+        )
+        .unknown_member(Noop),
         // ---- dead letters --------------------------------------------------
         row("pgque.dlq_inspect(text,integer)", "SELECT * FROM pgque.dlq_inspect({Q}::text, 10)", Q)
             .with("negative limit", "SELECT * FROM pgque.dlq_inspect('q', -1)", St("22023"))
@@ -657,9 +719,8 @@ fn matrix() -> Vec<Row> {
         row("pgque.create_queue(text)", "", &[])
             .with("NULL", "SELECT pgque.create_queue(NULL)", St("22004"))
             .with("empty", "SELECT pgque.create_queue('')", St("42602"))
-            .with("53 bytes", format!("SELECT pgque.create_queue('{}')", "q".repeat(53)), St("42622"))
             .with("58 bytes", format!("SELECT pgque.create_queue('{}')", "q".repeat(58)), St("42622"))
-            .with("27 two-byte letters", format!("SELECT pgque.create_queue('{}')", "ж".repeat(27)), St("42622"))
+            .with("29 two-byte letters", format!("SELECT pgque.create_queue('{}')", "ж".repeat(29)), St("42622"))
             .with("space", "SELECT pgque.create_queue('a b')", St("42602"))
             .with("quote", "SELECT pgque.create_queue('x''y')", St("42602"))
             .with("SQL fragment", "SELECT pgque.create_queue('q''); CREATE TABLE pwned_q (i int); --')", St("42602"))
@@ -699,6 +760,14 @@ fn matrix() -> Vec<Row> {
         no_args("pgque.status()", "no arguments"),
         no_args("pgque.metrics()", "no arguments"),
         no_args("pgque.version()", "no arguments"),
+        // A pure function of the name: an unknown queue has a channel too.
+        row("pgque.job_channel(text)", "", &[])
+            .with("NULL", "SELECT pgque.job_channel(NULL)", St("22004"))
+            .with("empty", "SELECT pgque.job_channel('')", St("42602"))
+            .with("58 bytes", format!("SELECT pgque.job_channel('{}')", "j".repeat(58)), St("42622"))
+            .with("space", "SELECT pgque.job_channel('a b')", St("42602"))
+            .with("SQL fragment", "SELECT pgque.job_channel('q''); CREATE TABLE pwned_jc (i int); --')", St("42602"))
+            .with("unknown queue", "SELECT pgque.job_channel('nope')", Noop),
         // ---- job queues --------------------------------------------------------
         row(
             "pgque.create_job_queue(text,text,integer)",
@@ -707,7 +776,7 @@ fn matrix() -> Vec<Row> {
         )
         .with("NULL", "SELECT pgque.create_job_queue(NULL)", St("22004"))
         .with("empty", "SELECT pgque.create_job_queue('')", St("42602"))
-        .with("53 bytes", format!("SELECT pgque.create_job_queue('{}')", "j".repeat(53)), St("42622"))
+        .with("58 bytes", format!("SELECT pgque.create_job_queue('{}')", "j".repeat(58)), St("42622"))
         .with("space", "SELECT pgque.create_job_queue('a b')", St("42602"))
         .with("SQL fragment", "SELECT pgque.create_job_queue('j''); CREATE TABLE pwned_j (i int); --')", St("42602"))
         .with("unknown mode", "SELECT pgque.create_job_queue('j2', 'lifo')", St("22023"))
@@ -912,7 +981,11 @@ fn cases(ids: &Ids) -> Vec<(String, String, String, Expect)> {
     let mut out = vec![];
     for r in matrix() {
         for &slot in r.slots {
-            for (label, value, e) in name_cases(slot) {
+            let cases = match (r.unknown_member, slot) {
+                (Some(e), Consumer | Group | Member) => name_cases_unknown(slot, e),
+                _ => name_cases(slot),
+            };
+            for (label, value, e) in cases {
                 let mut sql = r.template.replace(slot.tag(), &value);
                 for &other in r.slots {
                     sql = sql.replace(other.tag(), other.valid());
@@ -1072,13 +1145,15 @@ fn every_function_refuses_bad_input_with_its_sqlstate_and_changes_nothing() {
         };
         let want = match expect {
             St(code) => *code,
-            Noop => "accepted",
+            Noop | Creates => "accepted",
         };
         if !got.starts_with(want) {
             failures.push(format!("{sig} [{label}] {sql}\n    want {want}, got {got}"));
         }
         let after = state(&mut c);
-        if after != before {
+        if *expect == Creates && got == "accepted" {
+            before = after;
+        } else if after != before {
             let diff: Vec<String> = after
                 .iter()
                 .filter(|(k, v)| before.get(*k) != Some(v))
@@ -1110,11 +1185,15 @@ fn every_function_refuses_bad_input_with_its_sqlstate_and_changes_nothing() {
 fn unusual_valid_names_work_end_to_end() {
     let db = TestDb::new("odd_names");
     let mut c = db.connect();
-    let q52 = "q".repeat(52);
-    let uq = "ж".repeat(26); // 52 bytes
+    // The longest names: 57 bytes (PgQue's limit), ASCII and two-byte
+    // letters; a job queue of 53..57 bytes has the hashed channel form.
+    let q57 = "q".repeat(57);
+    let q52 = "k".repeat(52);
+    let uq = "ж".repeat(28); // 56 bytes
     for q in [
         "очередь",
         "tenant-42.events:v2/eu@x",
+        q57.as_str(),
         q52.as_str(),
         uq.as_str(),
     ] {
@@ -1153,16 +1232,26 @@ fn unusual_valid_names_work_end_to_end() {
         // Job queue of the same name, with a listener on its channel.
         c.query_one("SELECT pgque.create_job_queue($1)", &[&q])
             .unwrap();
+        let channel: String = c
+            .query_one("SELECT pgque.job_channel($1)", &[&q])
+            .unwrap()
+            .get(0);
+        assert!(channel.len() <= 63, "{channel}");
+        if q.len() <= 52 {
+            assert_eq!(channel, format!("pgque_jobs_{q}"));
+        } else {
+            assert!(channel.starts_with("pgque_jobs_"), "{channel}");
+            assert_ne!(channel, format!("pgque_jobs_{q}"));
+        }
         let mut l = db.connect();
-        l.batch_execute(&format!("LISTEN \"pgque_jobs_{q}\""))
-            .unwrap();
+        l.batch_execute(&format!("LISTEN \"{channel}\"")).unwrap();
         c.query_one("SELECT pgque.enqueue($1, 'вид')", &[&q])
             .unwrap();
         let got = wait_until(std::time::Duration::from_secs(5), || {
             l.batch_execute("SELECT 1").unwrap();
             l.notifications().iter().next().ok().flatten().is_some()
         });
-        assert!(got, "no NOTIFY on pgque_jobs_{q}");
+        assert!(got, "no NOTIFY on {channel}");
         let j = c
             .query(
                 "SELECT job_id, lease_token FROM pgque.dispatch(ARRAY[$1], 5, 'работник')",

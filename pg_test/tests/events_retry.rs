@@ -80,7 +80,8 @@ fn nack_redelivers_to_that_consumer_then_dead_letters() {
     assert_eq!(drain(&mut c, "r", "c1", 100), Vec::<i64>::new());
     let dl = c
         .query(
-            "SELECT dead_letter_id, consumer, msg_id, payload, retry_count, reason FROM pgque.dlq_inspect('r')",
+            "SELECT d.dl_id, c.co_name, d.ev_id, d.ev_data, d.ev_retry, d.dl_reason \
+               FROM pgque.dlq_inspect('r') d JOIN pgque.consumer c ON c.co_id = d.dl_consumer_id",
             &[],
         )
         .unwrap();

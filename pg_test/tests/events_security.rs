@@ -24,7 +24,7 @@ fn bad_inputs_get_specific_sqlstates_and_change_nothing() {
     c.batch_execute("SELECT pgque.create_queue('q'); SELECT pgque.subscribe('q', 'c')")
         .unwrap();
     let before = counts(&mut c);
-    let long = "x".repeat(53);
+    let long = "x".repeat(58);
     let cases: Vec<(String, &str)> = vec![
         ("SELECT pgque.send(NULL, 'x'::text)".into(), "22004"),
         ("SELECT pgque.send('', 'x'::text)".into(), "42602"),
@@ -51,7 +51,7 @@ fn bad_inputs_get_specific_sqlstates_and_change_nothing() {
         ("SELECT pgque.subscribe('q', '')".into(), "42602"),
         ("SELECT pgque.subscribe('q', NULL)".into(), "22004"),
         ("SELECT pgque.subscribe('nope', 'c')".into(), "42704"),
-        ("SELECT pgque.unsubscribe('q', 'ghost')".into(), "42704"),
+        ("SELECT pgque.unsubscribe('nope', 'c')".into(), "42704"),
         ("SELECT * FROM pgque.receive('q', 'ghost')".into(), "42704"),
         ("SELECT * FROM pgque.receive('nope', 'c')".into(), "42704"),
         ("SELECT * FROM pgque.receive('q', 'c', 0)".into(), "22023"),
@@ -60,7 +60,7 @@ fn bad_inputs_get_specific_sqlstates_and_change_nothing() {
             "22004",
         ),
         ("SELECT pgque.ack(NULL)".into(), "22004"),
-        ("SELECT pgque.ack(-1)".into(), "42704"),
+        ("SELECT pgque.nack(-1, ROW(1, -1, 't', 'x', NULL, now(), NULL, NULL, NULL, NULL)::pgque.message)".into(), "42704"),
         ("SELECT pgque.nack(-1, NULL::pgque.message)".into(), "22004"),
         (
             "SELECT pgque.set_queue_config('q', 'bogus', '1')".into(),
@@ -97,7 +97,7 @@ fn bad_inputs_get_specific_sqlstates_and_change_nothing() {
         ("SELECT pgque.dlq_replay(-1)".into(), "42704"),
         ("SELECT pgque.dlq_purge('q', NULL)".into(), "22004"),
         (
-            "SELECT * FROM pgque.receive_coop('q', 'c', 'ghost')".into(),
+            "SELECT * FROM pgque.receive_coop('nope', 'c', 'ghost')".into(),
             "42704",
         ),
         (
@@ -127,13 +127,23 @@ fn bad_inputs_get_specific_sqlstates_and_change_nothing() {
         ),
         500
     );
-    // A finished batch cannot be acked or nacked again.
+    // A finished batch cannot be nacked; a second ack returns 0 (PgQue).
     send(&mut c, "q", "x");
     tick(&mut c, "q");
     let (b, _) = recv(&mut c, "q", "c", 10);
     ack(&mut c, b.unwrap());
     assert_eq!(
-        state(&mut c, &format!("SELECT pgque.ack({})", b.unwrap())),
+        i64s(&mut c, &format!("SELECT pgque.ack({})::int8", b.unwrap())),
+        0
+    );
+    assert_eq!(
+        state(
+            &mut c,
+            &format!(
+                "SELECT pgque.nack({b}, ROW(1, {b}, 't', 'x', NULL, now(), NULL, NULL, NULL, NULL)::pgque.message)",
+                b = b.unwrap()
+            )
+        ),
         "55000"
     );
 }
@@ -172,7 +182,16 @@ fn roles_writer_sends_reader_receives_public_nothing() {
         state(&mut r, "SELECT pgque.send('sec', 'x'::text)"),
         "42501"
     );
-    assert_eq!(state(&mut r, "SELECT count(*) FROM pgque.queue"), "42501");
+    // PgQue's relations are readable by readers, never writable.
+    assert_eq!(i64s(&mut r, "SELECT count(*) FROM pgque.queue"), 1);
+    assert_eq!(i64s(&mut r, "SELECT count(*) FROM pgque.dead_letter"), 0);
+    assert_eq!(state(&mut r, "DELETE FROM pgque.queue"), "42501");
+    assert_eq!(state(&mut r, "DELETE FROM pgque.dead_letter"), "42501");
+    assert_eq!(state(&mut r, "SELECT count(*) FROM pgque.tick"), "42501");
+    assert_eq!(
+        state(&mut w, "SELECT count(*) FROM pgque.dead_letter"),
+        "42501"
+    );
     assert_eq!(
         state(&mut p, "SELECT pgque.send('sec', 'x'::text)"),
         "42501"

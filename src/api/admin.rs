@@ -6,7 +6,7 @@ use super::types::interval_ms;
 use super::{deliver, max_return_arg};
 use crate::error::{self, raise, required};
 use crate::log::{self, batch, maint, tick};
-use pgrx::datum::{Interval, TimestampWithTimeZone};
+use pgrx::datum::Interval;
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
 
@@ -210,7 +210,8 @@ fn set_queue_config(queue_name: Option<&str>, param: Option<&str>, value: Option
     })
 }
 
-/// ticker(): ticks every queue that needs it; returns the number of ticks.
+/// ticker(): ticks every queue that needs it; returns the number of queues
+/// ticked (one tick each).
 #[pg_extern(name = "ticker", security_definer)]
 #[search_path(pg_catalog, pgque, pg_temp)]
 fn ticker_all() -> i64 {
@@ -227,6 +228,12 @@ fn ticker_one(queue_name: Option<&str>) -> Option<i64> {
     })
 }
 
+/// Ticks the queue now (also when paused) and returns that tick's id, which
+/// is then the queue's last tick. PgQue's force_next_tick only makes the
+/// *next* ticker() tick the queue, and its clients call ticker() right after
+/// it and count that queue: the forced tick is left pending with a marker
+/// that every later ticker() sees as resolved (tick.rs run_ticker), so the
+/// next ticker() ticks the queue once more (unless it is paused).
 fn force(queue_name: Option<&str>) -> i64 {
     Spi::connect_mut(|c| {
         let q = log::queue_by_name(c, queue_name);
@@ -238,6 +245,7 @@ fn force(queue_name: Option<&str>) -> i64 {
 }
 
 /// force_next_tick(queue_name): ticks now (also when paused); the tick id.
+/// The next ticker() ticks the queue again (unless paused), as in PgQue.
 #[pg_extern(security_definer)]
 #[search_path(pg_catalog, pgque, pg_temp)]
 fn force_next_tick(queue_name: Option<&str>) -> i64 {
@@ -318,7 +326,7 @@ fn member_by_name(c: &mut SpiClient<'_>, parent: &log::Sub, name: &str) -> i32 {
         raise(
             error::UNDEFINED_OBJECT,
             format!(
-                "subconsumer {name:?} of consumer {:?} does not exist",
+                "consumer not found: subconsumer {name:?} of consumer {:?}",
                 parent.name
             ),
         )
@@ -332,22 +340,33 @@ fn do_register_member(
 ) -> i32 {
     Spi::connect_mut(|c| {
         let q = log::queue_by_name(c, queue_name);
-        let cname = log::valid_consumer(consumer, "consumer");
-        let mname = member_name(subconsumer);
-        log::register(c, &q, cname, None);
-        let parent = log::sub_by_name(c, &q, Some(cname));
-        if find_member(c, parent.id, mname).is_some() {
-            return 0;
-        }
-        log::exec(
-            c,
-            "INSERT INTO pgque.subscription (sub_queue, sub_consumer, sub_parent, sub_start_tick) \
-             SELECT $1, $2, $3, sub_start_tick FROM pgque.subscription WHERE sub_id = $3 \
-             ON CONFLICT DO NOTHING",
-            &[q.id.into(), mname.into(), parent.id.into()],
-        );
-        1
+        register_member(c, &q, consumer, subconsumer)
     })
+}
+
+/// Registers `subconsumer` as a member of `consumer` (registering the
+/// consumer too when needed): 1 new member, 0 existed.
+fn register_member(
+    c: &mut SpiClient<'_>,
+    q: &log::Queue,
+    consumer: Option<&str>,
+    subconsumer: Option<&str>,
+) -> i32 {
+    let cname = log::valid_consumer(consumer, "consumer");
+    let mname = member_name(subconsumer);
+    log::register(c, q, cname, None);
+    let parent = log::sub_by_name(c, q, Some(cname));
+    if find_member(c, parent.id, mname).is_some() {
+        return 0;
+    }
+    log::exec(
+        c,
+        "INSERT INTO pgque.subscription (sub_queue, sub_consumer, sub_parent, sub_start_tick) \
+         SELECT $1, $2, $3, sub_start_tick FROM pgque.subscription WHERE sub_id = $3 \
+         ON CONFLICT DO NOTHING",
+        &[q.id.into(), mname.into(), parent.id.into()],
+    );
+    1
 }
 
 /// register_subconsumer(queue_name, consumer, subconsumer) → 1 new / 0 existed.
@@ -373,8 +392,9 @@ fn subscribe_subconsumer(
 }
 
 /// unregister_subconsumer(queue_name, consumer, subconsumer, batch_handling
-/// default 0): with an open batch, 0 refuses (55000) and 1 leaves the batch
-/// for another member to take over.
+/// default 0) → 1 removed, 0 when there is no such member (PgQue's contract):
+/// with an open batch, 0 refuses (55000) and 1 leaves the batch for another
+/// member to take over.
 #[pg_extern(security_definer)]
 #[search_path(pg_catalog, pgque, pg_temp)]
 fn unregister_subconsumer(
@@ -392,8 +412,9 @@ fn unregister_subconsumer(
     }
     Spi::connect_mut(|c| {
         let q = log::queue_by_name(c, queue_name);
-        let parent = log::sub_by_name(c, &q, consumer);
-        let m = member_by_name(c, &parent, member_name(subconsumer));
+        let Some((parent, m)) = find_group_member(c, &q, consumer, subconsumer) else {
+            return 0;
+        };
         batch::lock_sub(c, parent.id);
         if handling == 0 && batch::member_open_batch(c, parent.id, m).is_some() {
             raise(
@@ -410,7 +431,23 @@ fn unregister_subconsumer(
     })
 }
 
-/// touch_subconsumer(queue_name, consumer, subconsumer): marks it alive.
+/// The consumer and member named, when both exist (names validated).
+fn find_group_member(
+    c: &mut SpiClient<'_>,
+    q: &log::Queue,
+    consumer: Option<&str>,
+    subconsumer: Option<&str>,
+) -> Option<(log::Sub, i32)> {
+    let cname = log::valid_consumer(consumer, "consumer");
+    let mname = member_name(subconsumer);
+    let parent = log::find_sub(c, q, cname)?;
+    let m = find_member(c, parent.id, mname)?;
+    Some((parent, m))
+}
+
+/// touch_subconsumer(queue_name, consumer, subconsumer): marks it alive;
+/// the number of members touched (1, or 0 when it is not registered: PgQue's
+/// contract, it creates nothing).
 #[pg_extern(security_definer)]
 #[search_path(pg_catalog, pgque, pg_temp)]
 fn touch_subconsumer(
@@ -420,8 +457,9 @@ fn touch_subconsumer(
 ) -> i32 {
     Spi::connect_mut(|c| {
         let q = log::queue_by_name(c, queue_name);
-        let parent = log::sub_by_name(c, &q, consumer);
-        let m = member_by_name(c, &parent, member_name(subconsumer));
+        let Some((_, m)) = find_group_member(c, &q, consumer, subconsumer) else {
+            return 0;
+        };
         log::exec(
             c,
             "UPDATE pgque.subscription SET sub_active = now() WHERE sub_id = $1",
@@ -443,8 +481,17 @@ fn coop_open(
         super::types::check_nonnegative_interval(iv, "dead_interval");
     }
     let q = log::queue_by_name(c, queue_name);
-    let parent = log::sub_by_name(c, &q, consumer);
-    let m = member_by_name(c, &parent, member_name(subconsumer));
+    // PgQue's receive_coop / cooperative next_batch register the consumer
+    // and the member on first use: a worker needs no setup call.
+    let (parent, m) = match find_group_member(c, &q, consumer, subconsumer) {
+        Some(found) => found,
+        None => {
+            register_member(c, &q, consumer, subconsumer);
+            let parent = log::sub_by_name(c, &q, consumer);
+            let m = member_by_name(c, &parent, member_name(subconsumer));
+            (parent, m)
+        }
+    };
     let dead_ms = dead.map(interval_ms);
     let opened = batch::next_batch_coop(c, &q, parent.id, m, dead_ms, limit);
     (q, opened)
@@ -513,87 +560,11 @@ fn receive_coop(
 
 // ---- dead letters -----------------------------------------------------------
 
-type DeadRow = (
-    name!(dead_letter_id, i64),
-    name!(consumer, String),
-    name!(msg_id, i64),
-    name!(ev_type, Option<String>),
-    name!(payload, Option<String>),
-    name!(retry_count, Option<i32>),
-    name!(reason, Option<String>),
-    name!(failed_at, TimestampWithTimeZone),
-    name!(created_at, TimestampWithTimeZone),
-    name!(extra1, Option<String>),
-    name!(extra2, Option<String>),
-    name!(extra3, Option<String>),
-    name!(extra4, Option<String>),
-);
-
-/// dlq_inspect(queue_name, limit default 100): the newest dead letters.
-#[pg_extern(security_definer)]
-#[search_path(pg_catalog, pgque, pg_temp)]
-fn dlq_inspect(
-    queue_name: Option<&str>,
-    limit: default!(Option<i32>, 100),
-) -> TableIterator<
-    'static,
-    (
-        name!(dead_letter_id, i64),
-        name!(consumer, String),
-        name!(msg_id, i64),
-        name!(ev_type, Option<String>),
-        name!(payload, Option<String>),
-        name!(retry_count, Option<i32>),
-        name!(reason, Option<String>),
-        name!(failed_at, TimestampWithTimeZone),
-        name!(created_at, TimestampWithTimeZone),
-        name!(extra1, Option<String>),
-        name!(extra2, Option<String>),
-        name!(extra3, Option<String>),
-        name!(extra4, Option<String>),
-    ),
-> {
-    let lim = required(limit, "limit");
-    if lim < 0 {
-        raise(error::INVALID_PARAMETER_VALUE, "limit must not be negative");
-    }
-    let rows = Spi::connect_mut(|c| {
-        let q = log::queue_by_name(c, queue_name);
-        let t = log::exec(
-            c,
-            "SELECT dl_id, dl_consumer, ev_id, ev_type, ev_data, ev_retry, dl_reason, dl_time, ev_time, \
-                    ev_extra1, ev_extra2, ev_extra3, ev_extra4 \
-               FROM pgque.dead_letter WHERE dl_queue = $1 ORDER BY dl_id DESC LIMIT $2",
-            &[q.id.into(), (lim as i64).into()],
-        );
-        t.map(|r| {
-            (
-                log::col(&r, 1).unwrap(),
-                log::col(&r, 2).unwrap(),
-                log::col(&r, 3).unwrap(),
-                log::col(&r, 4),
-                log::col(&r, 5),
-                log::col(&r, 6),
-                log::col(&r, 7),
-                log::col(&r, 8).unwrap(),
-                log::col(&r, 9).unwrap(),
-                log::col(&r, 10),
-                log::col(&r, 11),
-                log::col(&r, 12),
-                log::col(&r, 13),
-            )
-        })
-        .collect::<Vec<DeadRow>>()
-    });
-    TableIterator::new(rows)
-}
-
 /// Puts dead letters back: each is redelivered to its consumer (retry_count
 /// restarts at 0) by the next maint_retry_events() and tick.
 fn replay(c: &mut SpiClient<'_>, filter_id: Option<i64>, filter_queue: Option<i32>) -> i64 {
-    let t = log::exec(
-        c,
-        "WITH d AS (DELETE FROM pgque.dead_letter dl \
+    let sql = format!(
+        "WITH d AS (DELETE FROM {} dl \
                      WHERE ($1::int8 IS NULL OR dl.dl_id = $1) AND ($2::int4 IS NULL OR dl.dl_queue = $2) \
                        AND EXISTS (SELECT 1 FROM pgque.subscription s WHERE s.sub_id = dl.dl_owner) \
                     RETURNING *), \
@@ -603,8 +574,9 @@ fn replay(c: &mut SpiClient<'_>, filter_id: Option<i64>, filter_queue: Option<i3
                            ev_extra1, ev_extra2, ev_extra3, ev_extra4 FROM d \
                     ON CONFLICT (ev_owner, ev_id) DO NOTHING RETURNING 1) \
          SELECT count(*) FROM d",
-        &[filter_id.into(), filter_queue.into()],
+        log::dead_letter_table()
     );
+    let t = log::exec(c, &sql, &[filter_id.into(), filter_queue.into()]);
     log::col(&log::first_row(t).unwrap(), 1).unwrap()
 }
 
@@ -614,12 +586,12 @@ fn replay(c: &mut SpiClient<'_>, filter_id: Option<i64>, filter_queue: Option<i3
 fn dlq_replay(dead_letter_id: Option<i64>) -> i64 {
     let id = required(dead_letter_id, "dead_letter_id");
     Spi::connect_mut(|c| {
-        let t = log::exec(
-            c,
+        let sql = format!(
             "SELECT ev_id, EXISTS (SELECT 1 FROM pgque.subscription s WHERE s.sub_id = dl_owner) \
-               FROM pgque.dead_letter WHERE dl_id = $1",
-            &[id.into()],
+               FROM {} WHERE dl_id = $1",
+            log::dead_letter_table()
         );
+        let t = log::exec(c, &sql, &[id.into()]);
         let Some(r) = log::first_row(t) else {
             raise(
                 error::UNDEFINED_OBJECT,
@@ -662,12 +634,12 @@ fn dlq_purge(queue_name: Option<&str>, older_than: default!(Option<Interval>, "'
     }
     Spi::connect_mut(|c| {
         let q = log::queue_by_name(c, queue_name);
-        let t = log::exec(
-            c,
-            "WITH d AS (DELETE FROM pgque.dead_letter WHERE dl_queue = $1 AND dl_time <= now() - $2 RETURNING 1) \
+        let sql = format!(
+            "WITH d AS (DELETE FROM {} WHERE dl_queue = $1 AND dl_time <= now() - $2 RETURNING 1) \
              SELECT count(*) FROM d",
-            &[q.id.into(), older.into()],
+            log::dead_letter_table()
         );
+        let t = log::exec(c, &sql, &[q.id.into(), older.into()]);
         log::col(&log::first_row(t).unwrap(), 1).unwrap()
     })
 }

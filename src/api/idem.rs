@@ -419,7 +419,7 @@ mod tests {
         Spi::run("SELECT * FROM pgque.send_idem('iq', 't', 'x'::text, 'k', '-5 minutes')").unwrap();
     }
 
-    #[pg_test(error = "queue \"nope\" does not exist")]
+    #[pg_test(error = "queue not found: \"nope\"")]
     fn unknown_queue_is_refused() {
         Spi::run("SELECT * FROM pgque.send_idem('nope', 't', 'x'::text, 'k')").unwrap();
     }

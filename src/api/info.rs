@@ -277,10 +277,7 @@ fn get_batch_info(
             &[id.into()],
         );
         let Some(r) = log::first_row(t) else {
-            raise(
-                error::UNDEFINED_OBJECT,
-                format!("batch {id} does not exist"),
-            );
+            raise(error::UNDEFINED_OBJECT, format!("batch not found: {id}"));
         };
         (
             log::col(&r, 1).unwrap(),

@@ -12,6 +12,7 @@ use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
 
 pub mod admin;
+pub mod dead_letter;
 pub mod delayed;
 pub mod idem;
 pub mod info;
@@ -263,12 +264,19 @@ fn do_register(queue_name: Option<&str>, consumer: Option<&str>, at: Option<i64>
     })
 }
 
+/// Unsubscribes a plain consumer: 1, or 0 when it is not subscribed (PgQue:
+/// the number of subscriptions removed). An unknown queue is still 42704.
 fn do_unregister(queue_name: Option<&str>, consumer: Option<&str>) -> i32 {
     Spi::connect_mut(|c| {
         let q = log::queue_by_name(c, queue_name);
-        let sub = log::sub_by_name(c, &q, consumer);
-        log::unregister(c, &q, &sub);
-        1
+        let name = log::valid_consumer(consumer, "consumer");
+        match log::find_sub(c, &q, name) {
+            Some(sub) => {
+                log::unregister(c, &q, &sub);
+                1
+            }
+            None => 0,
+        }
     })
 }
 
@@ -279,7 +287,7 @@ fn subscribe(queue_name: Option<&str>, consumer: Option<&str>) -> i32 {
     do_register(queue_name, consumer, None)
 }
 
-/// unsubscribe(queue_name, consumer) → 1; 42704 when not subscribed.
+/// unsubscribe(queue_name, consumer) → 1 removed, 0 when not subscribed.
 #[pg_extern(security_definer)]
 #[search_path(pg_catalog, pgque, pg_temp)]
 fn unsubscribe(queue_name: Option<&str>, consumer: Option<&str>) -> i32 {
@@ -367,7 +375,8 @@ fn receive(
     }))
 }
 
-/// ack(batch_id) → 1: finishes the batch. 42704 unknown, 55000 finished.
+/// ack(batch_id) → 1: finishes the batch; 0 (and a WARNING) when the batch
+/// is unknown or already finished, as PgQue's ack.
 #[pg_extern(security_definer)]
 #[search_path(pg_catalog, pgque, pg_temp)]
 fn ack(batch_id: Option<i64>) -> i32 {
@@ -396,12 +405,28 @@ pub(crate) fn retry_event(
 ) -> i32 {
     let count = ev.retry.unwrap_or(0);
     let [e1, e2, e3, e4] = &ev.extra;
+    // The 0.7.0 schema records the event's transaction id (NULL where it was
+    // not read: 0); an older schema, between a library install and ALTER
+    // EXTENSION UPDATE, has no such column.
+    let with_txid = log::dead_letter_store_installed();
     if dead_letter && count >= q.max_retries {
-        log::exec(
-            c,
+        // Once per (consumer, event): a repeated nack of a dead-lettered
+        // event adds no second row (PgQue's contract), and still returns 1.
+        let sql = if with_txid {
+            "INSERT INTO pgque.dead_letter_store (dl_queue, dl_consumer, dl_owner, dl_reason, ev_id, ev_time, ev_retry, \
+                                                  ev_type, ev_data, ev_extra1, ev_extra2, ev_extra3, ev_extra4, ev_txid) \
+             SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, nullif($14, 0)::text::xid8 \
+              WHERE NOT EXISTS (SELECT 1 FROM pgque.dead_letter_store d WHERE d.dl_owner = $3 AND d.ev_id = $5)"
+        } else {
             "INSERT INTO pgque.dead_letter (dl_queue, dl_consumer, dl_owner, dl_reason, ev_id, ev_time, ev_retry, \
                                             ev_type, ev_data, ev_extra1, ev_extra2, ev_extra3, ev_extra4) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
+             SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13 \
+              WHERE $14::int8 IS NOT NULL \
+                AND NOT EXISTS (SELECT 1 FROM pgque.dead_letter d WHERE d.dl_owner = $3 AND d.ev_id = $5)"
+        };
+        log::exec(
+            c,
+            sql,
             &[
                 q.id.into(),
                 consumer.into(),
@@ -416,16 +441,25 @@ pub(crate) fn retry_event(
                 (*e2).into(),
                 (*e3).into(),
                 (*e4).into(),
+                ev.txid.into(),
             ],
         );
         return 1;
     }
-    let t = log::exec(
-        c,
+    let sql = if with_txid {
+        "INSERT INTO pgque.retry_queue (ev_retry_after, ev_queue, ev_owner, ev_id, ev_time, ev_retry, \
+                                        ev_type, ev_data, ev_extra1, ev_extra2, ev_extra3, ev_extra4, ev_txid) \
+         VALUES (now() + $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, nullif($13, 0)::text::xid8) \
+         ON CONFLICT (ev_owner, ev_id) DO NOTHING RETURNING 1"
+    } else {
         "INSERT INTO pgque.retry_queue (ev_retry_after, ev_queue, ev_owner, ev_id, ev_time, ev_retry, \
                                         ev_type, ev_data, ev_extra1, ev_extra2, ev_extra3, ev_extra4) \
-         VALUES (now() + $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) \
-         ON CONFLICT (ev_owner, ev_id) DO NOTHING RETURNING 1",
+         SELECT now() + $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12 WHERE $13::int8 IS NOT NULL \
+         ON CONFLICT (ev_owner, ev_id) DO NOTHING RETURNING 1"
+    };
+    let t = log::exec(
+        c,
+        sql,
         &[
             (*retry_after).into(),
             q.id.into(),
@@ -439,6 +473,7 @@ pub(crate) fn retry_event(
             (*e2).into(),
             (*e3).into(),
             (*e4).into(),
+            ev.txid.into(),
         ],
     );
     t.len() as i32
@@ -450,7 +485,8 @@ pub(crate) fn find_in_batch(
     b: &batch::Batch,
     ev_id: i64,
 ) -> batch::Event {
-    batch::read_events(
+    // With its transaction id: a dead letter records it (ev_txid).
+    batch::read_events_ext(
         c,
         q,
         b.sub_id,
@@ -461,12 +497,13 @@ pub(crate) fn find_in_batch(
         b.ceiling,
         1,
         Some(ev_id),
+        true,
     )
     .pop()
     .unwrap_or_else(|| {
         raise(
             error::UNDEFINED_OBJECT,
-            format!("event {ev_id} is not in batch {}", b.batch_id),
+            format!("msg_id {ev_id} not found in batch {}", b.batch_id),
         )
     })
 }
@@ -999,7 +1036,7 @@ mod tests {
         );
     }
 
-    #[pg_test(error = "queue \"nope\" does not exist")]
+    #[pg_test(error = "queue not found: \"nope\"")]
     fn unknown_queue_is_an_error() {
         Spi::run("SELECT pgque.send('nope', 'x'::text)").unwrap();
     }

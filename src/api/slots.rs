@@ -185,7 +185,7 @@ fn require_subscribed(c: &mut SpiClient<'_>, q: &Queue, consumer: &str, k: i32) 
     if log::find_sub(c, q, &name).is_none() {
         raise(
             error::UNDEFINED_OBJECT,
-            format!("slot {k} of {consumer:?} is not subscribed"),
+            format!("consumer not registered: slot {k} of {consumer:?} is not subscribed"),
         );
     }
 }

@@ -16,7 +16,7 @@
 //!    (live jobs only); a skipped row reports the id of the job that holds
 //!    the key (earlier in this batch, or committed before);
 //! 5. one `enqueued`/`scheduled` job event per job, the actors' counter rows,
-//!    and one pg_notify('pgque_jobs_<queue>', '') if a job is ready
+//!    and one pg_notify on the queue's channel (`pgque.job_channel`) if a job is ready
 //!    (PostgreSQL folds identical notifications of one transaction into one,
 //!    and delivers them only at commit).
 use super::outcomes::{Outcome, Outcomes};
@@ -104,7 +104,7 @@ SELECT n.ord,
        COALESCE(i.state, 'duplicate') AS state
 FROM numbered n
 LEFT JOIN ins i ON i.id = n.id
-WHERE (SELECT count(pg_catalog.pg_notify('pgque_jobs_' || $1, ''))
+WHERE (SELECT count(pg_catalog.pg_notify((CASE WHEN octet_length($1) <= 52 THEN 'pgque_jobs_' || $1 ELSE 'pgque_jobs_' || md5($1) END), ''))
        FROM (SELECT 1 FROM ins WHERE ins.state = 'ready' LIMIT 1) r) >= 0
 ORDER BY n.ord
 "#;
@@ -177,7 +177,7 @@ act AS (
 )
 SELECT (row_number() OVER (ORDER BY i.id))::int AS ord, i.id AS job_id, i.state
 FROM ins i
-WHERE (SELECT count(pg_catalog.pg_notify('pgque_jobs_' || $1, ''))
+WHERE (SELECT count(pg_catalog.pg_notify((CASE WHEN octet_length($1) <= 52 THEN 'pgque_jobs_' || $1 ELSE 'pgque_jobs_' || md5($1) END), ''))
        FROM (SELECT 1 FROM ins WHERE ins.state = 'ready' LIMIT 1) r) >= 0
 ORDER BY i.id
 "#;

@@ -109,7 +109,7 @@ gone AS (
               $3::text AS detail, j.state
 )"#,
     // a job that is ready again at once wakes dispatchers like an enqueue
-    "SELECT g.state, (SELECT count(pg_catalog.pg_notify('pgque_jobs_' || g2.queue, ''))
+    "SELECT g.state, (SELECT count(pg_catalog.pg_notify((CASE WHEN octet_length(g2.queue) <= 52 THEN 'pgque_jobs_' || g2.queue ELSE 'pgque_jobs_' || md5(g2.queue) END), ''))
                       FROM gone g2 WHERE g2.state = 'ready') FROM gone g"
 );
 
@@ -124,7 +124,7 @@ pub const SNOOZE_SQL: &str = leave_running!(
     RETURNING j.id, j.queue, j.actor, j.identity_key, j.attempt,
               'snoozed'::text AS event, $3::text AS detail, j.state
 )"#,
-    "SELECT count(*)::int, (SELECT count(pg_catalog.pg_notify('pgque_jobs_' || g2.queue, ''))
+    "SELECT count(*)::int, (SELECT count(pg_catalog.pg_notify((CASE WHEN octet_length(g2.queue) <= 52 THEN 'pgque_jobs_' || g2.queue ELSE 'pgque_jobs_' || md5(g2.queue) END), ''))
                            FROM gone g2 WHERE g2.state = 'ready') FROM gone"
 );
 
@@ -457,7 +457,7 @@ ev AS (
     SELECT u.id, u.queue, 'retried', 0, 'retry_job' FROM upd u
 ),
 note AS (
-    SELECT pg_catalog.pg_notify('pgque_jobs_' || u.queue, '') FROM upd u
+    SELECT pg_catalog.pg_notify((CASE WHEN octet_length(u.queue) <= 52 THEN 'pgque_jobs_' || u.queue ELSE 'pgque_jobs_' || md5(u.queue) END), '') FROM upd u
 )
 SELECT c.state, (SELECT count(*)::int FROM upd), (SELECT count(*)::int FROM note) FROM cur c
 "#;

@@ -1,5 +1,6 @@
 //! Job queues: competing-consumer work items with their own state.
 //!
+//! - `channel`   `job_channel`: the NOTIFY channel of a job queue
 //! - `stmt`      the per-backend cache of prepared statements every hot path uses
 //! - `queues`    job queue and actor administration
 //! - `enqueue`   `enqueue_ready_rows` / `enqueue`: a whole batch in one statement
@@ -14,6 +15,7 @@
 //! and `sql/31_job_log.sql` (the log); user documentation in `docs/job-queues.md`.
 use pgrx::prelude::*;
 
+pub mod channel;
 pub mod dispatch;
 pub mod enqueue;
 pub mod jobrows;

@@ -52,7 +52,7 @@ gone AS (
     include_str!("release_tail.sql"),
     r#",
 note AS (
-    SELECT pg_catalog.pg_notify('pgque_jobs_' || q.queue, '')
+    SELECT pg_catalog.pg_notify((CASE WHEN octet_length(q.queue) <= 52 THEN 'pgque_jobs_' || q.queue ELSE 'pgque_jobs_' || md5(q.queue) END), '')
     FROM (SELECT DISTINCT g.queue FROM gone g) q
 )
 SELECT (SELECT count(*)::int FROM gone), (SELECT count(*)::int FROM note)"#
@@ -98,7 +98,7 @@ ev AS (
     GROUP BY u.queue, u.attempt
 ),
 note AS (
-    SELECT pg_catalog.pg_notify('pgque_jobs_' || q.queue, '')
+    SELECT pg_catalog.pg_notify((CASE WHEN octet_length(q.queue) <= 52 THEN 'pgque_jobs_' || q.queue ELSE 'pgque_jobs_' || md5(q.queue) END), '')
     FROM (SELECT DISTINCT u.queue FROM upd u) q
 )
 SELECT (SELECT count(*)::int FROM upd), (SELECT count(*)::int FROM note)

@@ -88,7 +88,7 @@ pub mod tests {
         assert_eq!(
             sqlstate(&format!(
                 "SELECT pgque.create_job_queue('{}')",
-                "x".repeat(53)
+                "x".repeat(58)
             )),
             "42622"
         );

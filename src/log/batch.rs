@@ -155,6 +155,9 @@ pub fn batch_by_id(client: &mut SpiClient<'_>, batch_id: i64) -> Option<(Batch, 
 }
 
 /// A batch that must be open: 22004 for NULL, 42704 unknown, 55000 finished.
+/// Both messages start with PgQue's "batch not found" (its clients map that
+/// phrase to their batch-not-found error; a finished batch is one PgQue no
+/// longer finds).
 pub fn open_batch_by_id(
     client: &mut SpiClient<'_>,
     batch_id: Option<i64>,
@@ -163,13 +166,13 @@ pub fn open_batch_by_id(
     let found = batch_by_id(client, batch_id).unwrap_or_else(|| {
         raise(
             error::UNDEFINED_OBJECT,
-            format!("batch {batch_id} does not exist"),
+            format!("batch not found: {batch_id}"),
         )
     });
     if found.0.done {
         raise(
             error::WRONG_STATE,
-            format!("batch {batch_id} is already finished"),
+            format!("batch not found: {batch_id} is already finished"),
         );
     }
     found
@@ -185,7 +188,7 @@ pub fn lock_sub(client: &mut SpiClient<'_>, sub_id: i32) {
     if t.is_empty() {
         raise(
             error::UNDEFINED_OBJECT,
-            "the consumer was unsubscribed concurrently",
+            "consumer not registered: it was unsubscribed concurrently",
         );
     }
 }
@@ -744,17 +747,37 @@ pub fn plain_open_batch(
     found
 }
 
-/// Finishes an open batch (ack / finish_batch). Serialized with openers.
+/// Finishes an open batch (ack / finish_batch): 1. A batch that is unknown
+/// or already finished returns 0 with PgQ's WARNING (PgQue's contract: its
+/// clients count a repeated ack as 0, it is not an error). NULL is 22004, a
+/// partition slot's batch 55000 (those are acked through their lease).
+/// Serialized with openers.
 pub fn finish(client: &mut SpiClient<'_>, batch_id: Option<i64>) -> i32 {
-    let (b, _q, _c) = plain_open_batch(client, batch_id);
+    let id = error::required(batch_id, "batch_id");
+    let not_found = || {
+        pgrx::warning!("finish_batch: batch {id} not found");
+        0
+    };
+    let Some((b, _q, consumer)) = batch_by_id(client, id) else {
+        return not_found();
+    };
+    if b.done {
+        return not_found();
+    }
+    if let Some(s) = b.slot {
+        raise(
+            error::WRONG_STATE,
+            format!(
+                "batch {id} belongs to partition slot {} of {consumer:?}: use ack_partitioned / nack_partitioned, which check the slot's lease",
+                s.k
+            ),
+        );
+    }
     lock_sub(client, b.sub_id);
     // Re-check under the lock: a concurrent ack may have finished it.
     if let Some((again, _, _)) = batch_by_id(client, b.batch_id) {
         if again.done {
-            raise(
-                error::WRONG_STATE,
-                format!("batch {} is already finished", b.batch_id),
-            );
+            return not_found();
         }
     }
     mark_done(client, b.batch_id, false);

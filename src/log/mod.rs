@@ -154,6 +154,28 @@ pub fn first_row<'c>(t: SpiTupleTable<'c>) -> Option<SpiHeapTupleData<'c>> {
     t.into_iter().next()
 }
 
+/// Whether the 0.7.0 dead-letter storage exists (`pgque.dead_letter_store`,
+/// with the ev_txid columns of it and of retry_queue). Between installing
+/// this library and `ALTER EXTENSION pgque UPDATE` a database still has the
+/// older schema (dead letters in the table `pgque.dead_letter`), and nack,
+/// replay and purge must keep working there. A syscache lookup, no SQL.
+pub fn dead_letter_store_installed() -> bool {
+    unsafe {
+        let ns = pg_sys::get_namespace_oid(c"pgque".as_ptr(), true);
+        ns != pg_sys::InvalidOid
+            && pg_sys::get_relname_relid(c"dead_letter_store".as_ptr(), ns) != pg_sys::InvalidOid
+    }
+}
+
+/// The table dead letters are stored in (see [`dead_letter_store_installed`]).
+pub fn dead_letter_table() -> &'static str {
+    if dead_letter_store_installed() {
+        "pgque.dead_letter_store"
+    } else {
+        "pgque.dead_letter"
+    }
+}
+
 /// What the engine knows about a queue for sending and consuming.
 #[derive(Debug, Clone)]
 pub struct Queue {
@@ -190,7 +212,7 @@ pub fn queue_by_name(client: &mut SpiClient<'_>, name: Option<&str>) -> Queue {
     find_queue(client, name).unwrap_or_else(|| {
         raise(
             error::UNDEFINED_OBJECT,
-            format!("queue {name:?} does not exist"),
+            format!("queue not found: {name:?}"),
         )
     })
 }
@@ -390,7 +412,7 @@ pub fn drop_queue(client: &mut SpiClient<'_>, q: &Queue, force: bool) {
     );
     exec(
         client,
-        "DELETE FROM pgque.dead_letter WHERE dl_queue = $1",
+        &format!("DELETE FROM {} WHERE dl_queue = $1", dead_letter_table()),
         &[q.id.into()],
     );
     exec(
@@ -446,7 +468,7 @@ pub fn sub_by_name(client: &mut SpiClient<'_>, q: &Queue, consumer: Option<&str>
         raise(
             error::UNDEFINED_OBJECT,
             format!(
-                "consumer {consumer:?} is not subscribed to queue {:?}",
+                "consumer not registered: {consumer:?} on queue {:?}",
                 q.name
             ),
         )

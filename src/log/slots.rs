@@ -250,7 +250,7 @@ pub fn require_n(client: &mut SpiClient<'_>, q: &Queue, consumer: &str) -> i32 {
         raise(
             error::UNDEFINED_OBJECT,
             format!(
-                "{consumer:?} is not a partitioned consumer of queue {:?}",
+                "consumer not found: {consumer:?} is not a partitioned consumer of queue {:?}",
                 q.name
             ),
         )
@@ -304,7 +304,7 @@ pub fn set_n(client: &mut SpiClient<'_>, q: &Queue, consumer: &str, n: i32) {
     let persisted: i32 = first_row(t).and_then(|r| col(&r, 1)).unwrap_or_else(|| {
         raise(
             error::UNDEFINED_OBJECT,
-            "the consumer was removed concurrently",
+            "consumer not registered: it was removed concurrently",
         )
     });
     check_n(consumer, persisted, n);
@@ -479,7 +479,10 @@ pub fn fence(
     let Some(sub_id) = sub else {
         raise(
             error::UNDEFINED_OBJECT,
-            format!("slot {} of {consumer:?} is not subscribed", s.k),
+            format!(
+                "consumer not registered: slot {} of {consumer:?} is not subscribed",
+                s.k
+            ),
         );
     };
     if owner.as_deref() != Some(worker) {

@@ -240,6 +240,13 @@ const STATE_SQL: &str = "SELECT q.queue_id, q.queue_name, q.queue_ticker_paused,
    LEFT JOIN LATERAL (SELECT * FROM pgque.tick t WHERE t.tick_queue = q.queue_id \
                       ORDER BY t.tick_id DESC LIMIT 1) t ON true";
 
+/// A forced tick's tick_pending: FirstNormalTransactionId, which every
+/// snapshot's xmin has passed, so the next ticker() finds the pending tick
+/// resolved and ticks the queue again (force_next_tick's contract). Events of
+/// senders still running then are found by the ticker's probe at the latest
+/// after ticker_max_lag, as for any tick.
+const FORCED_PENDING: &str = "3";
+
 /// Ticks every queue that needs it (or only `only`, or forced); returns the
 /// ticks made as (queue_id, tick_id).
 pub fn run_ticker(client: &mut SpiClient<'_>, only: Option<i32>, force: bool) -> Vec<(i32, i64)> {
@@ -266,7 +273,9 @@ pub fn run_ticker(client: &mut SpiClient<'_>, only: Option<i32>, force: bool) ->
         };
         let qid: i32 = col(&r, 1).unwrap();
         if let Some(mut p) = decide(&st, force) {
-            if let Pending::Keep(ref mut x) = p {
+            if force {
+                p = Pending::Keep(FORCED_PENDING.to_string());
+            } else if let Pending::Keep(ref mut x) = p {
                 *x = col::<String>(&r, 13).unwrap_or_default();
             }
             let name: String = col(&r, 2).unwrap();

@@ -327,7 +327,7 @@ pub fn consume_all(c: &mut Client, f: &Filled) {
 
     // c3's dead letter and its retry (still an hour away) are there.
     let dl: Vec<String> = c
-        .query("SELECT payload FROM pgque.dlq_inspect('uq')", &[])
+        .query("SELECT ev_data FROM pgque.dlq_inspect('uq')", &[])
         .unwrap()
         .iter()
         .map(|r| r.get(0))

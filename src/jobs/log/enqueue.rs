@@ -102,7 +102,7 @@ ins AS (
     FROM rows r LEFT JOIN split s ON s.lane_id = r.lane_id AND s.chunk = r.chunk
 )
 (SELECT array_agg(i.id ORDER BY i.ord), 'ready'::text FROM ids i
- WHERE (SELECT count(pg_catalog.pg_notify('pgque_jobs_' || $1, ''))
+ WHERE (SELECT count(pg_catalog.pg_notify((CASE WHEN octet_length($1) <= 52 THEN 'pgque_jobs_' || $1 ELSE 'pgque_jobs_' || md5($1) END), ''))
         FROM (SELECT 1 FROM ids LIMIT 1) r) >= 0
  HAVING count(*) > 0)
 UNION ALL
@@ -142,7 +142,7 @@ ins AS (
     FROM ids i
 )
 (SELECT i.a, 'ready'::text FROM ids i
- WHERE (SELECT count(pg_catalog.pg_notify('pgque_jobs_' || $1, '')) FROM ids) >= 0)
+ WHERE (SELECT count(pg_catalog.pg_notify((CASE WHEN octet_length($1) <= 52 THEN 'pgque_jobs_' || $1 ELSE 'pgque_jobs_' || md5($1) END), '')) FROM ids) >= 0)
 UNION ALL
 SELECT NULL::bigint[], 'nolane'::text FROM lane WHERE lane.lane_id IS NULL
 "#
