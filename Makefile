@@ -7,7 +7,7 @@ VERSIONS ?= 14 15 16 17 18
 # The multi-session / SQL regression tier runs on these versions.
 PGTEST_VERSIONS ?= 14 15 18
 
-.PHONY: setup test lint pgrx-test pgtest test-web test-clients soak run stop bench psql help
+.PHONY: setup test lint pgrx-test pgtest test-web test-clients test-compat soak run stop bench psql help
 
 help:
 	@echo "make run      build, start a local PostgreSQL $(PG) with pgque preloaded, show a demo"
@@ -16,6 +16,7 @@ help:
 	@echo "make pgtest PG=16   only the server-level tier (pg_test/) on one version"
 	@echo "make test-web  the dashboard (pgque-web) in headless Chromium"
 	@echo "make test-clients   the Python and Rust client libraries against a real server"
+	@echo "make test-compat    PgQue's Python client (pgque-py 0.2.2) against pgque"
 	@echo "make bench    side-by-side benchmarks (benches/)"
 	@echo "make soak     held-xmin soak, ~8 min (not part of make test; results in benches/results/)"
 
@@ -27,6 +28,7 @@ test: setup lint pgrx-test
 	@for v in $(PGTEST_VERSIONS); do $(MAKE) --no-print-directory pgtest PG=$$v || exit 1; done
 	@$(MAKE) --no-print-directory test-web
 	@$(MAKE) --no-print-directory test-clients PG=15
+	@$(MAKE) --no-print-directory test-compat PG=15
 	@echo "make test: all green on PostgreSQL $(VERSIONS) (server tier on $(PGTEST_VERSIONS))"
 
 lint:
@@ -66,6 +68,10 @@ pgtest: setup
 test-clients: setup
 	@echo "==== client libraries on PostgreSQL $(PG)"
 	@bash clients/run.sh $(PG)
+# PgQue's published Python client, pgque-py 0.2.2, against pgque (compat/).
+test-compat: setup
+	@echo "==== PgQue compatibility tier (pgque-py 0.2.2) on PostgreSQL $(PG)"
+	@bash compat/pgque_py/run.sh $(PG)
 
 # The held-xmin soak: too long for make test (~8 minutes); see scripts/soak.sh.
 soak: setup
