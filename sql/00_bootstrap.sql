@@ -135,6 +135,8 @@ CREATE TYPE pgque.message AS (
 CREATE TABLE pgque.worker_config (
     singleton      boolean PRIMARY KEY DEFAULT true CHECK (singleton),
     worker_enabled boolean NOT NULL DEFAULT true,
-    changed_at     timestamptz NOT NULL DEFAULT now()
+    changed_at     timestamptz NOT NULL DEFAULT now(),
+    -- set_tick_period_ms(): this database's tick period (NULL: pgque.tick_period_ms)
+    tick_period_ms int4 CHECK (tick_period_ms BETWEEN 1 AND 1000)
 );
 INSERT INTO pgque.worker_config DEFAULT VALUES;

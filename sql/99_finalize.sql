@@ -37,7 +37,10 @@ GRANT EXECUTE ON FUNCTION
     pgque.finish_batch(bigint),
     pgque.event_retry(bigint, bigint, timestamptz), pgque.event_retry(bigint, bigint, int4),
     pgque.batch_retry(bigint, int4),
-    pgque.register_subconsumer(text, text, text), pgque.subscribe_subconsumer(text, text, text),
+    pgque.register_subconsumer(text, text, text, boolean),
+    pgque.subscribe_subconsumer(text, text, text, boolean),
+    pgque.unsubscribe_subconsumer(text, text, text, int4),
+    pgque.next_batch_custom(text, text, text, interval, int4, interval, interval),
     pgque.unregister_subconsumer(text, text, text, int4),
     pgque.next_batch(text, text, text), pgque.next_batch(text, text, text, interval),
     pgque.receive_coop(text, text, text, int4, interval),
@@ -78,6 +81,31 @@ GRANT EXECUTE ON FUNCTION
     pgque.send_at(text, text, text, timestamptz, text)
   TO pgque_writer;
 GRANT EXECUTE ON FUNCTION pgque.maint_idem(), pgque.maint_delayed() TO pgque_admin;
+
+-- ---- PgQue's API beyond section 1 (DESIGN.md section 11) -----------------------------
+-- insert_event_bulk and uninstall: no role (owner / superuser only), as in PgQue.
+GRANT EXECUTE ON FUNCTION
+    pgque.event_dead(bigint, bigint, text, timestamptz, xid8, int4, text, text, text, text, text, text),
+    pgque.create_queue(text, jsonb), pgque.pause_queue(text), pgque.resume_queue(text),
+    pgque.set_tick_period_ms(int4), pgque.maint_idem(text), pgque.maint_deliver_delayed()
+  TO pgque_admin;
+-- (ALL FUNCTIONS, revoked above, leaves procedures out.)
+REVOKE ALL ON PROCEDURE pgque.ticker_loop() FROM PUBLIC;
+GRANT EXECUTE ON PROCEDURE pgque.ticker_loop() TO pgque_admin;
+GRANT EXECUTE ON FUNCTION pgque.unsubscribe_slot(text, text, int4) TO pgque_reader;
+GRANT EXECUTE ON FUNCTION
+    pgque.queue_stats(), pgque.consumer_stats(), pgque.queue_health(), pgque.otel_metrics(),
+    pgque.stuck_consumers(interval), pgque.in_flight(text),
+    pgque.throughput(text, interval, interval), pgque.error_rate(text, interval, interval)
+  TO pgque_reader;
+-- Table-change capture: attaching a trigger needs EXECUTE on its function;
+-- firing it needs none (the rows' writers need pgque_writer for insert_event).
+GRANT EXECUTE ON FUNCTION pgque.logutriga(), pgque.sqltriga(), pgque.jsontriga() TO pgque_writer;
+-- Their expressions (when=, ev_*=) see pg_catalog and pgque, whatever the
+-- session's search_path: qualify other schemas' functions in them.
+ALTER FUNCTION pgque.logutriga() SET search_path = pg_catalog, pgque, pg_temp;
+ALTER FUNCTION pgque.sqltriga() SET search_path = pg_catalog, pgque, pg_temp;
+ALTER FUNCTION pgque.jsontriga() SET search_path = pg_catalog, pgque, pg_temp;
 
 -- ---- partition keys ---------------------------------------------------------
 GRANT EXECUTE ON FUNCTION
@@ -126,7 +154,10 @@ BEGIN
                     'subscribe_partitioned', 'unsubscribe_partitioned', 'subscribe_slot',
                     'unsubscribe_slot', 'claim_slot', 'claim_next_slot', 'release_slot',
                     'receive_partitioned', 'ack_partitioned', 'nack_partitioned',
-                    'partition_slot_rows'])
+                    'partition_slot_rows', 'event_dead', 'unsubscribe_subconsumer',
+                    'pause_queue', 'resume_queue', 'queue_stats', 'consumer_stats',
+                    'queue_health', 'otel_metrics', 'stuck_consumers', 'in_flight', 'throughput',
+                    'error_rate'])
     LOOP
         EXECUTE format('ALTER FUNCTION %s SET enable_seqscan = off', f);
     END LOOP;
@@ -169,7 +200,9 @@ DECLARE f regprocedure;
 BEGIN
     FOR f IN SELECT p.oid::regprocedure FROM pg_catalog.pg_proc p
               WHERE p.pronamespace = 'pgque'::regnamespace
-                AND p.proname <> ALL (ARRAY['send', 'send_batch', 'insert_event', 'job_channel',
+                AND p.prokind = 'f'
+                AND p.proname <> ALL (ARRAY['send', 'send_batch', 'insert_event', 'insert_event_bulk',
+                                            'job_channel', 'logutriga', 'sqltriga', 'jsontriga',
                                             'xact_lock', 'xact_lock_shared', 'try_xact_lock'])
     LOOP
         EXECUTE format('ALTER FUNCTION %s SET jit = off', f);

@@ -265,3 +265,414 @@ LANGUAGE c
 AS 'MODULE_PATHNAME', 'job_channel_wrapper';
 REVOKE ALL ON FUNCTION pgque.job_channel(text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION pgque.job_channel(text) TO pgque_reader, pgque_writer;
+
+
+-- ==== PgQue's API beyond section 1, table-change capture, observability (issue 17) ====
+-- (DESIGN.md section 11; src/api/pgq_compat.rs, src/api/triggers.rs, src/api/observe.rs)
+
+-- set_tick_period_ms(): the database's tick period, read by its worker.
+ALTER TABLE pgque.worker_config
+    ADD COLUMN tick_period_ms int4 CHECK (tick_period_ms BETWEEN 1 AND 1000);
+-- handled: table worker_config 0b01b5fd2b
+
+-- The cooperative registration takes convert_normal now (PgQue's 4 arguments).
+DROP FUNCTION pgque.register_subconsumer(text, text, text);
+-- handled: function register_subconsumer(text, text, text) gone
+DROP FUNCTION pgque.subscribe_subconsumer(text, text, text);
+-- handled: function subscribe_subconsumer(text, text, text) gone
+
+-- event_dead's idempotency probe is dead_letter_owner_ev_idx (made above with the store).
+
+CREATE OR REPLACE FUNCTION "consumer_stats"() RETURNS TABLE (
+	"queue_name" TEXT,
+	"consumer_name" TEXT,
+	"lag" interval,
+	"pending_events" bigint,
+	"last_batch_start" timestamp with time zone,
+	"batch_active" bool,
+	"batch_id" bigint
+)
+STRICT SECURITY DEFINER
+SET search_path TO pg_catalog, pgque, pg_temp
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'consumer_stats_wrapper';
+
+CREATE OR REPLACE FUNCTION "create_queue"(
+	"queue_name" TEXT,
+	"options" jsonb
+) RETURNS INT
+SECURITY DEFINER
+SET search_path TO pg_catalog, pgque, pg_temp
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'create_queue_options_wrapper';
+
+CREATE OR REPLACE FUNCTION "error_rate"(
+	"queue_name" TEXT,
+	"period" interval,
+	"bucket_size" interval
+) RETURNS TABLE (
+	"bucket_start" timestamp with time zone,
+	"retries" bigint,
+	"dead_letters" bigint
+)
+SECURITY DEFINER
+SET search_path TO pg_catalog, pgque, pg_temp
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'error_rate_wrapper';
+
+CREATE OR REPLACE FUNCTION "event_dead"(
+	"batch_id" bigint,
+	"event_id" bigint,
+	"reason" TEXT,
+	"ev_time" timestamp with time zone,
+	"ev_txid" xid8,
+	"ev_retry" INT,
+	"ev_type" TEXT,
+	"ev_data" TEXT,
+	"ev_extra1" TEXT DEFAULT NULL,
+	"ev_extra2" TEXT DEFAULT NULL,
+	"ev_extra3" TEXT DEFAULT NULL,
+	"ev_extra4" TEXT DEFAULT NULL
+) RETURNS INT
+SECURITY DEFINER
+SET search_path TO pg_catalog, pgque, pg_temp
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'event_dead_wrapper';
+
+CREATE OR REPLACE FUNCTION "in_flight"(
+	"queue_name" TEXT
+) RETURNS TABLE (
+	"consumer_name" TEXT,
+	"batch_id" bigint,
+	"batch_age" interval,
+	"estimated_events" bigint
+)
+SECURITY DEFINER
+SET search_path TO pg_catalog, pgque, pg_temp
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'in_flight_wrapper';
+
+CREATE OR REPLACE FUNCTION "insert_event_bulk"(
+	"queue_name" TEXT,
+	"ev_type" TEXT,
+	"ev_data_list" TEXT[]
+) RETURNS bigint[]
+SECURITY DEFINER
+SET search_path TO pg_catalog, pgque, pg_temp
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'insert_event_bulk_wrapper';
+
+CREATE OR REPLACE FUNCTION "maint_deliver_delayed"() RETURNS bigint
+STRICT SECURITY DEFINER
+SET search_path TO pg_catalog, pgque, pg_temp
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'maint_deliver_delayed_wrapper';
+
+CREATE OR REPLACE FUNCTION "maint_idem"(
+	"queue_name" TEXT
+) RETURNS bigint
+SECURITY DEFINER
+SET search_path TO pg_catalog, pgque, pg_temp
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'maint_idem_queue_wrapper';
+
+CREATE OR REPLACE FUNCTION "next_batch_custom"(
+	"queue_name" TEXT,
+	"consumer" TEXT,
+	"subconsumer" TEXT,
+	"min_lag" interval,
+	"min_count" INT,
+	"min_interval" interval,
+	"dead_interval" interval DEFAULT NULL
+) RETURNS TABLE (
+	"batch_id" bigint,
+	"prev_tick_id" bigint,
+	"next_tick_id" bigint
+)
+SECURITY DEFINER
+SET search_path TO pg_catalog, pgque, pg_temp
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'next_batch_custom_coop_wrapper';
+
+CREATE OR REPLACE FUNCTION "otel_metrics"() RETURNS TABLE (
+	"metric_name" TEXT,
+	"metric_type" TEXT,
+	"metric_value" NUMERIC,
+	"labels" jsonb
+)
+STRICT SECURITY DEFINER
+SET search_path TO pg_catalog, pgque, pg_temp
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'otel_metrics_wrapper';
+
+CREATE OR REPLACE FUNCTION "pause_queue"(
+	"queue_name" TEXT
+) RETURNS void
+SECURITY DEFINER
+SET search_path TO pg_catalog, pgque, pg_temp
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'pause_queue_wrapper';
+
+CREATE OR REPLACE FUNCTION "queue_health"() RETURNS TABLE (
+	"queue_name" TEXT,
+	"check_name" TEXT,
+	"status" TEXT,
+	"detail" TEXT
+)
+STRICT SECURITY DEFINER
+SET search_path TO pg_catalog, pgque, pg_temp
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'queue_health_wrapper';
+
+CREATE OR REPLACE FUNCTION "queue_stats"() RETURNS TABLE (
+	"queue_name" TEXT,
+	"queue_id" INT,
+	"depth" bigint,
+	"oldest_msg_age" interval,
+	"consumers" INT,
+	"events_per_sec" NUMERIC,
+	"cur_table" INT,
+	"rotation_age" interval,
+	"rotation_period" interval,
+	"ticker_paused" bool,
+	"last_tick_time" timestamp with time zone,
+	"last_tick_id" bigint,
+	"dlq_count" bigint
+)
+STRICT SECURITY DEFINER
+SET search_path TO pg_catalog, pgque, pg_temp
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'queue_stats_wrapper';
+
+CREATE OR REPLACE FUNCTION "register_subconsumer"(
+	"queue_name" TEXT,
+	"consumer" TEXT,
+	"subconsumer" TEXT,
+	"convert_normal" bool DEFAULT false
+) RETURNS INT
+SECURITY DEFINER
+SET search_path TO pg_catalog, pgque, pg_temp
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'register_subconsumer4_wrapper';
+
+CREATE OR REPLACE FUNCTION "resume_queue"(
+	"queue_name" TEXT
+) RETURNS void
+SECURITY DEFINER
+SET search_path TO pg_catalog, pgque, pg_temp
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'resume_queue_wrapper';
+
+CREATE OR REPLACE FUNCTION "set_tick_period_ms"(
+	"ms" INT
+) RETURNS INT
+SECURITY DEFINER
+SET search_path TO pg_catalog, pgque, pg_temp
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'set_tick_period_ms_wrapper';
+
+CREATE OR REPLACE FUNCTION "stuck_consumers"(
+	"threshold" interval DEFAULT '1 hour'
+) RETURNS TABLE (
+	"queue_name" TEXT,
+	"consumer_name" TEXT,
+	"lag" interval,
+	"last_active" timestamp with time zone
+)
+SECURITY DEFINER
+SET search_path TO pg_catalog, pgque, pg_temp
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'stuck_consumers_wrapper';
+
+CREATE OR REPLACE FUNCTION "subscribe_subconsumer"(
+	"queue_name" TEXT,
+	"consumer" TEXT,
+	"subconsumer" TEXT,
+	"convert_normal" bool DEFAULT false
+) RETURNS INT
+SECURITY DEFINER
+SET search_path TO pg_catalog, pgque, pg_temp
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'subscribe_subconsumer4_wrapper';
+
+CREATE OR REPLACE FUNCTION "throughput"(
+	"queue_name" TEXT,
+	"period" interval,
+	"bucket_size" interval
+) RETURNS TABLE (
+	"bucket_start" timestamp with time zone,
+	"events" bigint,
+	"events_per_sec" NUMERIC
+)
+SECURITY DEFINER
+SET search_path TO pg_catalog, pgque, pg_temp
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'throughput_wrapper';
+
+CREATE OR REPLACE FUNCTION "uninstall"() RETURNS void
+STRICT
+SET search_path TO pg_catalog, pgque, pg_temp
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'uninstall_wrapper';
+
+CREATE OR REPLACE FUNCTION "unsubscribe_slot"(
+	"queue_name" TEXT,
+	"consumer" TEXT,
+	"slot" INT
+) RETURNS void
+SECURITY DEFINER
+SET search_path TO pg_catalog, pgque, pg_temp
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'unsubscribe_slot3_wrapper';
+
+CREATE OR REPLACE FUNCTION "unsubscribe_subconsumer"(
+	"queue_name" TEXT,
+	"consumer" TEXT,
+	"subconsumer" TEXT,
+	"batch_handling" INT DEFAULT 0
+) RETURNS INT
+SECURITY DEFINER
+SET search_path TO pg_catalog, pgque, pg_temp
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'unsubscribe_subconsumer_wrapper';
+
+CREATE OR REPLACE FUNCTION "jsontriga"()
+	RETURNS TRIGGER
+	LANGUAGE c
+	AS 'MODULE_PATHNAME', 'jsontriga_wrapper';
+
+CREATE OR REPLACE FUNCTION "logutriga"()
+	RETURNS TRIGGER
+	LANGUAGE c
+	AS 'MODULE_PATHNAME', 'logutriga_wrapper';
+
+CREATE OR REPLACE FUNCTION "sqltriga"()
+	RETURNS TRIGGER
+	LANGUAGE c
+	AS 'MODULE_PATHNAME', 'sqltriga_wrapper';
+
+CREATE PROCEDURE pgque.ticker_loop()
+LANGUAGE plpgsql
+AS $body$
+DECLARE
+    period_ms int4;
+BEGIN
+    LOOP
+        PERFORM pgque.ticker();
+        SELECT coalesce(w.tick_period_ms,
+                        pg_catalog.current_setting('pgque.tick_period_ms')::int4)
+          INTO period_ms FROM pgque.worker_config w;
+        COMMIT;
+        PERFORM pg_catalog.pg_sleep(period_ms / 1000.0);
+    END LOOP;
+END
+$body$;
+
+-- New functions are callable by PUBLIC until revoked (the install script's
+-- blanket REVOKE ran before they existed).
+REVOKE ALL ON FUNCTION
+    pgque.consumer_stats(), pgque.create_queue(text, jsonb),
+    pgque.error_rate(text, interval, interval),
+    pgque.event_dead(bigint, bigint, text, timestamptz, xid8, int4, text, text, text, text, text, text),
+    pgque.in_flight(text), pgque.insert_event_bulk(text, text, text[]),
+    pgque.maint_deliver_delayed(), pgque.maint_idem(text),
+    pgque.next_batch_custom(text, text, text, interval, int4, interval, interval),
+    pgque.otel_metrics(), pgque.pause_queue(text), pgque.queue_health(), pgque.queue_stats(),
+    pgque.register_subconsumer(text, text, text, boolean), pgque.resume_queue(text),
+    pgque.set_tick_period_ms(int4), pgque.stuck_consumers(interval),
+    pgque.subscribe_subconsumer(text, text, text, boolean),
+    pgque.throughput(text, interval, interval), pgque.uninstall(),
+    pgque.unsubscribe_slot(text, text, int4), pgque.unsubscribe_subconsumer(text, text, text, int4),
+    pgque.jsontriga(), pgque.logutriga(), pgque.sqltriga()
+  FROM PUBLIC;
+REVOKE ALL ON PROCEDURE pgque.ticker_loop() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION
+    pgque.register_subconsumer(text, text, text, boolean),
+    pgque.subscribe_subconsumer(text, text, text, boolean),
+    pgque.unsubscribe_subconsumer(text, text, text, int4),
+    pgque.next_batch_custom(text, text, text, interval, int4, interval, interval)
+  TO pgque_reader;
+
+-- ---- PgQue's API beyond section 1 (DESIGN.md section 11) -----------------------------
+-- insert_event_bulk and uninstall: no role (owner / superuser only), as in PgQue.
+GRANT EXECUTE ON FUNCTION
+    pgque.event_dead(bigint, bigint, text, timestamptz, xid8, int4, text, text, text, text, text, text),
+    pgque.create_queue(text, jsonb), pgque.pause_queue(text), pgque.resume_queue(text),
+    pgque.set_tick_period_ms(int4), pgque.maint_idem(text), pgque.maint_deliver_delayed()
+  TO pgque_admin;
+GRANT EXECUTE ON PROCEDURE pgque.ticker_loop() TO pgque_admin;
+GRANT EXECUTE ON FUNCTION pgque.unsubscribe_slot(text, text, int4) TO pgque_reader;
+GRANT EXECUTE ON FUNCTION
+    pgque.queue_stats(), pgque.consumer_stats(), pgque.queue_health(), pgque.otel_metrics(),
+    pgque.stuck_consumers(interval), pgque.in_flight(text),
+    pgque.throughput(text, interval, interval), pgque.error_rate(text, interval, interval)
+  TO pgque_reader;
+-- Table-change capture: attaching a trigger needs EXECUTE on its function;
+-- firing it needs none (the rows' writers need pgque_writer for insert_event).
+GRANT EXECUTE ON FUNCTION pgque.logutriga(), pgque.sqltriga(), pgque.jsontriga() TO pgque_writer;
+-- Their expressions (when=, ev_*=) see pg_catalog and pgque, whatever the
+-- session's search_path: qualify other schemas' functions in them.
+ALTER FUNCTION pgque.logutriga() SET search_path = pg_catalog, pgque, pg_temp;
+ALTER FUNCTION pgque.sqltriga() SET search_path = pg_catalog, pgque, pg_temp;
+ALTER FUNCTION pgque.jsontriga() SET search_path = pg_catalog, pgque, pg_temp;
+
+-- The install script's function settings, for the new functions (settings
+-- already set on the others are set again in place).
+DO $seqscan$
+DECLARE f regprocedure;
+BEGIN
+    FOR f IN SELECT p.oid::regprocedure FROM pg_catalog.pg_proc p
+              WHERE p.pronamespace = 'pgque'::regnamespace
+                AND p.proname = ANY (ARRAY[
+                    'subscribe', 'unsubscribe', 'receive',
+                    'ack', 'nack', 'register_consumer', 'register_consumer_at', 'unregister_consumer',
+                    'next_batch', 'next_batch_info', 'next_batch_custom', 'get_batch_events',
+                    'get_batch_cursor', 'finish_batch', 'event_retry', 'batch_retry',
+                    'register_subconsumer', 'subscribe_subconsumer', 'unregister_subconsumer',
+                    'receive_coop', 'touch_subconsumer', 'dlq_inspect', 'dlq_replay', 'dlq_replay_all',
+                    'dlq_purge', 'create_queue', 'drop_queue', 'set_queue_config', 'ticker',
+                    'force_next_tick', 'force_tick', 'maint', 'maint_retry_events',
+                    'get_queue_info', 'get_consumer_info', 'get_batch_info',
+                    'send_idem', 'maint_idem', 'send_at', 'maint_delayed',
+                    'subscribe_partitioned', 'unsubscribe_partitioned', 'subscribe_slot',
+                    'unsubscribe_slot', 'claim_slot', 'claim_next_slot', 'release_slot',
+                    'receive_partitioned', 'ack_partitioned', 'nack_partitioned',
+                    'partition_slot_rows', 'event_dead', 'unsubscribe_subconsumer',
+                    'pause_queue', 'resume_queue', 'queue_stats', 'consumer_stats',
+                    'queue_health', 'otel_metrics', 'stuck_consumers', 'in_flight', 'throughput',
+                    'error_rate'])
+    LOOP
+        EXECUTE format('ALTER FUNCTION %s SET enable_seqscan = off', f);
+    END LOOP;
+END
+$seqscan$;
+
+DO $generic$
+DECLARE f regprocedure;
+BEGIN
+    FOR f IN SELECT p.oid::regprocedure FROM pg_catalog.pg_proc p
+              WHERE p.pronamespace = 'pgque'::regnamespace
+                AND p.proname = ANY (ARRAY[
+                    'receive', 'receive_coop', 'next_batch', 'next_batch_info',
+                    'next_batch_custom', 'get_batch_events', 'get_batch_cursor',
+                    'receive_partitioned'])
+    LOOP
+        EXECUTE format('ALTER FUNCTION %s SET plan_cache_mode = force_generic_plan', f);
+    END LOOP;
+END
+$generic$;
+
+DO $nojit$
+DECLARE f regprocedure;
+BEGIN
+    FOR f IN SELECT p.oid::regprocedure FROM pg_catalog.pg_proc p
+              WHERE p.pronamespace = 'pgque'::regnamespace
+                AND p.prokind = 'f'
+                AND p.proname <> ALL (ARRAY['send', 'send_batch', 'insert_event', 'insert_event_bulk',
+                                            'logutriga', 'sqltriga', 'jsontriga',
+                                            'xact_lock', 'xact_lock_shared', 'try_xact_lock'])
+    LOOP
+        EXECUTE format('ALTER FUNCTION %s SET jit = off', f);
+    END LOOP;
+END
+$nojit$;

@@ -636,10 +636,13 @@ fn matrix() -> Vec<Row> {
         ),
         // ---- cooperative consumers ------------------------------------------
         row(
-            "pgque.register_subconsumer(text,text,text)",
+            "pgque.register_subconsumer(text,text,text,boolean)",
             "SELECT pgque.register_subconsumer({Q}::text, 'grp', 'm9')",
             Q,
         )
+        .with("normal consumer, no convert_normal", "SELECT pgque.register_subconsumer('q', 'c2', 'm9')", St("55000"))
+        .with("convert a consumer with an open batch", "SELECT pgque.register_subconsumer('q', 'c', 'm9', true)", St("55000"))
+        .with("NULL convert_normal", "SELECT pgque.register_subconsumer('q', 'grp', 'm9', NULL)", St("22004"))
         .with("NULL consumer", "SELECT pgque.register_subconsumer('q', NULL, 'm9')", St("22004"))
         .with("hash consumer", "SELECT pgque.register_subconsumer('q', 'g#x', 'm9')", St("42602"))
         .with("NULL member", "SELECT pgque.register_subconsumer('q', 'grp', NULL)", St("22004"))
@@ -647,10 +650,11 @@ fn matrix() -> Vec<Row> {
         .with("quote member", "SELECT pgque.register_subconsumer('q', 'grp', 'm''; --')", St("42602"))
         .with("long member", format!("SELECT pgque.register_subconsumer('q', 'grp', '{}')", "m".repeat(201)), St("42622")),
         row(
-            "pgque.subscribe_subconsumer(text,text,text)",
+            "pgque.subscribe_subconsumer(text,text,text,boolean)",
             "SELECT pgque.subscribe_subconsumer({Q}::text, 'grp', 'm9')",
             Q,
         )
+        .with("normal consumer, no convert_normal", "SELECT pgque.subscribe_subconsumer('q', 'c2', 'm9', false)", St("55000"))
         .with("NULL member", "SELECT pgque.subscribe_subconsumer('q', 'grp', NULL)", St("22004"))
         .with("space member", "SELECT pgque.subscribe_subconsumer('q', 'grp', 'a b')", St("42602")),
         row(
@@ -768,6 +772,116 @@ fn matrix() -> Vec<Row> {
             .with("space", "SELECT pgque.job_channel('a b')", St("42602"))
             .with("SQL fragment", "SELECT pgque.job_channel('q''); CREATE TABLE pwned_jc (i int); --')", St("42602"))
             .with("unknown queue", "SELECT pgque.job_channel('nope')", Noop),
+        // ---- PgQue's API beyond section 1 (issue 17) ---------------------------
+        batch_cases(
+            row(
+                "pgque.event_dead(bigint,bigint,text,timestamp with time zone,xid8,integer,text,text,text,text,text,text)",
+                "",
+                &[],
+            ),
+            "SELECT pgque.event_dead({X}, 1, 'r', now(), '1'::xid8, 0, 't', 'd')",
+        )
+        .with("NULL event", "SELECT pgque.event_dead({B}, NULL, 'r', now(), '1'::xid8, 0, 't', 'd')", St("22004"))
+        .with("NULL ev_time", "SELECT pgque.event_dead({B}, 1, 'r', NULL, '1'::xid8, 0, 't', 'd')", St("22004"))
+        .with("negative ev_retry", "SELECT pgque.event_dead({B}, 1, 'r', now(), '1'::xid8, -1, 't', 'd')", St("22023"))
+        .with("txid as a timestamp", "SELECT pgque.event_dead({B}, 1, 'r', now(), now(), 0, 't', 'd')", St("42883")),
+        row(
+            "pgque.insert_event_bulk(text,text,text[])",
+            "SELECT pgque.insert_event_bulk({Q}::text, 't', ARRAY['x'])",
+            Q,
+        )
+        .with("NULL type", "SELECT pgque.insert_event_bulk('q', NULL, ARRAY['x'])", St("22004"))
+        .with("NULL array", "SELECT pgque.insert_event_bulk('q', 't', NULL)", St("22004")),
+        row(
+            "pgque.unsubscribe_subconsumer(text,text,text,integer)",
+            "SELECT pgque.unsubscribe_subconsumer({Q}::text, {G}::text, {M}::text, 1)",
+            QGM,
+        )
+        .with("batch_handling 2", "SELECT pgque.unsubscribe_subconsumer('q', 'grp', 'm1', 2)", St("22023"))
+        .with("batch_handling NULL", "SELECT pgque.unsubscribe_subconsumer('q', 'grp', 'm1', NULL)", St("22004"))
+        .with("open batch, handling 0", "SELECT pgque.unsubscribe_subconsumer('q', 'grp', 'm1')", St("55000")),
+        // Unknown consumer or member names register them (PgQue's behaviour),
+        // so only the queue slot is varied.
+        row(
+            "pgque.next_batch_custom(text,text,text,interval,integer,interval,interval)",
+            "SELECT * FROM pgque.next_batch_custom({Q}::text, 'grp', 'm1', NULL, NULL, NULL)",
+            Q,
+        )
+        .with("NULL consumer", "SELECT * FROM pgque.next_batch_custom('q', NULL, 'm1', NULL, NULL, NULL)", St("22004"))
+        .with("hash consumer", "SELECT * FROM pgque.next_batch_custom('q', 'g#x', 'm1', NULL, NULL, NULL)", St("42602"))
+        .with("NULL member", "SELECT * FROM pgque.next_batch_custom('q', 'grp', NULL, NULL, NULL, NULL)", St("22004"))
+        .with("quote member", "SELECT * FROM pgque.next_batch_custom('q', 'grp', 'm''x', NULL, NULL, NULL)", St("42602"))
+        .with("normal consumer", "SELECT * FROM pgque.next_batch_custom('q', 'c2', 'm1', NULL, NULL, NULL)", St("55000"))
+        .with("negative lag", "SELECT * FROM pgque.next_batch_custom('q', 'grp', 'm1', '-1 s', NULL, NULL)", St("22023"))
+        .with("negative count", "SELECT * FROM pgque.next_batch_custom('q', 'grp', 'm1', NULL, -1, NULL)", St("22023"))
+        .with("negative interval", "SELECT * FROM pgque.next_batch_custom('q', 'grp', 'm1', NULL, NULL, '-1 s')", St("22023"))
+        .with("infinite dead interval", "SELECT * FROM pgque.next_batch_custom('q', 'grp', 'm1', NULL, NULL, NULL, 'infinity')", inf_interval()),
+        row(
+            "pgque.unsubscribe_slot(text,text,integer)",
+            "SELECT pgque.unsubscribe_slot({Q}::text, {C}::text, 1)",
+            QC,
+        )
+        .with("slot out of range", "SELECT pgque.unsubscribe_slot('q', 'pc', 9)", St("22003"))
+        .with("negative slot", "SELECT pgque.unsubscribe_slot('q', 'pc', -1)", St("22003"))
+        .with("NULL slot", "SELECT pgque.unsubscribe_slot('q', 'pc', NULL)", St("22004")),
+        row("pgque.create_queue(text,jsonb)", "", &[])
+            .with("NULL name", "SELECT pgque.create_queue(NULL, '{}'::jsonb)", St("22004"))
+            .with("empty name", "SELECT pgque.create_queue('', '{}'::jsonb)", St("42602"))
+            .with("SQL in name", "SELECT pgque.create_queue('q''); CREATE TABLE pwned_o (i int); --', '{}'::jsonb)", St("42602"))
+            .with("long name", format!("SELECT pgque.create_queue('{}', '{{}}'::jsonb)", "q".repeat(65)), St("42622"))
+            .with("NULL options", "SELECT pgque.create_queue('newq', NULL::jsonb)", St("22004"))
+            .with("options not an object", "SELECT pgque.create_queue('newq', '[1]'::jsonb)", St("22023"))
+            .with("unknown key", "SELECT pgque.create_queue('newq', '{\"bogus\": 1}'::jsonb)", St("22023"))
+            .with("SQL key", "SELECT pgque.create_queue('newq', '{\"max_retries = 0; --\": 1}'::jsonb)", St("22023"))
+            .with("bad value", "SELECT pgque.create_queue('newq', '{\"max_retries\": -1}'::jsonb)", St("22023"))
+            .with("array value", "SELECT pgque.create_queue('newq', '{\"max_retries\": [1]}'::jsonb)", St("22023"))
+            .with("bad duration", "SELECT pgque.create_queue('newq', '{\"rotation_period\": \"soon\"}'::jsonb)", St("22023"))
+            .with("not JSON", "SELECT pgque.create_queue('newq', '{x'::jsonb)", bad_json),
+        row("pgque.pause_queue(text)", "SELECT pgque.pause_queue({Q}::text)", Q),
+        row("pgque.resume_queue(text)", "SELECT pgque.resume_queue({Q}::text)", Q),
+        row("pgque.set_tick_period_ms(integer)", "", &[])
+            .with("NULL", "SELECT pgque.set_tick_period_ms(NULL)", St("22004"))
+            .with("zero", "SELECT pgque.set_tick_period_ms(0)", St("22023"))
+            .with("negative", "SELECT pgque.set_tick_period_ms(-10)", St("22023"))
+            .with("not a divisor of 1000", "SELECT pgque.set_tick_period_ms(3)", St("22023"))
+            .with("above 1000", "SELECT pgque.set_tick_period_ms(2000)", St("22023"))
+            .with("text", "SELECT pgque.set_tick_period_ms('fast')", St("22P02")),
+        no_args("pgque.ticker_loop()", "no arguments: a procedure that ticks until cancelled (pg_test/tests/pgq_compat.rs)"),
+        no_args("pgque.uninstall()", "no arguments: drops the extension (pg_test/tests/pgq_compat.rs)"),
+        row("pgque.maint_idem(text)", "SELECT pgque.maint_idem({Q}::text)", Q),
+        no_args("pgque.maint_deliver_delayed()", "no arguments"),
+        no_args("pgque.queue_stats()", "no arguments"),
+        no_args("pgque.consumer_stats()", "no arguments"),
+        no_args("pgque.queue_health()", "no arguments"),
+        no_args("pgque.otel_metrics()", "no arguments"),
+        row("pgque.stuck_consumers(interval)", "", &[])
+            .with("NULL", "SELECT * FROM pgque.stuck_consumers(NULL)", St("22004"))
+            .with("negative", "SELECT * FROM pgque.stuck_consumers('-1 hour')", St("22023"))
+            .with("infinite", "SELECT * FROM pgque.stuck_consumers('infinity')", inf_interval())
+            .with("not an interval", "SELECT * FROM pgque.stuck_consumers('soon')", St("22007")),
+        row("pgque.in_flight(text)", "SELECT * FROM pgque.in_flight({Q}::text)", Q),
+        row(
+            "pgque.throughput(text,interval,interval)",
+            "SELECT * FROM pgque.throughput({Q}::text, '1 hour', '1 minute')",
+            Q,
+        )
+        .with("NULL period", "SELECT * FROM pgque.throughput('q', NULL, '1 minute')", St("22004"))
+        .with("NULL bucket", "SELECT * FROM pgque.throughput('q', '1 hour', NULL)", St("22004"))
+        .with("zero bucket", "SELECT * FROM pgque.throughput('q', '1 hour', '0')", St("22023"))
+        .with("negative period", "SELECT * FROM pgque.throughput('q', '-1 hour', '1 minute')", St("22023"))
+        .with("too many buckets", "SELECT * FROM pgque.throughput('q', '100 years', '1 second')", St("22023"))
+        .with("infinite period", "SELECT * FROM pgque.throughput('q', 'infinity', '1 minute')", inf_interval()),
+        row(
+            "pgque.error_rate(text,interval,interval)",
+            "SELECT * FROM pgque.error_rate({Q}::text, '1 hour', '1 minute')",
+            Q,
+        )
+        .with("NULL period", "SELECT * FROM pgque.error_rate('q', NULL, '1 minute')", St("22004"))
+        .with("zero bucket", "SELECT * FROM pgque.error_rate('q', '1 hour', '0 s')", St("22023"))
+        .with("too many buckets", "SELECT * FROM pgque.error_rate('q', '10 years', '1 second')", St("22023")),
+        no_args("pgque.logutriga()", "a trigger function: its arguments are checked when it fires (pg_test/tests/triggers.rs)"),
+        no_args("pgque.sqltriga()", "a trigger function: its arguments are checked when it fires (pg_test/tests/triggers.rs)"),
+        no_args("pgque.jsontriga()", "a trigger function: its arguments are checked when it fires (pg_test/tests/triggers.rs)"),
         // ---- job queues --------------------------------------------------------
         row(
             "pgque.create_job_queue(text,text,integer)",

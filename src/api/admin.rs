@@ -173,41 +173,46 @@ fn set_queue_config(queue_name: Option<&str>, param: Option<&str>, value: Option
         parse_setting(param, value).unwrap_or_else(|m| raise(error::INVALID_PARAMETER_VALUE, m));
     Spi::connect_mut(|c| {
         let q = log::queue_by_name(c, queue_name);
-        let ms = |v: f64| v;
-        match setting {
-            Setting::MaxCount(n) => log::exec(
-                c,
-                "UPDATE pgque.queue SET queue_ticker_max_count = $2 WHERE queue_id = $1",
-                &[q.id.into(), n.into()],
-            ),
-            Setting::MaxRetries(n) => log::exec(
-                c,
-                "UPDATE pgque.queue SET queue_max_retries = $2 WHERE queue_id = $1",
-                &[q.id.into(), n.into()],
-            ),
-            Setting::Paused(b) => log::exec(
-                c,
-                "UPDATE pgque.queue SET queue_ticker_paused = $2 WHERE queue_id = $1",
-                &[q.id.into(), b.into()],
-            ),
-            Setting::MaxLagMs(v) => log::exec(
-                c,
-                "UPDATE pgque.queue SET queue_ticker_max_lag = $2 * interval '1 millisecond' WHERE queue_id = $1",
-                &[q.id.into(), ms(v).into()],
-            ),
-            Setting::IdleMs(v) => log::exec(
-                c,
-                "UPDATE pgque.queue SET queue_ticker_idle_period = $2 * interval '1 millisecond' WHERE queue_id = $1",
-                &[q.id.into(), ms(v).into()],
-            ),
-            Setting::RotationMs(v) => log::exec(
-                c,
-                "UPDATE pgque.queue SET queue_rotation_period = $2 * interval '1 millisecond' WHERE queue_id = $1",
-                &[q.id.into(), ms(v).into()],
-            ),
-        };
+        apply_setting(c, &q, setting);
         1
     })
+}
+
+/// Stores one validated queue setting (UPDATE of the queue's row).
+pub(crate) fn apply_setting(c: &mut SpiClient<'_>, q: &log::Queue, setting: Setting) {
+    let ms = |v: f64| v;
+    match setting {
+        Setting::MaxCount(n) => log::exec(
+            c,
+            "UPDATE pgque.queue SET queue_ticker_max_count = $2 WHERE queue_id = $1",
+            &[q.id.into(), n.into()],
+        ),
+        Setting::MaxRetries(n) => log::exec(
+            c,
+            "UPDATE pgque.queue SET queue_max_retries = $2 WHERE queue_id = $1",
+            &[q.id.into(), n.into()],
+        ),
+        Setting::Paused(b) => log::exec(
+            c,
+            "UPDATE pgque.queue SET queue_ticker_paused = $2 WHERE queue_id = $1",
+            &[q.id.into(), b.into()],
+        ),
+        Setting::MaxLagMs(v) => log::exec(
+            c,
+            "UPDATE pgque.queue SET queue_ticker_max_lag = $2 * interval '1 millisecond' WHERE queue_id = $1",
+            &[q.id.into(), ms(v).into()],
+        ),
+        Setting::IdleMs(v) => log::exec(
+            c,
+            "UPDATE pgque.queue SET queue_ticker_idle_period = $2 * interval '1 millisecond' WHERE queue_id = $1",
+            &[q.id.into(), ms(v).into()],
+        ),
+        Setting::RotationMs(v) => log::exec(
+            c,
+            "UPDATE pgque.queue SET queue_rotation_period = $2 * interval '1 millisecond' WHERE queue_id = $1",
+            &[q.id.into(), ms(v).into()],
+        ),
+    };
 }
 
 /// ticker(): ticks every queue that needs it; returns the number of queues
@@ -333,62 +338,31 @@ fn member_by_name(c: &mut SpiClient<'_>, parent: &log::Sub, name: &str) -> i32 {
     })
 }
 
-fn do_register_member(
-    queue_name: Option<&str>,
-    consumer: Option<&str>,
-    subconsumer: Option<&str>,
-) -> i32 {
-    Spi::connect_mut(|c| {
-        let q = log::queue_by_name(c, queue_name);
-        register_member(c, &q, consumer, subconsumer)
-    })
-}
+// register_subconsumer / subscribe_subconsumer (4 arguments, convert_normal)
+// are in pgq_compat.rs. The 3-argument C symbols stay exported without SQL:
+// the frozen install scripts of 0.6.0 and older name them, and a database
+// still at such a version runs them against this library until it is
+// updated. They register as those versions did (a normal consumer becomes
+// cooperative), except that a consumer with an open batch is not converted.
 
-/// Registers `subconsumer` as a member of `consumer` (registering the
-/// consumer too when needed): 1 new member, 0 existed.
-fn register_member(
-    c: &mut SpiClient<'_>,
-    q: &log::Queue,
-    consumer: Option<&str>,
-    subconsumer: Option<&str>,
-) -> i32 {
-    let cname = log::valid_consumer(consumer, "consumer");
-    let mname = member_name(subconsumer);
-    log::register(c, q, cname, None);
-    let parent = log::sub_by_name(c, q, Some(cname));
-    if find_member(c, parent.id, mname).is_some() {
-        return 0;
-    }
-    log::exec(
-        c,
-        "INSERT INTO pgque.subscription (sub_queue, sub_consumer, sub_parent, sub_start_tick) \
-         SELECT $1, $2, $3, sub_start_tick FROM pgque.subscription WHERE sub_id = $3 \
-         ON CONFLICT DO NOTHING",
-        &[q.id.into(), mname.into(), parent.id.into()],
-    );
-    1
-}
-
-/// register_subconsumer(queue_name, consumer, subconsumer) → 1 new / 0 existed.
-#[pg_extern(security_definer)]
-#[search_path(pg_catalog, pgque, pg_temp)]
+/// Pre-0.7.0 register_subconsumer(queue_name, consumer, subconsumer) (no SQL).
+#[pg_extern(sql = false)]
 fn register_subconsumer(
     queue_name: Option<&str>,
     consumer: Option<&str>,
     subconsumer: Option<&str>,
 ) -> i32 {
-    do_register_member(queue_name, consumer, subconsumer)
+    super::pgq_compat::do_register(queue_name, consumer, subconsumer, Some(true))
 }
 
-/// subscribe_subconsumer(queue_name, consumer, subconsumer): PgQue's name.
-#[pg_extern(security_definer)]
-#[search_path(pg_catalog, pgque, pg_temp)]
+/// Pre-0.7.0 subscribe_subconsumer(queue_name, consumer, subconsumer) (no SQL).
+#[pg_extern(sql = false)]
 fn subscribe_subconsumer(
     queue_name: Option<&str>,
     consumer: Option<&str>,
     subconsumer: Option<&str>,
 ) -> i32 {
-    do_register_member(queue_name, consumer, subconsumer)
+    super::pgq_compat::do_register(queue_name, consumer, subconsumer, Some(true))
 }
 
 /// unregister_subconsumer(queue_name, consumer, subconsumer, batch_handling
@@ -402,6 +376,16 @@ fn unregister_subconsumer(
     consumer: Option<&str>,
     subconsumer: Option<&str>,
     batch_handling: default!(Option<i32>, 0),
+) -> i32 {
+    unregister_member(queue_name, consumer, subconsumer, batch_handling)
+}
+
+/// unregister_subconsumer's body (also unsubscribe_subconsumer's).
+pub(crate) fn unregister_member(
+    queue_name: Option<&str>,
+    consumer: Option<&str>,
+    subconsumer: Option<&str>,
+    batch_handling: Option<i32>,
 ) -> i32 {
     let handling = required(batch_handling, "batch_handling");
     if !(0..=1).contains(&handling) {
@@ -486,7 +470,7 @@ fn coop_open(
     let (parent, m) = match find_group_member(c, &q, consumer, subconsumer) {
         Some(found) => found,
         None => {
-            register_member(c, &q, consumer, subconsumer);
+            super::pgq_compat::register_member(c, &q, consumer, subconsumer, false);
             let parent = log::sub_by_name(c, &q, consumer);
             let m = member_by_name(c, &parent, member_name(subconsumer));
             (parent, m)

@@ -16,8 +16,11 @@ pub mod dead_letter;
 pub mod delayed;
 pub mod idem;
 pub mod info;
+pub mod observe;
+pub mod pgq_compat;
 pub mod slots;
 pub mod srf;
+pub mod triggers;
 pub mod types;
 
 use srf::Messages;

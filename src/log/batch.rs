@@ -676,6 +676,21 @@ pub fn next_batch_coop(
     dead_interval_ms: Option<f64>,
     limit: i64,
 ) -> Option<Opened> {
+    next_batch_coop_gated(client, q, sub_id, member, dead_interval_ms, limit, true)
+}
+
+/// next_batch_coop that opens a new range of the stream only when
+/// `open_new` (next_batch_custom's conditions); the member's open batch and
+/// takeovers are returned either way.
+pub fn next_batch_coop_gated(
+    client: &mut SpiClient<'_>,
+    q: &Queue,
+    sub_id: i32,
+    member: i32,
+    dead_interval_ms: Option<f64>,
+    limit: i64,
+    open_new: bool,
+) -> Option<Opened> {
     lock_sub(client, sub_id);
     if let Some(b) = member_open_batch(client, sub_id, member) {
         return Some(Opened {
@@ -708,6 +723,9 @@ pub fn next_batch_coop(
             batch: b,
             events: None,
         });
+    }
+    if !open_new {
+        return None;
     }
     let latest = latest_batch(client, sub_id);
     let start = if latest.is_none() {

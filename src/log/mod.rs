@@ -91,6 +91,19 @@ pub fn exec<'c>(client: &mut SpiClient<'c>, sql: &str, args: &[DatumWithOid]) ->
     result.unwrap_or_else(|e| panic!("pgque: statement failed: {e}"))
 }
 
+/// Like [`exec`], always on SPI's read path: for statements [`reads_only`]
+/// cannot prove read-only (a WITH of plain SELECTs) but that are.
+pub fn exec_read<'c>(
+    client: &mut SpiClient<'c>,
+    sql: &str,
+    args: &[DatumWithOid],
+) -> SpiTupleTable<'c> {
+    let k = plan(client, sql, args);
+    client
+        .select(&*k.plan, None, args)
+        .unwrap_or_else(|e| panic!("pgque: statement failed: {e}"))
+}
+
 /// A plain SELECT: no row locks, no data-modifying CTE (those start with
 /// WITH), no call that writes (sequences, NOTIFY, advisory locks, pgque's own
 /// functions). Conservative: anything else is run as a write.

@@ -81,9 +81,14 @@ fn wanted_here() -> Option<bool> {
         if ext == pg_sys::InvalidOid {
             return None;
         }
-        Spi::get_one::<bool>("SELECT worker_enabled FROM pgque.worker_config")
-            .ok()
-            .flatten()
+        // to_jsonb: the column exists from 0.7.0 on, and the library may run
+        // against a schema not updated yet.
+        let (enabled, period) = Spi::get_two::<bool, i32>(
+            "SELECT worker_enabled, (to_jsonb(w) ->> 'tick_period_ms')::int4 FROM pgque.worker_config w",
+        )
+        .ok()?;
+        duties::set_tick_period_override(period);
+        enabled
     })
     .ok()
     .flatten()

@@ -2,7 +2,25 @@
 //! function, so it can be tested alone and run by any scheduler in manual mode
 //! (no shared_preload_libraries); the worker only decides when to call it.
 use crate::gucs;
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::Duration;
+
+/// This database's tick period from set_tick_period_ms (0: none), read by the
+/// worker with its periodic check of pgque.worker_config.
+static TICK_PERIOD_OVERRIDE_MS: AtomicI32 = AtomicI32::new(0);
+
+/// Records this database's set_tick_period_ms value (None: not set).
+pub fn set_tick_period_override(ms: Option<i32>) {
+    TICK_PERIOD_OVERRIDE_MS.store(ms.unwrap_or(0).max(0), Ordering::Relaxed);
+}
+
+/// The ticker's cadence: the database's set_tick_period_ms, else pgque.tick_period_ms.
+pub fn tick_period() -> Duration {
+    match TICK_PERIOD_OVERRIDE_MS.load(Ordering::Relaxed) {
+        0 => gucs::tick_period(),
+        ms => Duration::from_millis(ms as u64),
+    }
+}
 
 pub struct Duty {
     /// Shown by pgque.status() as `duty:<name>`.
@@ -19,7 +37,7 @@ pub const DUTIES: &[Duty] = &[
     Duty {
         name: "ticker",
         sql: "SELECT pgque.ticker()",
-        period: gucs::tick_period,
+        period: tick_period,
         on_wake: true,
     },
     Duty {
