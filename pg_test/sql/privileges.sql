@@ -31,17 +31,23 @@ SELECT p.oid::regprocedure AS definer_without_search_path
    AND NOT EXISTS (SELECT 1 FROM unnest(p.proconfig) c WHERE c LIKE 'search_path=%');
 
 -- Every function runs with JIT off (short statements; JIT only costs),
--- except the send functions, which carry nothing but their search_path (each
--- setting is paid on every call, and theirs would change no plan), and
--- job_channel, a pure function called inside pgque's own NOTIFY statements.
+-- except the send functions and the row triggers, which carry nothing but
+-- their search_path (each setting is paid on every call, and theirs would
+-- change no plan), job_channel, a pure function called inside pgque's own
+-- NOTIFY statements, and the procedure ticker_loop (it COMMITs: no settings).
 SELECT p.oid::regprocedure AS function_with_jit
   FROM pg_proc p
- WHERE p.pronamespace = 'pgque'::regnamespace
-   AND p.proname <> ALL (ARRAY['send', 'send_batch', 'insert_event', 'job_channel',
+ WHERE p.pronamespace = 'pgque'::regnamespace AND p.prokind = 'f'
+   AND p.proname <> ALL (ARRAY['send', 'send_batch', 'insert_event', 'insert_event_bulk',
+                               'job_channel', 'logutriga', 'sqltriga', 'jsontriga',
                                'xact_lock', 'xact_lock_shared', 'try_xact_lock'])
    AND NOT coalesce('jit=off' = ANY (p.proconfig), false);
 SELECT p.oid::regprocedure AS send_function, p.proconfig
   FROM pg_proc p
  WHERE p.pronamespace = 'pgque'::regnamespace
-   AND p.proname = ANY (ARRAY['send', 'send_batch', 'insert_event'])
+   AND p.proname = ANY (ARRAY['send', 'send_batch', 'insert_event', 'insert_event_bulk',
+                              'logutriga', 'sqltriga', 'jsontriga'])
  ORDER BY 1::text;
+SELECT p.oid::regprocedure AS procedure, p.proconfig
+  FROM pg_proc p
+ WHERE p.pronamespace = 'pgque'::regnamespace AND p.prokind = 'p';
