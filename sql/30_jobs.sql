@@ -94,8 +94,12 @@ CREATE TABLE pgque.jobs (
     -- ''), set only while its queue is round_robin (enqueue; a mode change
     -- rewrites it for the queue's unfinished jobs). NULL in a strict_fifo
     -- queue, so those jobs cost no entry in jobs_ready_rr_idx.
-    -- (Last column: where ALTER TABLE ... ADD COLUMN puts it on upgrade.)
     rr_key        text,
+    -- What complete recorded (kept as long as the job), and the last value
+    -- set_progress reported. (Last columns: where ALTER TABLE ... ADD COLUMN
+    -- puts them on upgrade.)
+    output        jsonb,
+    progress      jsonb,
     CHECK (state <> 'ready' OR ready_seq IS NOT NULL),
     CHECK (state <> 'running' OR (lease_token IS NOT NULL AND lease_until IS NOT NULL)),
     -- A lease token exists exactly while the job runs: the lifecycle

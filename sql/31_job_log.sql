@@ -118,17 +118,40 @@ CREATE INDEX job_claims_lease_idx ON pgque.job_claims (lease_until) WHERE state 
 -- One row per completion call and claim (kind c: job_ids completed), or per
 -- job that left its claim for pgque.jobs (kind o: failed, snoozed, cancelled
 -- while running). A claim's unfinished jobs are its job_ids minus its done rows.
+-- outputs: what complete recorded, aligned with job_ids (NULL when the call
+-- gave none): written with the row, so an output costs no update.
 CREATE TABLE pgque.job_done (
     seg      smallint NOT NULL,
     claim_id bigint NOT NULL,
     kind     "char" NOT NULL CHECK (kind IN ('c', 'o')),
     job_ids  bigint[] NOT NULL,
-    at       timestamptz NOT NULL
+    at       timestamptz NOT NULL,
+    outputs  jsonb[]
 ) PARTITION BY LIST (seg);
 CREATE TABLE pgque.job_done_0 PARTITION OF pgque.job_done FOR VALUES IN (0);
 CREATE TABLE pgque.job_done_1 PARTITION OF pgque.job_done FOR VALUES IN (1);
 CREATE TABLE pgque.job_done_2 PARTITION OF pgque.job_done FOR VALUES IN (2);
 CREATE INDEX job_done_claim_idx ON pgque.job_done (claim_id);
+
+-- One row per set_progress of a job of the log (its claim active, the job
+-- unfinished in it): appended, never updated; the row with the highest id
+-- of a (claim, job) is the job's progress. Partitioned by the segment that
+-- was current when it was written and truncated with it (after the claim's
+-- own segment, or with it: segments go oldest first); a job that moves to
+-- pgque.jobs takes its last progress along (release.rs, TO_SIDE_SQL).
+CREATE SEQUENCE pgque.job_progress_id_seq AS bigint;
+CREATE TABLE pgque.job_progress (
+    seg      smallint NOT NULL,
+    id       bigint NOT NULL,
+    claim_id bigint NOT NULL,
+    job_id   bigint NOT NULL,
+    progress jsonb NOT NULL,
+    at       timestamptz NOT NULL
+) PARTITION BY LIST (seg);
+CREATE TABLE pgque.job_progress_0 PARTITION OF pgque.job_progress FOR VALUES IN (0);
+CREATE TABLE pgque.job_progress_1 PARTITION OF pgque.job_progress FOR VALUES IN (1);
+CREATE TABLE pgque.job_progress_2 PARTITION OF pgque.job_progress FOR VALUES IN (2);
+CREATE INDEX job_progress_job_idx ON pgque.job_progress (job_id, id);
 
 -- Log jobs above their lane's cursor that pgque.jobs owns (a ready job that
 -- was cancelled): dispatch passes over them. Removed once the cursor passes.
@@ -153,8 +176,8 @@ claimed AS (
     WHERE c.state <> 's'
 ),
 done AS (
-    SELECT d.claim_id, d.at, m.job_id
-    FROM pgque.job_done d CROSS JOIN LATERAL unnest(d.job_ids) AS m(job_id)
+    SELECT d.claim_id, d.at, m.job_id, m.output
+    FROM pgque.job_done d CROSS JOIN LATERAL unnest(d.job_ids, d.outputs) AS m(job_id, output)
     WHERE d.kind = 'c'
 ),
 jobs AS (
@@ -178,7 +201,9 @@ SELECT j.id, j.queue, j.kind, j.args, j.priority, j.shard,
        c.worker,
        CASE WHEN d.claim_id IS NULL THEN c.claim_id END AS lease_token,
        CASE WHEN d.claim_id IS NULL THEN c.lease_until END AS lease_until,
-       c.dispatched_at, d.at AS finished_at, j.lane_id
+       c.dispatched_at, d.at AS finished_at, j.lane_id, d.output,
+       (SELECT p.progress FROM pgque.job_progress p
+        WHERE p.job_id = j.id AND p.claim_id = c.claim_id ORDER BY p.id DESC LIMIT 1) AS progress
 FROM jobs j
 LEFT JOIN claimed c ON c.lane_id = j.lane_id AND c.job_id = j.id
 LEFT JOIN done d ON d.claim_id = c.claim_id AND d.job_id = j.id
@@ -191,13 +216,13 @@ CREATE VIEW pgque.all_jobs AS
 SELECT s.id, s.queue, s.kind, s.args, s.priority, s.state, s.run_at, s.attempt,
        s.max_attempts, s.actor, s.fairness_key, s.identity_key, s.unique_key,
        s.enqueued_at, s.worker, s.lease_token, s.lease_until, s.dispatched_at,
-       s.finished_at, s.errors, s.shard, 'jobs'::text AS stored_in
+       s.finished_at, s.errors, s.shard, 'jobs'::text AS stored_in, s.output, s.progress
 FROM pgque.jobs s
 UNION ALL
 SELECT g.id, g.queue, g.kind, g.args, g.priority, g.state, g.run_at, g.attempt,
        g.max_attempts, NULL, g.fairness_key, NULL, NULL,
        g.enqueued_at, g.worker, g.lease_token, g.lease_until, g.dispatched_at,
-       g.finished_at, NULL, g.shard, 'log'::text
+       g.finished_at, NULL, g.shard, 'log'::text, g.output, g.progress
 FROM pgque.job_log_jobs g;
 
 -- One job by id, wherever it is stored: its pgque.all_jobs row, or no row.
@@ -213,7 +238,7 @@ AS $get_job$
 SELECT s.id, s.queue, s.kind, s.args, s.priority, s.state, s.run_at, s.attempt,
        s.max_attempts, s.actor, s.fairness_key, s.identity_key, s.unique_key,
        s.enqueued_at, s.worker, s.lease_token, s.lease_until, s.dispatched_at,
-       s.finished_at, s.errors, s.shard, 'jobs'::text
+       s.finished_at, s.errors, s.shard, 'jobs'::text, s.output, s.progress
 FROM pgque.jobs s WHERE s.id = $1
 UNION ALL
 SELECT $1, f.queue, u.kind, u.args, f.priority,
@@ -226,7 +251,10 @@ SELECT $1, f.queue, u.kind, u.args, f.priority,
        f.enqueued_at, c.worker,
        CASE WHEN d.claim_id IS NULL THEN c.claim_id END,
        CASE WHEN d.claim_id IS NULL THEN c.lease_until END,
-       c.dispatched_at, d.at, NULL, f.shard, 'log'::text
+       c.dispatched_at, d.at, NULL, f.shard, 'log'::text,
+       d.outputs[array_position(d.job_ids, $1)],
+       (SELECT p.progress FROM pgque.job_progress p
+        WHERE p.job_id = $1 AND p.claim_id = c.claim_id ORDER BY p.id DESC LIMIT 1)
 FROM (
     SELECT l.lane_id, l.queue, l.priority, l.shard, r.id_lo, r.ids, r.enqueued_at,
            r.max_attempts, r.kinds, r.args, r.run_ats, r.job_max_attempts, r.fairness_keys,
@@ -408,3 +436,7 @@ SELECT pg_catalog.pg_extension_config_dump('pgque.job_claims_2', '');
 SELECT pg_catalog.pg_extension_config_dump('pgque.job_done_0', '');
 SELECT pg_catalog.pg_extension_config_dump('pgque.job_done_1', '');
 SELECT pg_catalog.pg_extension_config_dump('pgque.job_done_2', '');
+SELECT pg_catalog.pg_extension_config_dump('pgque.job_progress_0', '');
+SELECT pg_catalog.pg_extension_config_dump('pgque.job_progress_1', '');
+SELECT pg_catalog.pg_extension_config_dump('pgque.job_progress_2', '');
+SELECT pg_catalog.pg_extension_config_dump('pgque.job_progress_id_seq', '');

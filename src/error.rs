@@ -17,6 +17,7 @@
 //! | a log job handled at REPEATABLE READ or above | 0A000  | feature_not_supported       |
 //! | an administrator's step by another role     | 42501    | insufficient_privilege      |
 //! | an array or count beyond its documented cap | 54000    | program_limit_exceeded      |
+//! | a job output or progress over its size cap  | 54000    | program_limit_exceeded      |
 use pgrx::pg_sys::errcodes::PgSqlErrorCode;
 use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::PgLogLevel;

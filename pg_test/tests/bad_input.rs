@@ -1025,18 +1025,32 @@ fn matrix() -> Vec<Row> {
         .with("infinite lease", "SELECT * FROM pgque.dispatch(ARRAY['jq'], 1, 'w', 'infinity')", inf_interval())
         .with("oversample 0", "SELECT * FROM pgque.dispatch(ARRAY['jq'], 1, 'w', NULL, 0)", St("22003"))
         .with("NULL queue element", "SELECT * FROM pgque.dispatch(ARRAY['jq', NULL], 1, 'w')", St("22004")),
-        row("pgque.complete(bigint,bigint)", "", &[])
+        row("pgque.complete(bigint,bigint,jsonb)", "", &[])
             .with("unknown job", "SELECT pgque.complete(987654321, 1)", Noop)
             .with("stale token", "SELECT pgque.complete((SELECT min(id) FROM pgque.jobs), 987654321)", Noop)
+            .with("stale token with output", "SELECT pgque.complete((SELECT min(id) FROM pgque.jobs), 987654321, '{\"r\": 1}')", Noop)
             .with("NULL job", "SELECT pgque.complete(NULL, 1)", St("22004"))
             .with("NULL token", "SELECT pgque.complete(1, NULL)", St("22004"))
-            .with("text job", "SELECT pgque.complete('x', 1)", St("22P02")),
-        row("pgque.complete_many(bigint[],bigint[])", "", &[])
+            .with("text job", "SELECT pgque.complete('x', 1)", St("22P02"))
+            .with("not JSON output", "SELECT pgque.complete(1, 1, 'x')", St("22P02"))
+            .with("output over the cap", "SELECT pgque.complete(1, 1, jsonb_build_object('x', repeat('a', 1048577)))", St("54000")),
+        row("pgque.complete_many(bigint[],bigint[],jsonb[])", "", &[])
             .with("NULL ids", "SELECT pgque.complete_many(NULL, ARRAY[1]::bigint[])", St("22004"))
             .with("NULL tokens", "SELECT pgque.complete_many(ARRAY[1]::bigint[], NULL)", St("22004"))
             .with("length mismatch", "SELECT pgque.complete_many(ARRAY[1, 2]::bigint[], ARRAY[1]::bigint[])", St("22023"))
+                        .with("beyond the cap", "SELECT pgque.complete_many(array_fill(1::bigint, ARRAY[10001]), array_fill(1::bigint, ARRAY[10001]))", St("54000"))
+            .with("outputs length mismatch", "SELECT pgque.complete_many(ARRAY[1]::bigint[], ARRAY[1]::bigint[], ARRAY['1', '2']::jsonb[])", St("22023"))
+            .with("output over the cap", "SELECT pgque.complete_many(ARRAY[1]::bigint[], ARRAY[1]::bigint[], ARRAY[jsonb_build_object('x', repeat('a', 1048577))])", St("54000"))
             .with("unknown jobs", "SELECT pgque.complete_many(ARRAY[987654321]::bigint[], ARRAY[1]::bigint[])", Noop)
-            .with("beyond the cap", "SELECT pgque.complete_many(array_fill(1::bigint, ARRAY[10001]), array_fill(1::bigint, ARRAY[10001]))", St("54000")),
+            .with("unknown jobs with outputs", "SELECT pgque.complete_many(ARRAY[987654321]::bigint[], ARRAY[1]::bigint[], ARRAY['1']::jsonb[])", Noop),
+        row("pgque.set_progress(bigint,bigint,jsonb)", "", &[])
+            .with("unknown job", "SELECT pgque.set_progress(987654321, 1, '1')", Noop)
+            .with("stale token", "SELECT pgque.set_progress((SELECT min(id) FROM pgque.jobs), 987654321, '1')", Noop)
+            .with("NULL job", "SELECT pgque.set_progress(NULL, 1, '1')", St("22004"))
+            .with("NULL token", "SELECT pgque.set_progress(1, NULL, '1')", St("22004"))
+            .with("NULL progress", "SELECT pgque.set_progress(1, 1, NULL)", St("22004"))
+            .with("not JSON", "SELECT pgque.set_progress(1, 1, 'x')", St("22P02"))
+            .with("over the cap", "SELECT pgque.set_progress(1, 1, jsonb_build_object('x', repeat('a', 65537)))", St("54000")),
         row("pgque.fail(bigint,bigint,text,timestamp with time zone)", "", &[])
             .with("NULL job", "SELECT pgque.fail(NULL, 1, 'e')", St("22004"))
             .with("NULL token", "SELECT pgque.fail(1, NULL, 'e')", St("22004"))

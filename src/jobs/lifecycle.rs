@@ -12,9 +12,11 @@
 //! job) a valid path for what must be a primary-key lookup. Every transition out of 'running' gives back the actor's slot and
 //! the identity claim, in the same statement, and writes one job event.
 use super::log;
+use super::outputs::{self, JsonbDatum};
 use super::stmt::{prepared, run_int, ty, with_generic_plans};
+use crate::api::types::JsonbArray;
 use crate::error::{self, raise, required};
-use pgrx::datum::{Interval, TimestampWithTimeZone};
+use pgrx::datum::{DatumWithOid, Interval, TimestampWithTimeZone};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
@@ -52,10 +54,12 @@ macro_rules! leave_running {
     };
 }
 
+/// $1 id, $2 token, $3 output (NULL: none).
 pub const COMPLETE_SQL: &str = leave_running!(
     r#"gone AS (
     UPDATE pgque.jobs j
-    SET state = 'completed', finished_at = now(), lease_token = NULL, lease_until = NULL
+    SET state = 'completed', finished_at = now(), lease_token = NULL, lease_until = NULL,
+        output = $3::jsonb
     WHERE j.id = $1 AND j.lease_token = $2
     RETURNING j.id, j.queue, j.actor, j.identity_key, j.attempt,
               'completed'::text AS event, NULL::text AS detail
@@ -63,13 +67,17 @@ pub const COMPLETE_SQL: &str = leave_running!(
     "SELECT count(*)::int FROM gone"
 );
 
+/// $1 ids, $2 tokens, $3 outputs aligned with them (NULL: none; unnest
+/// pads a NULL array with NULLs).
 pub const COMPLETE_MANY_SQL: &str = leave_running!(
     r#"input AS MATERIALIZED (
-    SELECT t.id, t.token FROM unnest($1::bigint[], $2::bigint[]) AS t(id, token)
+    SELECT t.id, t.token, t.output
+    FROM unnest($1::bigint[], $2::bigint[], $3::jsonb[]) AS t(id, token, output)
 ),
 gone AS (
     UPDATE pgque.jobs j
-    SET state = 'completed', finished_at = now(), lease_token = NULL, lease_until = NULL
+    SET state = 'completed', finished_at = now(), lease_token = NULL, lease_until = NULL,
+        output = i.output
     FROM input i
     WHERE j.id = ANY ($1::bigint[]) AND j.id = i.id AND j.lease_token = i.token
     RETURNING j.id, j.queue, j.actor, j.identity_key, j.attempt,
@@ -164,28 +172,51 @@ ev AS (
 SELECT c.was, (SELECT count(*)::int FROM upd) FROM cur c
 "#;
 
-/// Marks the job completed if `lease_token` is its current attempt's token.
-/// False (and nothing changed) for a stale token or a job not running.
+/// Marks the job completed if `lease_token` is its current attempt's token,
+/// recording `output` (shown by get_job / all_jobs as long as the job is
+/// kept; 54000 over MAX_OUTPUT_BYTES). False (and nothing changed) for a
+/// stale token, a cancelled job or a job not running.
 #[pg_extern(security_definer, parallel_unsafe)]
 #[search_path(pg_catalog, pgque, pg_temp)]
-fn complete(job_id: Option<i64>, lease_token: Option<i64>) -> bool {
+fn complete(
+    job_id: Option<i64>,
+    lease_token: Option<i64>,
+    output: default!(Option<JsonbDatum>, "NULL"),
+) -> bool {
     let id = required(job_id, "job_id");
     let token = required(lease_token, "lease_token");
-    if log_complete(&[id], &[token]) == 1 {
+    if let Some(o) = output {
+        outputs::check_size(o.size, outputs::MAX_OUTPUT_BYTES, "output");
+    }
+    let elems = output.map(|o| [Some(o.datum)]);
+    if log_complete(&[id], &[token], elems.as_ref().map(|e| &e[..])) == 1 {
         return true;
     }
+    let out = match output {
+        Some(o) => o.arg(),
+        None => DatumWithOid::null_oid(pg_sys::JSONBOID),
+    };
     run_int(
         COMPLETE_SQL,
-        &[ty(pg_sys::INT8OID), ty(pg_sys::INT8OID)],
-        vec![id.into(), token.into()],
+        &[
+            ty(pg_sys::INT8OID),
+            ty(pg_sys::INT8OID),
+            ty(pg_sys::JSONBOID),
+        ],
+        vec![id.into(), token.into(), out],
     ) == 1
 }
 
-/// Completes many jobs in one statement; pairs with a stale token are
-/// skipped. Returns how many were completed.
+/// Completes many jobs in one statement, recording `outputs[i]` for the
+/// i-th pair (NULL array or element: no output); pairs with a stale token
+/// are skipped. Returns how many were completed.
 #[pg_extern(security_definer, parallel_unsafe)]
 #[search_path(pg_catalog, pgque, pg_temp)]
-fn complete_many(job_ids: Option<Vec<Option<i64>>>, lease_tokens: Option<Vec<Option<i64>>>) -> i32 {
+fn complete_many(
+    job_ids: Option<Vec<Option<i64>>>,
+    lease_tokens: Option<Vec<Option<i64>>>,
+    outputs: default!(Option<JsonbArray>, "NULL"),
+) -> i32 {
     let ids = required(job_ids, "job_ids");
     let tokens = required(lease_tokens, "lease_tokens");
     error::check_len(ids.len().max(tokens.len()), "job_ids", error::MAX_ARRAY);
@@ -199,6 +230,18 @@ fn complete_many(job_ids: Option<Vec<Option<i64>>>, lease_tokens: Option<Vec<Opt
             ),
         );
     }
+    if let Some(o) = &outputs {
+        if o.0.len != ids.len() {
+            raise(
+                error::INVALID_PARAMETER_VALUE,
+                format!(
+                    "outputs has {} elements and job_ids {}; they must be of equal length",
+                    o.0.len,
+                    ids.len()
+                ),
+            );
+        }
+    }
     if ids.iter().chain(tokens.iter()).any(Option::is_none) {
         raise(
             error::NULL_VALUE_NOT_ALLOWED,
@@ -210,17 +253,27 @@ fn complete_many(job_ids: Option<Vec<Option<i64>>>, lease_tokens: Option<Vec<Opt
     }
     let ids: Vec<i64> = ids.into_iter().flatten().collect();
     let tokens: Vec<i64> = tokens.into_iter().flatten().collect();
-    let from_log = log_complete(&ids, &tokens);
+    // checks each output's size too
+    let elems = outputs.as_ref().map(outputs::elements);
+    let from_log = log_complete(&ids, &tokens, elems.as_deref());
     if from_log as usize == ids.len() {
         return from_log;
     }
+    let outs = match &outputs {
+        Some(o) => o.0.arg(),
+        None => DatumWithOid::null_oid(pg_sys::JSONBARRAYOID),
+    };
     // the rest are pgque.jobs' (or stale): a pair the log completed has no
     // running row there, so nothing is counted twice
     from_log
         + run_int(
             COMPLETE_MANY_SQL,
-            &[ty(pg_sys::INT8ARRAYOID), ty(pg_sys::INT8ARRAYOID)],
-            vec![ids.into(), tokens.into()],
+            &[
+                ty(pg_sys::INT8ARRAYOID),
+                ty(pg_sys::INT8ARRAYOID),
+                ty(pg_sys::JSONBARRAYOID),
+            ],
+            vec![ids.into(), tokens.into(), outs],
         )
 }
 
@@ -230,7 +283,7 @@ fn complete_many(job_ids: Option<Vec<Option<i64>>>, lease_tokens: Option<Vec<Opt
 /// jobs is one statement; at REPEATABLE READ and SERIALIZABLE the lookup
 /// says whether a token is a claim, which must then be refused (0A000),
 /// and returns 0 at once for jobs of pgque.jobs.
-fn log_complete(ids: &[i64], tokens: &[i64]) -> i32 {
+fn log_complete(ids: &[i64], tokens: &[i64], outputs: Option<&[Option<pg_sys::Datum>]>) -> i32 {
     if log::xact_snapshot() {
         if !log::claims_locked(tokens, "complete") {
             return 0;
@@ -238,7 +291,7 @@ fn log_complete(ids: &[i64], tokens: &[i64]) -> i32 {
     } else {
         log::lock_tokens(tokens);
     }
-    log::release::complete(ids, tokens)
+    log::release::complete(ids, tokens, outputs)
 }
 
 /// Records a failed attempt. Returns the job's new state: 'ready' or

@@ -8,6 +8,7 @@
 //! - `jobrows`   dispatch's result rows, handed over in one call as datums
 //! - `outcomes`  enqueue_ready_rows' result rows, handed over in one call
 //! - `lifecycle` complete / fail / heartbeat / snooze / cancel / retry_job
+//! - `outputs`   job outputs and progress: the jsonb arguments, caps, set_progress
 //! - `sweeps`    lease rescue, promotion, event retention, pruning, ANALYZE
 //! - `log`       the job log: ordinary jobs as batch rows, claims and done rows
 //!
@@ -22,6 +23,7 @@ pub mod jobrows;
 pub mod lifecycle;
 pub mod log;
 pub mod outcomes;
+pub mod outputs;
 pub mod queues;
 pub mod stmt;
 pub mod sweeps;

@@ -1393,13 +1393,13 @@ pub mod tests {
             crate::jobs::dispatch::DISPATCH_SQL
         ));
         run(&format!(
-            "PREPARE c(bigint[], bigint[]) AS {}",
+            "PREPARE c(bigint[], bigint[], jsonb[]) AS {}",
             crate::jobs::lifecycle::COMPLETE_MANY_SQL
         ));
         // first executions: the generic plans are made now, on 3 jobs
         explain_widest("EXECUTE d(ARRAY['tiny'], 2, 'w', NULL, 2)");
         explain_widest("EXECUTE d(ARRAY['tinyrr'], 2, 'w', NULL, 2)");
-        explain_widest("EXECUTE c(ARRAY[0]::bigint[], ARRAY[0]::bigint[])");
+        explain_widest("EXECUTE c(ARRAY[0]::bigint[], ARRAY[0]::bigint[], NULL)");
         for q in ["tiny", "tinyrr"] {
             run(&format!(
                 "SELECT count(*) FROM pgque.enqueue_ready_rows('{q}',
@@ -1428,7 +1428,7 @@ pub mod tests {
         let ids = one::<String>("SELECT ids::text FROM pairs").unwrap();
         let tokens = one::<String>("SELECT tokens::text FROM pairs").unwrap();
         let (widest, _) = explain_widest(&format!(
-            "EXECUTE c('{ids}'::bigint[], '{tokens}'::bigint[])"
+            "EXECUTE c('{ids}'::bigint[], '{tokens}'::bigint[], NULL)"
         ));
         assert!(
             widest <= 100.0,

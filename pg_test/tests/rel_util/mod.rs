@@ -342,15 +342,35 @@ pub fn consume_all(c: &mut Client, f: &Filled) {
         .get(0);
     assert_eq!(rq, 1, "e1 waits for its retry");
 
-    // Jobs: the running one completes with its lease; the others dispatch.
+    // Jobs: the running one reports progress and completes with an output
+    // (0.7.0) under its old lease; the others dispatch.
     let ok: bool = c
         .query_one(
-            "SELECT pgque.complete($1, $2)",
+            "SELECT pgque.set_progress($1, $2, '{\"step\": 1}')",
+            &[&f.running_job.0, &f.running_job.1],
+        )
+        .unwrap()
+        .get(0);
+    assert!(ok, "set_progress() of the job running before");
+    let ok: bool = c
+        .query_one(
+            "SELECT pgque.complete($1, $2, '{\"out\": 1}')",
             &[&f.running_job.0, &f.running_job.1],
         )
         .unwrap()
         .get(0);
     assert!(ok, "complete() of the job running before");
+    let shown: String = c
+        .query_one(
+            "SELECT state || ' ' || output::text || ' ' || progress::text FROM pgque.get_job($1)",
+            &[&f.running_job.0],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        shown, r#"completed {"out": 1} {"step": 1}"#,
+        "output and progress of the job running before"
+    );
     c.batch_execute(
         "SELECT pg_sleep(greatest(0, extract(epoch FROM run_at - clock_timestamp()) + 0.05)::float8)
            FROM pgque.jobs WHERE state = 'scheduled'",

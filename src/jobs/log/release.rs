@@ -1,9 +1,10 @@
-//! What happens to a job the log handed out: completion through done rows,
-//! heartbeats of claims, and `to_side`, which copies claimed jobs into
+//! What happens to a job the log handed out: completion through done rows
+//! (with the outputs), progress rows, heartbeats of claims, and `to_side`, which copies claimed jobs into
 //! pgque.jobs (as running, under the claim's token and lease) so that fail,
 //! snooze, cancel and the lease rescue act on them with pgque.jobs' own
 //! statements. Every entry point takes the claims' locks first (mod.rs).
 use super::super::stmt::{prepared, run_int, ty, with_generic_plans};
+use pgrx::datum::DatumWithOid;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use std::collections::HashMap;
@@ -22,28 +23,29 @@ WHERE d.claim_id = ANY ($1::bigint[])
 "#;
 
 /// $1 claim ids, $2 job ids, $3 and $4 the first and last position in $2 of
-/// each claim's jobs: one done row (kind c) per claim.
+/// each claim's jobs, $5 the outputs aligned with $2 (NULL: none): one done
+/// row (kind c) per claim.
 const DONE_SQL: &str = concat!(
     r#"
-INSERT INTO pgque.job_done (seg, claim_id, kind, job_ids, at)
+INSERT INTO pgque.job_done (seg, claim_id, kind, job_ids, at, outputs)
 SELECT "#,
     crate::cur_seg!(),
-    r#", x.claim_id, 'c', ($2::bigint[])[x.lo:x.hi], now()
+    r#", x.claim_id, 'c', ($2::bigint[])[x.lo:x.hi], now(), ($5::jsonb[])[x.lo:x.hi]
 FROM unnest($1::bigint[], $3::int[], $4::int[]) AS x(claim_id, lo, hi)
 "#
 );
 
-/// $1 claim, $2 job ids in order: when they are all the jobs of the active
-/// claim and none is finished yet (the common completion: a worker
-/// completes what one dispatch gave it), the claim's done row. Returns the
-/// number of jobs, or no row (nothing written: `complete` then matches the
-/// pairs one by one).
+/// $1 claim, $2 job ids in order, $3 their outputs (NULL: none): when they
+/// are all the jobs of the active claim and none is finished yet (the
+/// common completion: a worker completes what one dispatch gave it), the
+/// claim's done row. Returns the number of jobs, or no row (nothing
+/// written: `complete` then matches the pairs one by one).
 const WHOLE_CLAIM_SQL: &str = concat!(
     r#"
-INSERT INTO pgque.job_done (seg, claim_id, kind, job_ids, at)
+INSERT INTO pgque.job_done (seg, claim_id, kind, job_ids, at, outputs)
 SELECT "#,
     crate::cur_seg!(),
-    r#", c.claim_id, 'c', c.job_ids, now()
+    r#", c.claim_id, 'c', c.job_ids, now(), $3::jsonb[]
 FROM pgque.job_claims c
 WHERE c.claim_id = $1 AND c.state::text = 'a' AND c.job_ids = $2::bigint[]
   AND NOT EXISTS (SELECT 1 FROM pgque.job_done d WHERE d.claim_id = $1)
@@ -118,28 +120,56 @@ fn accepted_now(
     accepted(ids, tokens, &mut claims, &mut done)
 }
 
+/// The output of each (token, job) pair, the first one given for it.
+fn output_of(
+    ids: &[i64],
+    tokens: &[i64],
+    outputs: &[Option<pg_sys::Datum>],
+) -> HashMap<(i64, i64), Option<pg_sys::Datum>> {
+    let mut m = HashMap::with_capacity(ids.len());
+    for ((&id, &t), &o) in ids.iter().zip(tokens).zip(outputs) {
+        m.entry((t, id)).or_insert(o);
+    }
+    m
+}
+
 /// Completes the pairs that belong to the log (the caller holds their claim
-/// locks): one done row per claim. Returns how many pairs (distinct) it
-/// completed. A whole claim is one statement (WHOLE_CLAIM_SQL); anything
-/// else reads the claims (CLAIM_STATE_SQL), matches here and writes
-/// (DONE_SQL).
-pub fn complete(ids: &[i64], tokens: &[i64]) -> i32 {
+/// locks): one done row per claim, holding the outputs (`outputs`, aligned
+/// with `ids`; None: no output given, the statements then get a NULL
+/// array). Returns how many pairs (distinct) it completed. A whole claim is
+/// one statement (WHOLE_CLAIM_SQL); anything else reads the claims
+/// (CLAIM_STATE_SQL), matches here and writes (DONE_SQL).
+pub fn complete(ids: &[i64], tokens: &[i64], outputs: Option<&[Option<pg_sys::Datum>]>) -> i32 {
     let mut distinct = tokens.to_vec();
     distinct.sort_unstable();
     distinct.dedup();
+    let by_pair = outputs.map(|o| output_of(ids, tokens, o));
+    let outs = |pairs: &mut dyn Iterator<Item = (i64, i64)>| match &by_pair {
+        None => DatumWithOid::null_oid(pg_sys::JSONBARRAYOID),
+        Some(m) => {
+            let v: Vec<Option<pg_sys::Datum>> =
+                pairs.map(|p| m.get(&p).copied().flatten()).collect();
+            crate::jobs::outputs::array_arg(&v)
+        }
+    };
     with_generic_plans(|| {
         Spi::connect_mut(|client| {
             if let [token] = distinct[..] {
                 let mut jobs = ids.to_vec();
                 jobs.sort_unstable();
                 jobs.dedup();
+                let o = outs(&mut jobs.iter().map(|&id| (token, id)));
                 let whole = prepared(
                     client,
                     WHOLE_CLAIM_SQL,
-                    &[ty(pg_sys::INT8OID), ty(pg_sys::INT8ARRAYOID)],
+                    &[
+                        ty(pg_sys::INT8OID),
+                        ty(pg_sys::INT8ARRAYOID),
+                        ty(pg_sys::JSONBARRAYOID),
+                    ],
                 );
                 let n = client
-                    .update(whole, None, &[token.into(), jobs.into()])
+                    .update(whole, None, &[token.into(), jobs.into(), o])
                     .unwrap_or_else(|e| pgrx::error!("{e}"))
                     .next()
                     .and_then(|r| r.get::<i32>(1).ok().flatten());
@@ -151,6 +181,11 @@ pub fn complete(ids: &[i64], tokens: &[i64]) -> i32 {
             if groups.is_empty() {
                 return 0;
             }
+            let o = outs(
+                &mut groups
+                    .iter()
+                    .flat_map(|(claim, jobs)| jobs.iter().map(move |&id| (*claim, id))),
+            );
             let (mut cl, mut all, mut lo, mut hi) = (vec![], vec![], vec![], vec![]);
             for (claim, jobs) in groups {
                 cl.push(claim);
@@ -167,12 +202,49 @@ pub fn complete(ids: &[i64], tokens: &[i64]) -> i32 {
                     ty(pg_sys::INT8ARRAYOID),
                     ty(pg_sys::INT4ARRAYOID),
                     ty(pg_sys::INT4ARRAYOID),
+                    ty(pg_sys::JSONBARRAYOID),
                 ],
             );
             client
-                .update(ins, None, &[cl.into(), all.into(), lo.into(), hi.into()])
+                .update(ins, None, &[cl.into(), all.into(), lo.into(), hi.into(), o])
                 .unwrap_or_else(|e| pgrx::error!("{e}"));
             n
+        })
+    })
+}
+
+/// $1 claim, $2 job, $3 progress: one appended progress row.
+const PROGRESS_SQL: &str = concat!(
+    r#"
+INSERT INTO pgque.job_progress (seg, id, claim_id, job_id, progress, at)
+SELECT "#,
+    crate::cur_seg!(),
+    r#", pg_catalog.nextval('pgque.job_progress_id_seq'), $1, $2, $3::jsonb, now()
+"#
+);
+
+/// Records the progress of job `id` of claim `token` (the caller holds the
+/// claim's lock) when the claim is active and the job unfinished in it:
+/// one appended row of pgque.job_progress. Returns whether it did.
+pub fn set_progress(id: i64, token: i64, progress: DatumWithOid<'_>) -> bool {
+    with_generic_plans(|| {
+        Spi::connect_mut(|client| {
+            if accepted_now(client, &[id], &[token], vec![token]).is_empty() {
+                return false;
+            }
+            let stmt = prepared(
+                client,
+                PROGRESS_SQL,
+                &[
+                    ty(pg_sys::INT8OID),
+                    ty(pg_sys::INT8OID),
+                    ty(pg_sys::JSONBOID),
+                ],
+            );
+            client
+                .update(stmt, None, &[token.into(), id.into(), progress])
+                .unwrap_or_else(|e| pgrx::error!("{e}"));
+            true
         })
     })
 }
@@ -230,7 +302,8 @@ pub fn heartbeat(
 /// if the claim's lease is over (the rescue, re-checking under the lock).
 /// The jobs become pgque.jobs rows in state running with the claim's token,
 /// lease, worker and dispatch time, attempt 1, in their place (ready_seq =
-/// id). Only an active claim's unfinished jobs move. Returns how many moved.
+/// id), with their last progress. Only an active claim's unfinished jobs
+/// move. Returns how many moved.
 pub const TO_SIDE_SQL: &str = concat!(
     r#"
 WITH c AS MATERIALIZED (
@@ -269,10 +342,13 @@ src AS MATERIALIZED (
 ins AS (
     INSERT INTO pgque.jobs (id, queue, kind, args, priority, shard, state, ready_seq, run_at,
                             attempt, max_attempts, fairness_key, rr_key, enqueued_at, worker,
-                            lease_token, lease_until, dispatched_at)
+                            lease_token, lease_until, dispatched_at, progress)
     SELECT s.id, c.queue, s.kind, s.args, c.priority, c.shard, 'running', s.id, s.run_at,
            1, s.ma, s.fk, CASE WHEN c.mode = 'round_robin' THEN COALESCE(s.fk, '') END,
-           s.enqueued_at, c.worker, c.claim_id, c.lease_until, c.dispatched_at
+           s.enqueued_at, c.worker, c.claim_id, c.lease_until, c.dispatched_at,
+           -- the job's last progress goes with it (its log rows may be truncated)
+           (SELECT p.progress FROM pgque.job_progress p
+            WHERE p.job_id = s.id AND p.claim_id = c.claim_id ORDER BY p.id DESC LIMIT 1)
     FROM src s CROSS JOIN c
     WHERE s.id IN (SELECT t.id FROM todo t)
     ORDER BY s.id

@@ -10,8 +10,8 @@
 //!   (b) none of them still runs from it (running claims are evacuated to
 //!   pgque.jobs first, keeping their token and lease) and (c) it was sealed
 //!   pgque.completed_job_retention ago. The truncation holds every lane's
-//!   dispatch lock and an ACCESS EXCLUSIVE lock on the segment's three
-//!   partitions, both taken without waiting (a busy log is rotated on a later
+//!   dispatch lock and an ACCESS EXCLUSIVE lock on the segment's four
+//!   partitions (log, claims, done rows, progress rows), both taken without waiting (a busy log is rotated on a later
 //!   run): no statement that reads the log runs meanwhile, so none can see
 //!   the partitions emptied with the old lane floors.
 use super::release::to_side;
@@ -94,8 +94,8 @@ pub fn rescue_claims(max: i32) -> i32 {
     moved
 }
 
-fn seg_relids(seg: i16) -> [pg_sys::Oid; 3] {
-    ["job_log", "job_claims", "job_done"].map(|t| {
+fn seg_relids(seg: i16) -> [pg_sys::Oid; 4] {
+    ["job_log", "job_claims", "job_done", "job_progress"].map(|t| {
         Spi::get_one::<pg_sys::Oid>(&format!("SELECT 'pgque.{t}_{seg}'::regclass::oid"))
             .ok()
             .flatten()
@@ -237,7 +237,7 @@ pub fn rotate() -> (bool, Option<i16>, i32, bool) {
     }
     Spi::run(FLOORS_SQL).unwrap_or_else(|e| pgrx::error!("{e}"));
     Spi::run(&format!(
-        "TRUNCATE pgque.job_log_{seg}, pgque.job_claims_{seg}, pgque.job_done_{seg}"
+        "TRUNCATE pgque.job_log_{seg}, pgque.job_claims_{seg}, pgque.job_done_{seg}, pgque.job_progress_{seg}"
     ))
     .unwrap_or_else(|e| pgrx::error!("{e}"));
     Spi::run_with_args(
