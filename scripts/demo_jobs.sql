@@ -53,3 +53,30 @@ SELECT id, kind, args->>'scheduled_for' AS scheduled_for, state
 \o /dev/null
 SELECT pgque.drop_schedule('demo_every_second');
 \o
+\echo 'A small flow: fetch, then two renders side by side, then a mail once both are done:'
+\o /dev/null
+SELECT pgque.drop_job_queue('demo_flow', true) FROM pgque.job_queues WHERE queue_name = 'demo_flow';
+SELECT pgque.create_job_queue('demo_flow');
+\o
+SELECT flow_id, key, job_id FROM pgque.enqueue_flow('demo_flow', '[
+  {"key": "fetch", "kind": "fetch", "args": {"day": "today"}},
+  {"key": "left", "kind": "render", "depends_on": ["fetch"]},
+  {"key": "right", "kind": "render", "depends_on": ["fetch"]},
+  {"key": "mail", "kind": "mail", "depends_on": ["left", "right"]}]');
+SELECT max(flow_id) AS demo_flow_id, max(id) AS demo_job_id FROM pgque.jobs WHERE queue = 'demo_flow' \gset
+SELECT waiting, ready FROM pgque.job_queue_status WHERE queue_name = 'demo_flow';
+\echo 'A worker runs what is ready, level by level, each completing with an output:'
+DO $$
+DECLARE r record; level int := 0;
+BEGIN
+  LOOP
+    level := level + 1;
+    PERFORM count(*) FROM pgque.dispatch(ARRAY['demo_flow'], 10, 'demo-worker');
+    EXIT WHEN NOT EXISTS (SELECT 1 FROM pgque.jobs WHERE queue = 'demo_flow' AND state = 'running');
+    FOR r IN SELECT id, lease_token, kind FROM pgque.jobs WHERE queue = 'demo_flow' AND state = 'running' LOOP
+      PERFORM pgque.complete(r.id, r.lease_token, jsonb_build_object('level', level, 'kind', r.kind));
+    END LOOP;
+  END LOOP;
+END $$;
+SELECT key, state, output FROM pgque.job_parents(:demo_job_id);
+SELECT total, completed, waiting FROM pgque.flow_status(:demo_flow_id);

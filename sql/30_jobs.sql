@@ -69,8 +69,9 @@ CREATE TABLE pgque.jobs (
     args          jsonb NOT NULL,
     priority      smallint NOT NULL,
     shard         smallint NOT NULL,
+    -- waiting: a job of a flow whose parents have not all completed (flows.rs)
     state         text NOT NULL CHECK (state IN
-                  ('scheduled', 'ready', 'running', 'completed', 'failed', 'cancelled')),
+                  ('waiting', 'scheduled', 'ready', 'running', 'completed', 'failed', 'cancelled')),
     -- Dispatch order inside (queue, priority): taken from jobs_id_seq under the
     -- lane lock when the job first becomes ready (at enqueue, or when a
     -- scheduled job is promoted); a retried job keeps its place.
@@ -100,6 +101,16 @@ CREATE TABLE pgque.jobs (
     -- puts them on upgrade.)
     output        jsonb,
     progress      jsonb,
+    -- Flows (src/jobs/flows.rs): the flow and the job's key in it; while
+    -- waiting, how many parents have not completed; true: run even when a
+    -- parent failed or was cancelled (NULL: be cancelled with it); true: a
+    -- job_deps row names it as a parent (NULL: none does, so completing it
+    -- looks for no children).
+    flow_id       bigint,
+    flow_key      text,
+    pending_parents int,
+    run_on_parent_failure boolean,
+    has_children  boolean,
     CHECK (state <> 'ready' OR ready_seq IS NOT NULL),
     CHECK (state <> 'running' OR (lease_token IS NOT NULL AND lease_until IS NOT NULL)),
     -- A lease token exists exactly while the job runs: the lifecycle
@@ -138,6 +149,8 @@ CREATE INDEX jobs_running_lease_idx ON pgque.jobs (lease_until) WHERE state = 'r
 -- uniqueness holds while a job is not terminal.
 CREATE UNIQUE INDEX jobs_unique_key_idx ON pgque.jobs (queue, unique_key)
     WHERE unique_key IS NOT NULL AND state IN ('scheduled', 'ready', 'running');
+-- the jobs of a flow (flow_status).
+CREATE INDEX jobs_flow_idx ON pgque.jobs (flow_id) WHERE flow_id IS NOT NULL;
 -- pruning of terminal jobs by age, per state.
 CREATE INDEX jobs_terminal_idx ON pgque.jobs (state, finished_at)
     WHERE state IN ('completed', 'failed', 'cancelled');

@@ -392,13 +392,14 @@ side AS (
            count(*) FILTER (WHERE j.state = 'completed') AS completed,
            count(*) FILTER (WHERE j.state = 'failed')    AS failed,
            count(*) FILTER (WHERE j.state = 'cancelled') AS cancelled,
-           min(j.run_at) FILTER (WHERE j.state = 'ready') AS oldest
+           min(j.run_at) FILTER (WHERE j.state = 'ready') AS oldest,
+           count(*) FILTER (WHERE j.state = 'waiting')   AS waiting
     FROM pgque.jobs j GROUP BY j.queue
 ),
 -- the lanes (priority, shard) holding a job not finished yet, in either store
 live AS (
     SELECT j.queue, j.priority, j.shard FROM pgque.jobs j
-    WHERE j.state IN ('scheduled', 'ready', 'running')
+    WHERE j.state IN ('waiting', 'scheduled', 'ready', 'running')
     UNION
     SELECT g.queue, g.priority, g.shard FROM log_lanes g WHERE g.ready > 0 OR g.running > 0
 )
@@ -412,7 +413,8 @@ SELECT q.queue_name,
        COALESCE(s.failed, 0) AS failed,
        COALESCE(s.cancelled, 0) AS cancelled,
        now() - LEAST(s.oldest, g.oldest) AS oldest_ready_age,
-       (SELECT count(*) FROM live v WHERE v.queue = q.queue_name) AS lanes
+       (SELECT count(*) FROM live v WHERE v.queue = q.queue_name) AS lanes,
+       COALESCE(s.waiting, 0) AS waiting
 FROM pgque.job_queues q
 LEFT JOIN side s ON s.queue = q.queue_name
 LEFT JOIN (SELECT g.queue, sum(g.ready)::bigint AS ready, min(g.oldest) AS oldest,

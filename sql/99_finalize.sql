@@ -216,7 +216,10 @@ $nojit$;
 GRANT EXECUTE ON FUNCTION pgque.enqueue_ready_rows(text, text[], jsonb[], smallint[],
     timestamptz[], text[], text[], text[], text[], int[], text) TO pgque_writer;
 GRANT EXECUTE ON FUNCTION pgque.enqueue(text, text, jsonb, int, timestamptz, text,
-    text, text, text, int, text) TO pgque_writer;
+    text, text, text, int, text, bigint[]) TO pgque_writer;
+GRANT EXECUTE ON FUNCTION pgque.enqueue_flow(text, jsonb) TO pgque_writer;
+GRANT EXECUTE ON FUNCTION pgque.job_parents(bigint) TO pgque_reader, pgque_admin;
+GRANT EXECUTE ON FUNCTION pgque.flow_status(bigint) TO pgque_reader, pgque_admin;
 GRANT EXECUTE ON FUNCTION pgque.create_job_queue(text, text, int) TO pgque_admin;
 GRANT EXECUTE ON FUNCTION pgque.drop_job_queue(text, boolean) TO pgque_admin;
 GRANT EXECUTE ON FUNCTION pgque.set_job_queue_config(text, text, text) TO pgque_admin;

@@ -821,7 +821,8 @@ WHERE NOT EXISTS (SELECT 1 FROM pgque.jobs s WHERE s.id = $1)
 $get_job$;
 
 -- complete / complete_many take the outputs: new signatures (dropped and
--- created again, with their grants and settings)
+-- created again, with their grants and settings) on new C symbols; the old
+-- symbols stay in the library for databases not updated yet
 DROP FUNCTION pgque.complete(bigint, bigint);
 CREATE FUNCTION pgque."complete"(
 	"job_id" bigint,
@@ -831,7 +832,7 @@ CREATE FUNCTION pgque."complete"(
 SECURITY DEFINER PARALLEL UNSAFE
 SET search_path TO pg_catalog, pgque, pg_temp
 LANGUAGE c
-AS 'MODULE_PATHNAME', 'complete_wrapper';
+AS 'MODULE_PATHNAME', 'complete_with_output_wrapper';
 DROP FUNCTION pgque.complete_many(bigint[], bigint[]);
 CREATE FUNCTION pgque."complete_many"(
 	"job_ids" bigint[],
@@ -841,7 +842,7 @@ CREATE FUNCTION pgque."complete_many"(
 SECURITY DEFINER PARALLEL UNSAFE
 SET search_path TO pg_catalog, pgque, pg_temp
 LANGUAGE c
-AS 'MODULE_PATHNAME', 'complete_many_wrapper';
+AS 'MODULE_PATHNAME', 'complete_many_with_outputs_wrapper';
 CREATE FUNCTION pgque."set_progress"(
 	"job_id" bigint,
 	"lease_token" bigint,
@@ -862,3 +863,206 @@ GRANT EXECUTE ON FUNCTION pgque.complete(bigint, bigint, jsonb) TO pgque_reader;
 GRANT EXECUTE ON FUNCTION pgque.complete_many(bigint[], bigint[], jsonb[]) TO pgque_reader;
 GRANT EXECUTE ON FUNCTION pgque.set_progress(bigint, bigint, jsonb) TO pgque_reader;
 -- ==== end of job outputs, progress, cancellation (issue 19) ====
+
+-- ==== flows: jobs that run after other jobs (issue 19) ====
+-- Waiting jobs and their parents are rows of pgque.jobs (new columns, a new
+-- state 'waiting'); the edges are pgque.job_deps. enqueue takes depends_on
+-- (a changed signature: dropped and created again, with its grant).
+ALTER TABLE pgque.jobs DROP CONSTRAINT jobs_state_check;
+ALTER TABLE pgque.jobs ADD CONSTRAINT jobs_state_check CHECK (state IN
+    ('waiting', 'scheduled', 'ready', 'running', 'completed', 'failed', 'cancelled'));
+ALTER TABLE pgque.jobs ADD COLUMN flow_id bigint, ADD COLUMN flow_key text,
+    ADD COLUMN pending_parents int, ADD COLUMN run_on_parent_failure boolean,
+    ADD COLUMN has_children boolean;
+CREATE INDEX jobs_flow_idx ON pgque.jobs (flow_id) WHERE flow_id IS NOT NULL;
+CREATE SEQUENCE pgque.job_flow_id_seq AS bigint;
+CREATE TABLE pgque.job_deps (
+    parent_id bigint NOT NULL,
+    child_id  bigint NOT NULL,
+    PRIMARY KEY (parent_id, child_id)
+);
+-- a child's parents (job_parents, and pruning with the child)
+CREATE INDEX job_deps_child_idx ON pgque.job_deps (child_id);
+
+-- The parents of a job: id, key in its flow, state and output (NULL state:
+-- the parent was pruned). A worker reads its parents' outputs here.
+CREATE FUNCTION pgque.job_parents(child_id bigint)
+RETURNS TABLE (job_id bigint, key text, state text, output jsonb)
+LANGUAGE sql STABLE STRICT SECURITY DEFINER
+SET search_path = pg_catalog, pgque, pg_temp
+AS $job_parents$
+SELECT d.parent_id, p.flow_key, COALESCE(p.state, g.state), COALESCE(p.output, g.output)
+FROM pgque.job_deps d
+LEFT JOIN pgque.jobs p ON p.id = d.parent_id
+LEFT JOIN LATERAL (SELECT g.state, g.output FROM pgque.get_job(d.parent_id) g
+                   WHERE p.id IS NULL) g ON true
+WHERE d.child_id = $1
+ORDER BY d.parent_id
+$job_parents$;
+
+-- How many jobs of a flow are in each state (no row: no such flow, or all
+-- its jobs were pruned).
+CREATE FUNCTION pgque.flow_status(flow bigint)
+RETURNS TABLE (flow_id bigint, total bigint, waiting bigint, scheduled bigint, ready bigint,
+               running bigint, completed bigint, failed bigint, cancelled bigint)
+LANGUAGE sql STABLE STRICT SECURITY DEFINER
+SET search_path = pg_catalog, pgque, pg_temp
+AS $flow_status$
+SELECT $1, count(*),
+       count(*) FILTER (WHERE j.state = 'waiting'),
+       count(*) FILTER (WHERE j.state = 'scheduled'),
+       count(*) FILTER (WHERE j.state = 'ready'),
+       count(*) FILTER (WHERE j.state = 'running'),
+       count(*) FILTER (WHERE j.state = 'completed'),
+       count(*) FILTER (WHERE j.state = 'failed'),
+       count(*) FILTER (WHERE j.state = 'cancelled')
+FROM pgque.jobs j WHERE j.flow_id = $1
+HAVING count(*) > 0
+$flow_status$;
+
+SELECT pg_catalog.pg_extension_config_dump('pgque.job_deps', '');
+SELECT pg_catalog.pg_extension_config_dump('pgque.job_flow_id_seq', '');
+REVOKE ALL ON TABLE pgque.job_deps FROM PUBLIC;
+REVOKE ALL ON FUNCTION pgque.job_parents(bigint), pgque.flow_status(bigint) FROM PUBLIC;
+ALTER FUNCTION pgque.job_parents(bigint) SET jit = off;
+ALTER FUNCTION pgque.flow_status(bigint) SET jit = off;
+GRANT EXECUTE ON FUNCTION pgque.job_parents(bigint) TO pgque_reader, pgque_admin;
+GRANT EXECUTE ON FUNCTION pgque.flow_status(bigint) TO pgque_reader, pgque_admin;
+
+-- job_queue_status counts the waiting jobs (a new last column)
+CREATE OR REPLACE VIEW pgque.job_queue_status AS
+WITH lanes AS MATERIALIZED (
+    SELECT l.lane_id, l.queue, l.priority, l.shard,
+           GREATEST(l.cursor_floor,
+                    (SELECT c.hi FROM pgque.job_claims c WHERE c.lane_id = l.lane_id
+                     ORDER BY c.hi DESC LIMIT 1)) AS cur
+    FROM pgque.job_lanes l
+),
+-- the log rows above each lane's cursor (its backlog, read by key: the jobs'
+-- arrays stay in TOAST), with how many of their jobs are ready there (above
+-- the cursor, not holes) and the oldest run_at among those
+backlog AS (
+    SELECT l.lane_id, x.n, x.oldest
+    FROM lanes l
+    JOIN pgque.job_log r ON r.lane_id = l.lane_id AND r.id_hi > l.cur
+    CROSS JOIN LATERAL (
+        SELECT h.c AS holes FROM (
+            SELECT count(*) AS c FROM pgque.job_log_holes h
+            WHERE h.lane_id = l.lane_id AND h.job_id > GREATEST(l.cur, r.id_lo - 1)
+              AND h.job_id <= r.id_hi) h) hh
+    CROSS JOIN LATERAL (
+        SELECT CASE WHEN r.id_lo > l.cur THEN r.n
+                    WHEN r.ids IS NULL THEN r.id_hi - l.cur
+                    ELSE (SELECT count(*) FROM unnest(r.ids) AS i WHERE i > l.cur) END
+               - hh.holes AS n,
+               CASE WHEN r.run_ats IS NULL AND hh.holes = 0 THEN r.enqueued_at
+                    ELSE (SELECT min(COALESCE(u.t, r.enqueued_at))
+                          FROM unnest(r.run_ats) WITH ORDINALITY AS u(t, o)
+                          WHERE COALESCE(r.ids[u.o], r.id_lo + u.o - 1) > l.cur
+                            AND NOT EXISTS (SELECT 1 FROM pgque.job_log_holes h
+                                            WHERE h.lane_id = l.lane_id
+                                              AND h.job_id = COALESCE(r.ids[u.o], r.id_lo + u.o - 1)))
+               END AS oldest) x
+),
+-- per lane: the jobs of its active claims, the done rows of those (what is
+-- still running is the difference), and the jobs its claims completed
+claimed AS (
+    SELECT c.lane_id, sum(cardinality(c.job_ids)) AS active
+    FROM pgque.job_claims c WHERE c.state::text = 'a'
+    GROUP BY c.lane_id
+),
+finished AS (
+    SELECT c.lane_id,
+           sum(cardinality(d.job_ids)) FILTER (WHERE c.state::text = 'a') AS active_done,
+           sum(cardinality(d.job_ids)) FILTER (WHERE d.kind = 'c') AS completed
+    FROM pgque.job_done d JOIN pgque.job_claims c ON c.claim_id = d.claim_id
+    WHERE c.state::text <> 's'
+    GROUP BY c.lane_id
+),
+log_lanes AS (
+    SELECT l.queue, l.priority, l.shard,
+           COALESCE(b.ready, 0)::bigint AS ready, b.oldest,
+           (COALESCE(a.active, 0) - COALESCE(f.active_done, 0))::bigint AS running,
+           COALESCE(f.completed, 0)::bigint AS completed
+    FROM lanes l
+    LEFT JOIN (SELECT b.lane_id, sum(b.n) AS ready, min(b.oldest) FILTER (WHERE b.n > 0) AS oldest
+               FROM backlog b GROUP BY b.lane_id) b ON b.lane_id = l.lane_id
+    LEFT JOIN claimed a ON a.lane_id = l.lane_id
+    LEFT JOIN finished f ON f.lane_id = l.lane_id
+),
+side AS (
+    SELECT j.queue,
+           count(*) FILTER (WHERE j.state = 'scheduled') AS scheduled,
+           count(*) FILTER (WHERE j.state = 'ready')     AS ready,
+           count(*) FILTER (WHERE j.state = 'running')   AS running,
+           count(*) FILTER (WHERE j.state = 'completed') AS completed,
+           count(*) FILTER (WHERE j.state = 'failed')    AS failed,
+           count(*) FILTER (WHERE j.state = 'cancelled') AS cancelled,
+           min(j.run_at) FILTER (WHERE j.state = 'ready') AS oldest,
+           count(*) FILTER (WHERE j.state = 'waiting')   AS waiting
+    FROM pgque.jobs j GROUP BY j.queue
+),
+-- the lanes (priority, shard) holding a job not finished yet, in either store
+live AS (
+    SELECT j.queue, j.priority, j.shard FROM pgque.jobs j
+    WHERE j.state IN ('waiting', 'scheduled', 'ready', 'running')
+    UNION
+    SELECT g.queue, g.priority, g.shard FROM log_lanes g WHERE g.ready > 0 OR g.running > 0
+)
+SELECT q.queue_name,
+       q.mode,
+       q.paused,
+       COALESCE(s.scheduled, 0) AS scheduled,
+       COALESCE(s.ready, 0) + COALESCE(g.ready, 0) AS ready,
+       COALESCE(s.running, 0) + COALESCE(g.running, 0) AS running,
+       COALESCE(s.completed, 0) + COALESCE(g.completed, 0) AS completed,
+       COALESCE(s.failed, 0) AS failed,
+       COALESCE(s.cancelled, 0) AS cancelled,
+       now() - LEAST(s.oldest, g.oldest) AS oldest_ready_age,
+       (SELECT count(*) FROM live v WHERE v.queue = q.queue_name) AS lanes,
+       COALESCE(s.waiting, 0) AS waiting
+FROM pgque.job_queues q
+LEFT JOIN side s ON s.queue = q.queue_name
+LEFT JOIN (SELECT g.queue, sum(g.ready)::bigint AS ready, min(g.oldest) AS oldest,
+                  sum(g.running)::bigint AS running, sum(g.completed)::bigint AS completed
+           FROM log_lanes g GROUP BY g.queue) g ON g.queue = q.queue_name;
+
+DROP FUNCTION pgque.enqueue(text, text, jsonb, int, timestamptz, text, text, text, text, int, text);
+CREATE FUNCTION pgque."enqueue"(
+	"queue_name" TEXT,
+	"kind" TEXT,
+	"args" jsonb DEFAULT '{}',
+	"priority" INT DEFAULT 0,
+	"run_at" timestamp with time zone DEFAULT NULL,
+	"actor" TEXT DEFAULT NULL,
+	"fairness_key" TEXT DEFAULT NULL,
+	"identity_key" TEXT DEFAULT NULL,
+	"unique_key" TEXT DEFAULT NULL,
+	"max_attempts" INT DEFAULT NULL,
+	"on_duplicate" TEXT DEFAULT 'skip',
+	"depends_on" bigint[] DEFAULT NULL
+) RETURNS bigint
+SECURITY DEFINER PARALLEL UNSAFE
+SET search_path TO pg_catalog, pgque, pg_temp
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'enqueue_with_parents_wrapper';
+CREATE FUNCTION pgque."enqueue_flow"(
+	"queue_name" TEXT,
+	"jobs" jsonb
+) RETURNS TABLE (
+	"flow_id" bigint,
+	"key" TEXT,
+	"job_id" bigint
+)
+SECURITY DEFINER PARALLEL UNSAFE
+SET search_path TO pg_catalog, pgque, pg_temp
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'enqueue_flow_wrapper';
+REVOKE ALL ON FUNCTION pgque.enqueue(text, text, jsonb, int, timestamptz, text, text, text, text, int, text, bigint[]) FROM PUBLIC;
+REVOKE ALL ON FUNCTION pgque.enqueue_flow(text, jsonb) FROM PUBLIC;
+ALTER FUNCTION pgque.enqueue(text, text, jsonb, int, timestamptz, text, text, text, text, int, text, bigint[]) SET jit = off;
+ALTER FUNCTION pgque.enqueue_flow(text, jsonb) SET jit = off;
+GRANT EXECUTE ON FUNCTION pgque.enqueue(text, text, jsonb, int, timestamptz, text,
+    text, text, text, int, text, bigint[]) TO pgque_writer;
+GRANT EXECUTE ON FUNCTION pgque.enqueue_flow(text, jsonb) TO pgque_writer;
+-- ==== end of flows (issue 19) ====

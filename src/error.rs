@@ -18,6 +18,8 @@
 //! | an administrator's step by another role     | 42501    | insufficient_privilege      |
 //! | an array or count beyond its documented cap | 54000    | program_limit_exceeded      |
 //! | a job output or progress over its size cap  | 54000    | program_limit_exceeded      |
+//! | an unknown field in a flow's job            | 42703    | undefined_column            |
+//! | a dependency cycle in a flow                | 42P19    | invalid_recursion           |
 use pgrx::pg_sys::errcodes::PgSqlErrorCode;
 use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::PgLogLevel;
@@ -27,12 +29,14 @@ pub use PgSqlErrorCode::{
     ERRCODE_FEATURE_NOT_SUPPORTED as FEATURE_NOT_SUPPORTED,
     ERRCODE_INSUFFICIENT_PRIVILEGE as INSUFFICIENT_PRIVILEGE, ERRCODE_INVALID_NAME as INVALID_NAME,
     ERRCODE_INVALID_PARAMETER_VALUE as INVALID_PARAMETER_VALUE,
+    ERRCODE_INVALID_RECURSION as INVALID_RECURSION,
     ERRCODE_INVALID_TEXT_REPRESENTATION as INVALID_TEXT_REPRESENTATION,
     ERRCODE_NAME_TOO_LONG as NAME_TOO_LONG,
     ERRCODE_NULL_VALUE_NOT_ALLOWED as NULL_VALUE_NOT_ALLOWED,
     ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE as OUT_OF_RANGE,
     ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE as WRONG_STATE,
-    ERRCODE_PROGRAM_LIMIT_EXCEEDED as LIMIT_EXCEEDED, ERRCODE_UNDEFINED_OBJECT as UNDEFINED_OBJECT,
+    ERRCODE_PROGRAM_LIMIT_EXCEEDED as LIMIT_EXCEEDED, ERRCODE_UNDEFINED_COLUMN as UNDEFINED_COLUMN,
+    ERRCODE_UNDEFINED_OBJECT as UNDEFINED_OBJECT,
 };
 
 /// Raises an ERROR with `code`; never returns. The current transaction (or

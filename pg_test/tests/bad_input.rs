@@ -973,7 +973,7 @@ fn matrix() -> Vec<Row> {
         row("pgque.drop_schedule(text)", "SELECT pgque.drop_schedule({S}::text)", &[Schedule]),
         no_args("pgque.run_schedules()", "no arguments"),
         row(
-            "pgque.enqueue(text,text,jsonb,integer,timestamp with time zone,text,text,text,text,integer,text)",
+            "pgque.enqueue(text,text,jsonb,integer,timestamp with time zone,text,text,text,text,integer,text,bigint[])",
             "SELECT pgque.enqueue({J}::text, 'k')",
             J,
         )
@@ -982,6 +982,8 @@ fn matrix() -> Vec<Row> {
         .with("NULL args", "SELECT pgque.enqueue('jq', 'k', NULL)", St("22004"))
         .with("not JSON", "SELECT pgque.enqueue('jq', 'k', '{'::jsonb)", bad_json)
         .with("priority too high", "SELECT pgque.enqueue('jq', 'k', '{}', 1001)", St("22003"))
+        .with("unknown parent", "SELECT pgque.enqueue('jq', 'k', depends_on => ARRAY[987654321]::bigint[])", St("42704"))
+        .with("NULL parent", "SELECT pgque.enqueue('jq', 'k', depends_on => ARRAY[NULL]::bigint[])", St("22004"))
         .with("priority too low", "SELECT pgque.enqueue('jq', 'k', '{}', -1001)", St("22003"))
         .with("priority beyond int", "SELECT pgque.enqueue('jq', 'k', '{}', '99999999999')", St("22003"))
         .with("NULL priority", "SELECT pgque.enqueue('jq', 'k', '{}', NULL)", St("22004"))
@@ -1093,6 +1095,27 @@ fn matrix() -> Vec<Row> {
         no_args("pgque.job_analyze()", "no arguments"),
         no_args("pgque.rotate_job_log()", "no arguments"),
         // STRICT: NULL is no job; an unknown id is no row, not an error
+        row(
+            "pgque.enqueue_flow(text,jsonb)",
+            "SELECT * FROM pgque.enqueue_flow({J}::text, '[{\"key\": \"a\", \"kind\": \"k\"}]')",
+            J,
+        )
+        .with("NULL jobs", "SELECT * FROM pgque.enqueue_flow('jq', NULL)", St("22004"))
+        .with("not an array", "SELECT * FROM pgque.enqueue_flow('jq', '{}')", St("22023"))
+        .with("empty", "SELECT * FROM pgque.enqueue_flow('jq', '[]')", St("22023"))
+        .with("not JSON", "SELECT * FROM pgque.enqueue_flow('jq', '[')", bad_json)
+        .with("unknown field", "SELECT * FROM pgque.enqueue_flow('jq', '[{\"key\": \"a\", \"kind\": \"k\", \"x\": 1}]')", St("42703"))
+        .with("no key", "SELECT * FROM pgque.enqueue_flow('jq', '[{\"kind\": \"k\"}]')", St("22004"))
+        .with("duplicate key", "SELECT * FROM pgque.enqueue_flow('jq', '[{\"key\": \"a\", \"kind\": \"k\"}, {\"key\": \"a\", \"kind\": \"k\"}]')", St("42710"))
+        .with("unknown parent key", "SELECT * FROM pgque.enqueue_flow('jq', '[{\"key\": \"a\", \"kind\": \"k\", \"depends_on\": [\"b\"]}]')", St("42704"))
+        .with("cycle", "SELECT * FROM pgque.enqueue_flow('jq', '[{\"key\": \"a\", \"kind\": \"k\", \"depends_on\": [\"a\"]}]')", St("42P19")),
+        // STRICT: NULL is no job / flow; unknown ones are no row
+        row("pgque.job_parents(bigint)", "", &[])
+            .with("NULL job", "SELECT * FROM pgque.job_parents(NULL)", Noop)
+            .with("unknown job", "SELECT * FROM pgque.job_parents(987654321)", Noop),
+        row("pgque.flow_status(bigint)", "", &[])
+            .with("NULL flow", "SELECT * FROM pgque.flow_status(NULL)", Noop)
+            .with("unknown flow", "SELECT * FROM pgque.flow_status(987654321)", Noop),
         row("pgque.get_job(bigint)", "", &[])
             .with("NULL job", "SELECT * FROM pgque.get_job(NULL)", Noop)
             .with("unknown job", "SELECT * FROM pgque.get_job(987654321)", Noop),

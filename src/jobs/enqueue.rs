@@ -475,11 +475,13 @@ fn enqueue_ready_rows<'a>(
 
 /// Enqueues one job (the one-element case of enqueue_ready_rows, same
 /// statement). Returns its id; with a unique key that a live job holds, the
-/// id of that job (on_duplicate 'skip') or error 23505 ('error').
+/// id of that job (on_duplicate 'skip') or error 23505 ('error'). With
+/// `depends_on` (job ids) the job waits until those jobs completed
+/// (flows.rs: stored in pgque.jobs; no unique key then, 0A000).
 #[allow(clippy::too_many_arguments)]
-#[pg_extern(security_definer, parallel_unsafe)]
+#[pg_extern(name = "enqueue", security_definer, parallel_unsafe)]
 #[search_path(pg_catalog, pgque, pg_temp)]
-fn enqueue(
+fn enqueue_with_parents(
     queue_name: Option<&str>,
     kind: Option<&str>,
     args: default!(Option<JsonB>, "'{}'"),
@@ -491,6 +493,7 @@ fn enqueue(
     unique_key: default!(Option<&str>, "NULL"),
     max_attempts: default!(Option<i32>, "NULL"),
     on_duplicate: default!(Option<&str>, "'skip'"),
+    depends_on: default!(Option<Vec<Option<i64>>>, "NULL"),
 ) -> Option<i64> {
     let queue = valid_name(queue_name, "queue_name", error::MAX_QUEUE_NAME);
     let kind = required(kind, "kind");
@@ -507,6 +510,29 @@ fn enqueue(
     }
     if let Some(r) = run_at {
         check_run_at(r);
+    }
+    if let Some(d) = depends_on.as_deref().filter(|d| !d.is_empty()) {
+        let parents = super::flows::check_depends_on(d);
+        if unique_key.is_some() {
+            raise(
+                error::FEATURE_NOT_SUPPORTED,
+                "a job with depends_on cannot have a unique_key",
+            );
+        }
+        let job = super::flows::FlowJob {
+            key: String::new(),
+            kind: kind.to_string(),
+            args: Some(args.0),
+            depends_on: vec![],
+            priority: Some(priority as i32),
+            run_at: run_at.map(super::flows::timestamp_text),
+            max_attempts,
+            actor: actor.map(str::to_string),
+            fairness_key: fairness_key.map(str::to_string),
+            identity_key: identity_key.map(str::to_string),
+            run_on_parent_failure: false,
+        };
+        return Some(super::flows::enqueue_after(queue, job, &parents));
     }
     let keyed = unique_key.is_some();
     let now = transaction_start();
@@ -545,6 +571,41 @@ fn enqueue(
         .into_iter()
         .next()
         .and_then(|o| o.job_id)
+}
+
+/// The entry point of 0.6.0's 11-argument `enqueue` (C symbol
+/// enqueue_wrapper), kept out of this version's SQL: a database still at
+/// 0.6.0 runs this library's enqueue through it until ALTER EXTENSION
+/// pgque UPDATE.
+#[allow(clippy::too_many_arguments)]
+#[pg_extern(sql = false, security_definer, parallel_unsafe)]
+fn enqueue(
+    queue_name: Option<&str>,
+    kind: Option<&str>,
+    args: Option<JsonB>,
+    priority: Option<i32>,
+    run_at: Option<TimestampWithTimeZone>,
+    actor: Option<&str>,
+    fairness_key: Option<&str>,
+    identity_key: Option<&str>,
+    unique_key: Option<&str>,
+    max_attempts: Option<i32>,
+    on_duplicate: Option<&str>,
+) -> Option<i64> {
+    enqueue_with_parents(
+        queue_name,
+        kind,
+        args,
+        priority,
+        run_at,
+        actor,
+        fairness_key,
+        identity_key,
+        unique_key,
+        max_attempts,
+        on_duplicate,
+        None,
+    )
 }
 
 #[cfg(test)]

@@ -62,9 +62,10 @@ pub const COMPLETE_SQL: &str = leave_running!(
         output = $3::jsonb
     WHERE j.id = $1 AND j.lease_token = $2
     RETURNING j.id, j.queue, j.actor, j.identity_key, j.attempt,
-              'completed'::text AS event, NULL::text AS detail
+              'completed'::text AS event, NULL::text AS detail, j.has_children
 )"#,
-    "SELECT count(*)::int FROM gone"
+    // the second column: the jobs that are parents in a flow (flows.rs)
+    "SELECT count(*)::int, array_agg(g.id) FILTER (WHERE g.has_children) FROM gone g"
 );
 
 /// $1 ids, $2 tokens, $3 outputs aligned with them (NULL: none; unnest
@@ -81,9 +82,9 @@ gone AS (
     FROM input i
     WHERE j.id = ANY ($1::bigint[]) AND j.id = i.id AND j.lease_token = i.token
     RETURNING j.id, j.queue, j.actor, j.identity_key, j.attempt,
-              'completed'::text AS event, NULL::text AS detail
+              'completed'::text AS event, NULL::text AS detail, j.has_children
 )"#,
-    "SELECT count(*)::int FROM gone"
+    "SELECT count(*)::int, array_agg(g.id) FILTER (WHERE g.has_children) FROM gone g"
 );
 
 /// $1 id, $2 token, $3 error, $4 retry_at (NULL: backoff).
@@ -114,11 +115,11 @@ gone AS (
     WHERE j.id = c.id
     RETURNING j.id, j.queue, j.actor, j.identity_key, j.attempt,
               CASE WHEN j.state = 'failed' THEN 'failed' ELSE 'retried' END AS event,
-              $3::text AS detail, j.state
+              $3::text AS detail, j.state, j.has_children
 )"#,
     // a job that is ready again at once wakes dispatchers like an enqueue
     "SELECT g.state, (SELECT count(pg_catalog.pg_notify((CASE WHEN octet_length(g2.queue) <= 52 THEN 'pgque_jobs_' || g2.queue ELSE 'pgque_jobs_' || md5(g2.queue) END), ''))
-                      FROM gone g2 WHERE g2.state = 'ready') FROM gone g"
+                      FROM gone g2 WHERE g2.state = 'ready'), g.has_children FROM gone g"
 );
 
 /// $1 id, $2 token, $3 until: back to scheduled (or ready), attempt not consumed.
@@ -145,8 +146,8 @@ upd AS (
     UPDATE pgque.jobs j
     SET state = 'cancelled', finished_at = now(), lease_token = NULL, lease_until = NULL
     FROM cur c
-    WHERE j.id = c.id AND c.was IN ('scheduled', 'ready', 'running')
-    RETURNING j.id, j.queue, j.actor, j.identity_key, j.attempt, c.was
+    WHERE j.id = c.id AND c.was IN ('waiting', 'scheduled', 'ready', 'running')
+    RETURNING j.id, j.queue, j.actor, j.identity_key, j.attempt, c.was, j.has_children
 ),
 gone AS (
     SELECT u.id, u.queue, u.actor, u.identity_key, u.attempt,
@@ -169,16 +170,17 @@ ev AS (
     INSERT INTO pgque.job_events (job_id, queue, event, attempt, detail)
     SELECT u.id, u.queue, 'cancelled', u.attempt, 'was ' || u.was FROM upd u
 )
-SELECT c.was, (SELECT count(*)::int FROM upd) FROM cur c
+SELECT c.was, (SELECT count(*)::int FROM upd), (SELECT bool_or(u.has_children) FROM upd u)
+FROM cur c
 "#;
 
 /// Marks the job completed if `lease_token` is its current attempt's token,
 /// recording `output` (shown by get_job / all_jobs as long as the job is
 /// kept; 54000 over MAX_OUTPUT_BYTES). False (and nothing changed) for a
 /// stale token, a cancelled job or a job not running.
-#[pg_extern(security_definer, parallel_unsafe)]
+#[pg_extern(name = "complete", security_definer, parallel_unsafe)]
 #[search_path(pg_catalog, pgque, pg_temp)]
-fn complete(
+fn complete_with_output(
     job_id: Option<i64>,
     lease_token: Option<i64>,
     output: default!(Option<JsonbDatum>, "NULL"),
@@ -196,7 +198,7 @@ fn complete(
         Some(o) => o.arg(),
         None => DatumWithOid::null_oid(pg_sys::JSONBOID),
     };
-    run_int(
+    run_completion(
         COMPLETE_SQL,
         &[
             ty(pg_sys::INT8OID),
@@ -207,12 +209,35 @@ fn complete(
     ) == 1
 }
 
+/// Runs a completion statement of pgque.jobs (COMPLETE_SQL,
+/// COMPLETE_MANY_SQL): returns how many it completed, and releases the
+/// children of those that are parents in a flow, in this transaction.
+fn run_completion(sql: &'static str, types: &[pg_sys::PgOid], args: Vec<DatumWithOid<'_>>) -> i32 {
+    let (n, parents) = with_generic_plans(|| {
+        Spi::connect_mut(|client| {
+            let stmt = prepared(client, sql, types);
+            let t = client
+                .update(stmt, None, &args)
+                .unwrap_or_else(|e| pgrx::error!("{e}"));
+            let r = t.first();
+            (
+                r.get::<i32>(1).ok().flatten().unwrap_or(0),
+                r.get::<Vec<i64>>(2).ok().flatten(),
+            )
+        })
+    });
+    if let Some(p) = parents {
+        super::flows::completed(p);
+    }
+    n
+}
+
 /// Completes many jobs in one statement, recording `outputs[i]` for the
 /// i-th pair (NULL array or element: no output); pairs with a stale token
 /// are skipped. Returns how many were completed.
-#[pg_extern(security_definer, parallel_unsafe)]
+#[pg_extern(name = "complete_many", security_definer, parallel_unsafe)]
 #[search_path(pg_catalog, pgque, pg_temp)]
-fn complete_many(
+fn complete_many_with_outputs(
     job_ids: Option<Vec<Option<i64>>>,
     lease_tokens: Option<Vec<Option<i64>>>,
     outputs: default!(Option<JsonbArray>, "NULL"),
@@ -266,7 +291,7 @@ fn complete_many(
     // the rest are pgque.jobs' (or stale): a pair the log completed has no
     // running row there, so nothing is counted twice
     from_log
-        + run_int(
+        + run_completion(
             COMPLETE_MANY_SQL,
             &[
                 ty(pg_sys::INT8ARRAYOID),
@@ -275,6 +300,23 @@ fn complete_many(
             ],
             vec![ids.into(), tokens.into(), outs],
         )
+}
+
+/// The entry points of 0.6.0's `complete(bigint, bigint)` and
+/// `complete_many(bigint[], bigint[])` (C symbols complete_wrapper and
+/// complete_many_wrapper), kept out of this version's SQL: a database whose
+/// extension is still at 0.6.0 runs this library's code through them until
+/// ALTER EXTENSION pgque UPDATE (the new signatures have more arguments,
+/// which these symbols would not be passed).
+#[pg_extern(sql = false, security_definer, parallel_unsafe)]
+fn complete(job_id: Option<i64>, lease_token: Option<i64>) -> bool {
+    complete_with_output(job_id, lease_token, None)
+}
+
+/// See `complete`.
+#[pg_extern(sql = false, security_definer, parallel_unsafe)]
+fn complete_many(job_ids: Option<Vec<Option<i64>>>, lease_tokens: Option<Vec<Option<i64>>>) -> i32 {
+    complete_many_with_outputs(job_ids, lease_tokens, None)
 }
 
 /// Completes the pairs whose token is a claim of the job log (a done row per
@@ -314,7 +356,7 @@ fn fail(
     }
     // a job of the log leaves its claim into pgque.jobs, where it fails
     log::release::leave_claim(id, token);
-    let state = with_generic_plans(|| {
+    let (state, parent) = with_generic_plans(|| {
         Spi::connect_mut(|client| {
             let stmt = prepared(
                 client,
@@ -326,19 +368,27 @@ fn fail(
                     ty(pg_sys::TIMESTAMPTZOID),
                 ],
             );
-            client
+            let t = client
                 .update(
                     stmt,
                     None,
                     &[id.into(), token.into(), err.into(), retry_at.into()],
                 )
-                .unwrap_or_else(|e| pgrx::error!("{e}"))
-                .first()
-                .get::<String>(1)
-                .ok()
-                .flatten()
+                .unwrap_or_else(|e| pgrx::error!("{e}"));
+            if t.is_empty() {
+                return (None, false);
+            }
+            let r = t.first();
+            (
+                r.get::<String>(1).ok().flatten(),
+                r.get::<bool>(3).ok().flatten().unwrap_or(false),
+            )
         })
     });
+    if parent && state.as_deref() == Some("failed") {
+        // its waiting children are cancelled (or run anyway)
+        super::flows::propagate(vec![id], "failed");
+    }
     if state.as_deref() == Some("scheduled") {
         crate::worker::wake::at_commit();
     }
@@ -445,8 +495,10 @@ fn snooze(
     n == 1
 }
 
-/// Cancels an unfinished job (scheduled, ready or running: a running job's
-/// later complete/fail is refused). False when the job had finished already.
+/// Cancels an unfinished job (waiting, scheduled, ready or running: a
+/// running job's later complete/fail is refused), and with it the waiting
+/// jobs that depend on it (unless they run on parent failure). False when
+/// the job had finished already.
 #[pg_extern(security_definer, parallel_unsafe)]
 #[search_path(pg_catalog, pgque, pg_temp)]
 fn cancel(job_id: Option<i64>) -> bool {
@@ -459,17 +511,18 @@ fn cancel(job_id: Option<i64>) -> bool {
                     .update(stmt, None, &[id.into()])
                     .unwrap_or_else(|e| pgrx::error!("{e}"));
                 if t.is_empty() {
-                    return (None, 0);
+                    return (None, 0, false);
                 }
                 let row = t.first();
                 (
                     row.get::<String>(1).ok().flatten(),
                     row.get::<i32>(2).ok().flatten().unwrap_or(0),
+                    row.get::<bool>(3).ok().flatten().unwrap_or(false),
                 )
             })
         })
     };
-    let (mut was, mut n) = run();
+    let (mut was, mut n, mut parent) = run();
     if was.is_none() {
         // not a row of pgque.jobs: a job of the log is brought there first
         // (ready: in its place; running: out of its claim) and cancelled
@@ -477,10 +530,14 @@ fn cancel(job_id: Option<i64>) -> bool {
         if !log::release::job_to_side(id) {
             raise(error::UNDEFINED_OBJECT, format!("job {id} does not exist"));
         }
-        (was, n) = run();
+        (was, n, parent) = run();
         if was.is_none() {
             return false;
         }
+    }
+    if n == 1 && parent {
+        // its waiting children are cancelled too (or run anyway)
+        super::flows::propagate(vec![id], "cancelled");
     }
     n == 1
 }

@@ -8,6 +8,7 @@
 //! - `jobrows`   dispatch's result rows, handed over in one call as datums
 //! - `outcomes`  enqueue_ready_rows' result rows, handed over in one call
 //! - `lifecycle` complete / fail / heartbeat / snooze / cancel / retry_job
+//! - `flows`     enqueue_flow, depends_on: waiting jobs, their release and cancellation
 //! - `outputs`   job outputs and progress: the jsonb arguments, caps, set_progress
 //! - `sweeps`    lease rescue, promotion, event retention, pruning, ANALYZE
 //! - `log`       the job log: ordinary jobs as batch rows, claims and done rows
@@ -19,6 +20,7 @@ use pgrx::prelude::*;
 pub mod channel;
 pub mod dispatch;
 pub mod enqueue;
+pub mod flows;
 pub mod jobrows;
 pub mod lifecycle;
 pub mod log;
@@ -38,6 +40,11 @@ extension_sql_file!(
     name = "job_log",
     requires = ["jobs"]
 );
+extension_sql_file!(
+    "../../sql/32_flows.sql",
+    name = "flows",
+    requires = ["job_log"]
+);
 
 /// Advisory-lock class of a whole job queue: enqueue holds it shared, drop
 /// takes it exclusive. (Two-key advisory locks: class, hashtext(queue).)
@@ -47,7 +54,8 @@ pub const QUEUE_LOCK_CLASS: i32 = 0x6A6F_6271; // "jobq"
 pub const LANE_LOCK_CLASS: i32 = 0x6A6F_626C; // "jobl"
 
 /// The job states, as stored.
-pub const STATES: [&str; 6] = [
+pub const STATES: [&str; 7] = [
+    "waiting",
     "scheduled",
     "ready",
     "running",

@@ -103,7 +103,7 @@ fn drop_job_queue(queue_name: Option<&str>, force: default!(Option<bool>, false)
         // job_queue_status counts the log by its rows (job_log_jobs would
         // unpack every job of the log)
         let live = Spi::get_one_with_args::<i64>(
-            "SELECT scheduled + ready + running FROM pgque.job_queue_status WHERE queue_name = $1",
+            "SELECT waiting + scheduled + ready + running FROM pgque.job_queue_status WHERE queue_name = $1",
             &[queue.into()],
         )
         .unwrap_or(None)

@@ -2,7 +2,7 @@
 //! SQL function of its own (manual mode, tests): lease rescue, promotion of
 //! due scheduled jobs, the job_events retention sweep, pruning of terminal
 //! jobs; `job_maint()` runs the four, `job_analyze()` refreshes statistics.
-use super::stmt::{run_int, ty};
+use super::stmt::{prepared, run_int, ty, with_generic_plans};
 use crate::error::{self, raise, required};
 use crate::gucs;
 use pgrx::pg_sys;
@@ -46,7 +46,8 @@ gone AS (
     RETURNING j.id, j.queue, j.actor, j.identity_key, j.attempt,
               'rescued'::text AS event,
               CASE WHEN j.state = 'failed' THEN 'failed: lease expired on the last attempt'
-                   ELSE 'lease expired' END AS detail
+                   ELSE 'lease expired' END AS detail,
+              j.state = 'failed' AND j.has_children AS failed_parent
 ),
 "#,
     include_str!("release_tail.sql"),
@@ -55,7 +56,8 @@ note AS (
     SELECT pg_catalog.pg_notify((CASE WHEN octet_length(q.queue) <= 52 THEN 'pgque_jobs_' || q.queue ELSE 'pgque_jobs_' || md5(q.queue) END), '')
     FROM (SELECT DISTINCT g.queue FROM gone g) q
 )
-SELECT (SELECT count(*)::int FROM gone), (SELECT count(*)::int FROM note)"#
+SELECT (SELECT count(*)::int FROM gone), (SELECT count(*)::int FROM note),
+       (SELECT array_agg(g.id) FROM gone g WHERE g.failed_parent)"#
 );
 
 /// Due scheduled jobs become ready. A job that never was ready takes its
@@ -140,7 +142,11 @@ gone AS (
     DELETE FROM pgque.jobs j
     WHERE j.id = ANY (ARRAY(SELECT v.id FROM victims v))
       AND j.state IN ('completed', 'cancelled', 'failed')
-    RETURNING 1
+    RETURNING j.id
+),
+-- a pruned job's edges to its parents go with it
+deps AS (
+    DELETE FROM pgque.job_deps d WHERE d.child_id = ANY (ARRAY(SELECT g.id FROM gone g))
 )
 SELECT count(*)::int FROM gone
 "#;
@@ -158,7 +164,24 @@ fn rescue_expired_leases(max_jobs: default!(Option<i32>, 1000)) -> i32 {
     // rows of pgque.jobs with the expired lease, which the statement below
     // then rescues like any other
     super::log::rotate::rescue_claims(n);
-    run_int(RESCUE_SQL, &[ty(pg_sys::INT4OID)], vec![n.into()])
+    let (rescued, failed_parents) = with_generic_plans(|| {
+        Spi::connect_mut(|client| {
+            let stmt = prepared(client, RESCUE_SQL, &[ty(pg_sys::INT4OID)]);
+            let t = client
+                .update(stmt, None, &[n.into()])
+                .unwrap_or_else(|e| pgrx::error!("{e}"));
+            let r = t.first();
+            (
+                r.get::<i32>(1).ok().flatten().unwrap_or(0),
+                r.get::<Vec<i64>>(3).ok().flatten(),
+            )
+        })
+    });
+    if let Some(p) = failed_parents {
+        // parents in a flow that failed on their last attempt
+        super::flows::propagate(p, "failed");
+    }
+    rescued
 }
 
 /// Makes up to `max_jobs` due scheduled jobs ready. Returns how many.

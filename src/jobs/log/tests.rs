@@ -387,7 +387,8 @@ mod tests {
                 count(j.id) FILTER (WHERE j.state = 'failed'),
                 count(j.id) FILTER (WHERE j.state = 'cancelled'),
                 now() - min(j.run_at) FILTER (WHERE j.state = 'ready'),
-                count(DISTINCT (j.priority, j.shard)) FILTER (WHERE j.state IN ('scheduled', 'ready', 'running'))
+                count(DISTINCT (j.priority, j.shard)) FILTER (WHERE j.state IN ('waiting', 'scheduled', 'ready', 'running')),
+                count(j.id) FILTER (WHERE j.state = 'waiting')
             FROM pgque.job_queues q LEFT JOIN pgque.all_jobs j ON j.queue = q.queue_name
             GROUP BY q.queue_name, q.mode, q.paused";
         let same = || {

@@ -1,0 +1,912 @@
+//! Flows (DESIGN.md section 14): jobs that run after other jobs.
+//!
+//! - A job with parents is a row of pgque.jobs in state `waiting`, with
+//!   `pending_parents` = its parents not completed yet; the edges are rows
+//!   of `pgque.job_deps` (parent, child). A waiting job is in none of the
+//!   indexes dispatch walks (they are partial on `ready`), so waiting jobs
+//!   cost dispatch nothing.
+//! - Every job of a flow lives in pgque.jobs (never in the job log): a
+//!   parent's completion must find its children, and its row says whether it
+//!   has any (`has_children`), so completing an ordinary job costs no extra
+//!   statement. A job of the log named in `enqueue(..., depends_on)` is moved
+//!   into pgque.jobs first (as cancel moves one), or counts as done when it
+//!   completed already.
+//! - `completed`: when a parent completes, each waiting child's counter goes
+//!   down by one (children locked in id order, so completers never deadlock)
+//!   and a child reaching zero becomes ready (or scheduled, for a future
+//!   run_at) in the same transaction, taking its place in its lane under the
+//!   lane lock as promotion does. Two completers of a child's last two
+//!   parents serialise on the child's row: exactly one sees zero.
+//! - `ended`: a parent that ends failed or cancelled cancels its waiting
+//!   children (the error names the parent), and theirs in turn; a child that
+//!   says `"on_parent_failure": "run"` counts that parent as done instead.
+use super::stmt::{prepared, ty, with_generic_plans};
+use crate::error::{self, raise, raise_detail};
+use pgrx::datum::DatumWithOid;
+use pgrx::prelude::*;
+use pgrx::{pg_sys, JsonB};
+use std::collections::HashMap;
+
+/// Most jobs one enqueue_flow takes.
+pub const MAX_FLOW_JOBS: usize = 100_000;
+
+/// One job of a flow, as parsed and checked.
+#[derive(Debug, Default, PartialEq)]
+pub struct FlowJob {
+    pub key: String,
+    pub kind: String,
+    pub args: Option<serde_json::Value>,
+    pub depends_on: Vec<String>,
+    pub priority: Option<i32>,
+    pub run_at: Option<String>,
+    pub max_attempts: Option<i32>,
+    pub actor: Option<String>,
+    pub fairness_key: Option<String>,
+    pub identity_key: Option<String>,
+    pub run_on_parent_failure: bool,
+}
+
+/// Why a flow was refused: its SQLSTATE and message.
+#[derive(Debug, PartialEq)]
+pub struct Refusal {
+    pub code: &'static str,
+    pub msg: String,
+}
+
+fn refuse<T>(code: &'static str, msg: impl Into<String>) -> Result<T, Refusal> {
+    Err(Refusal {
+        code,
+        msg: msg.into(),
+    })
+}
+
+const FIELDS: [&str; 11] = [
+    "key",
+    "kind",
+    "args",
+    "depends_on",
+    "priority",
+    "run_at",
+    "max_attempts",
+    "actor",
+    "fairness_key",
+    "identity_key",
+    "on_parent_failure",
+];
+
+fn opt_str(v: Option<&serde_json::Value>, what: &str) -> Result<Option<String>, Refusal> {
+    match v {
+        None => Ok(None),
+        Some(v) if v.is_null() => Ok(None),
+        Some(v) => match v.as_str() {
+            Some(s) => Ok(Some(s.to_string())),
+            None => refuse("22023", format!("{what} must be a string")),
+        },
+    }
+}
+
+fn opt_int(v: Option<&serde_json::Value>, what: &str) -> Result<Option<i32>, Refusal> {
+    match v {
+        None => Ok(None),
+        Some(v) if v.is_null() => Ok(None),
+        Some(v) => match v.as_i64().and_then(|i| i32::try_from(i).ok()) {
+            Some(i) => Ok(Some(i)),
+            None => refuse("22023", format!("{what} must be an integer")),
+        },
+    }
+}
+
+/// A parsed flow: its jobs in input order, and the edges (parent index,
+/// child index).
+pub type Parsed = (Vec<FlowJob>, Vec<(usize, usize)>);
+
+/// Parses and checks a flow: a non-empty JSON array of objects with known
+/// fields, unique keys, parents that are keys of the flow, no cycle.
+/// Returns the jobs in input order and the edges (parent index, child
+/// index), each edge once.
+pub fn parse(jobs: &serde_json::Value) -> Result<Parsed, Refusal> {
+    let Some(arr) = jobs.as_array() else {
+        return refuse("22023", "jobs must be a JSON array of job objects");
+    };
+    if arr.is_empty() {
+        return refuse("22023", "jobs must not be empty");
+    }
+    if arr.len() > MAX_FLOW_JOBS {
+        return refuse(
+            "54000",
+            format!(
+                "a flow has at most {MAX_FLOW_JOBS} jobs; this one has {}",
+                arr.len()
+            ),
+        );
+    }
+    let mut out = Vec::with_capacity(arr.len());
+    let mut index: HashMap<String, usize> = HashMap::with_capacity(arr.len());
+    for (i, v) in arr.iter().enumerate() {
+        let n = i + 1;
+        let Some(o) = v.as_object() else {
+            return refuse("22023", format!("jobs[{n}] must be a JSON object"));
+        };
+        if let Some(f) = o.keys().find(|k| !FIELDS.contains(&k.as_str())) {
+            if f == "unique_key" {
+                return refuse(
+                    "0A000",
+                    format!("jobs[{n}]: unique_key is not supported in a flow"),
+                );
+            }
+            return refuse(
+                "42703",
+                format!(
+                    "jobs[{n}] has an unknown field {f:?} (known: {})",
+                    FIELDS.join(", ")
+                ),
+            );
+        }
+        let Some(key) = opt_str(o.get("key"), &format!("jobs[{n}].key"))? else {
+            return refuse("22004", format!("jobs[{n}].key is required"));
+        };
+        let Some(kind) = opt_str(o.get("kind"), &format!("jobs[{n}].kind"))? else {
+            return refuse("22004", format!("jobs[{n}].kind is required"));
+        };
+        if kind.is_empty() {
+            return refuse("22023", format!("jobs[{n}].kind must not be empty"));
+        }
+        let mut depends_on = Vec::new();
+        match o.get("depends_on") {
+            None => {}
+            Some(d) if d.is_null() => {}
+            Some(d) => {
+                let Some(list) = d.as_array() else {
+                    return refuse(
+                        "22023",
+                        format!("jobs[{n}].depends_on must be an array of keys"),
+                    );
+                };
+                for p in list {
+                    let Some(p) = p.as_str() else {
+                        return refuse(
+                            "22023",
+                            format!("jobs[{n}].depends_on must be an array of keys"),
+                        );
+                    };
+                    if !depends_on.iter().any(|x| x == p) {
+                        depends_on.push(p.to_string());
+                    }
+                }
+            }
+        }
+        let run_on_parent_failure = match opt_str(
+            o.get("on_parent_failure"),
+            &format!("jobs[{n}].on_parent_failure"),
+        )?
+        .as_deref()
+        {
+            None | Some("cancel") => false,
+            Some("run") => true,
+            Some(other) => {
+                return refuse(
+                    "22023",
+                    format!("jobs[{n}].on_parent_failure must be 'cancel' or 'run', not {other:?}"),
+                )
+            }
+        };
+        let args = match o.get("args") {
+            None => None,
+            Some(a) if a.is_null() => None,
+            Some(a) => Some(a.clone()),
+        };
+        let job = FlowJob {
+            key: key.clone(),
+            kind,
+            args,
+            depends_on,
+            priority: opt_int(o.get("priority"), &format!("jobs[{n}].priority"))?,
+            run_at: opt_str(o.get("run_at"), &format!("jobs[{n}].run_at"))?,
+            max_attempts: opt_int(o.get("max_attempts"), &format!("jobs[{n}].max_attempts"))?,
+            actor: opt_str(o.get("actor"), &format!("jobs[{n}].actor"))?,
+            fairness_key: opt_str(o.get("fairness_key"), &format!("jobs[{n}].fairness_key"))?,
+            identity_key: opt_str(o.get("identity_key"), &format!("jobs[{n}].identity_key"))?,
+            run_on_parent_failure,
+        };
+        if index.insert(key.clone(), i).is_some() {
+            return refuse(
+                "42710",
+                format!("jobs[{n}]: key {key:?} appears twice in the flow"),
+            );
+        }
+        out.push(job);
+    }
+    let mut edges = Vec::new();
+    for (c, job) in out.iter().enumerate() {
+        for p in &job.depends_on {
+            match index.get(p) {
+                Some(&pi) => edges.push((pi, c)),
+                None => {
+                    return refuse(
+                        "42704",
+                        format!(
+                            "jobs[{}] ({:?}) depends on {p:?}, which is no key of the flow",
+                            c + 1,
+                            job.key
+                        ),
+                    )
+                }
+            }
+        }
+    }
+    if let Some(k) = cycle_member(out.len(), &edges) {
+        return refuse(
+            "42P19",
+            format!("the flow has a dependency cycle (through {:?})", out[k].key),
+        );
+    }
+    Ok((out, edges))
+}
+
+/// A job on a cycle of the graph (Kahn's algorithm: what cannot be ordered
+/// is on or behind a cycle), or None.
+fn cycle_member(n: usize, edges: &[(usize, usize)]) -> Option<usize> {
+    let mut indeg = vec![0usize; n];
+    let mut out: Vec<Vec<usize>> = vec![Vec::new(); n];
+    for &(p, c) in edges {
+        indeg[c] += 1;
+        out[p].push(c);
+    }
+    let mut stack: Vec<usize> = (0..n).filter(|&i| indeg[i] == 0).collect();
+    let mut seen = 0;
+    while let Some(i) = stack.pop() {
+        seen += 1;
+        for &c in &out[i] {
+            indeg[c] -= 1;
+            if indeg[c] == 0 {
+                stack.push(c);
+            }
+        }
+    }
+    (seen < n).then(|| (0..n).find(|&i| indeg[i] > 0).unwrap())
+}
+
+/// $1 queue, $2 kinds, $3 args, $4 priorities, $5 run_at (text), $6 actors,
+/// $7 fairness keys, $8 identity keys, $9 max_attempts, $10 keys, $11
+/// pending parents, $12 run on parent failure, $13 has children, $14 and
+/// $15 the edges (parent ord, child ord), $16 the flow id (NULL: a new one).
+/// Inserts the jobs (waiting when they have pending parents, else ready or
+/// scheduled as at enqueue: ready ones under their lane's lock, ids in
+/// input order) and the edges; returns (flow_id, key, id, state) in input
+/// order, or no row when the queue does not exist.
+const FLOW_SQL: &str = r#"
+WITH q AS MATERIALIZED (
+    SELECT jq.queue_name, jq.shards, jq.max_attempts, jq.mode,
+           pg_catalog.pg_advisory_xact_lock_shared(1785684593, pg_catalog.hashtext(jq.queue_name)) AS qlock
+    FROM pgque.job_queues jq
+    WHERE jq.queue_name = $1
+),
+input AS MATERIALIZED (
+    SELECT t.ord::int AS ord, t.kind, t.args,
+           COALESCE(t.priority, 0::smallint) AS priority,
+           COALESCE(t.run_at::timestamptz, now()) AS run_at,
+           t.actor, t.fairness_key, t.identity_key,
+           COALESCE(t.max_attempts, q.max_attempts) AS max_attempts,
+           CASE WHEN q.mode = 'round_robin' THEN COALESCE(t.fairness_key, '') END AS rr_key,
+           s.shard, t.key, t.pending, t.run_on_failure, t.has_children,
+           CASE WHEN t.pending > 0 THEN 'waiting'
+                WHEN COALESCE(t.run_at::timestamptz > now(), false) THEN 'scheduled'
+                ELSE 'ready' END AS state
+    FROM q
+    CROSS JOIN LATERAL (
+        SELECT CASE WHEN q.shards > 1
+                    THEN (pg_catalog.pg_backend_pid() % q.shards)::smallint
+                    ELSE 0::smallint END AS shard) s
+    CROSS JOIN LATERAL unnest($2::text[], $3::jsonb[], $4::smallint[], $5::text[],
+                              $6::text[], $7::text[], $8::text[], $9::int[], $10::text[],
+                              $11::int[], $12::boolean[], $13::boolean[])
+         WITH ORDINALITY AS t(kind, args, priority, run_at, actor, fairness_key,
+                              identity_key, max_attempts, key, pending, run_on_failure,
+                              has_children, ord)
+),
+lanes AS MATERIALIZED (
+    SELECT k.lane_key, pg_catalog.pg_advisory_xact_lock(1785684588, k.lane_key) AS lock
+    FROM (SELECT pg_catalog.hashtext($1 || '/' || l.priority || '/' || l.shard) AS lane_key
+          FROM (SELECT DISTINCT i.priority, i.shard FROM input i WHERE i.state = 'ready') l
+          ORDER BY 1) k
+),
+flow AS MATERIALIZED (
+    SELECT COALESCE($16::bigint, pg_catalog.nextval('pgque.job_flow_id_seq')) AS flow_id
+    FROM q
+),
+numbered AS MATERIALIZED (
+    SELECT s.*, pg_catalog.nextval('pgque.jobs_id_seq') AS id
+    FROM (SELECT i.* FROM input i
+          -- a one-time filter: every lane lock is taken before the first nextval
+          WHERE (SELECT count(*) FROM lanes) >= 0
+          ORDER BY i.ord) s
+),
+ins AS (
+    INSERT INTO pgque.jobs AS j (id, queue, kind, args, priority, shard, state, ready_seq, run_at,
+                                 max_attempts, actor, fairness_key, rr_key, identity_key,
+                                 enqueued_at, flow_id, flow_key, pending_parents,
+                                 run_on_parent_failure, has_children)
+    SELECT n.id, $1, n.kind, n.args, n.priority, n.shard, n.state,
+           CASE WHEN n.state = 'ready' THEN n.id END,
+           n.run_at, n.max_attempts, n.actor, n.fairness_key, n.rr_key, n.identity_key,
+           now(), f.flow_id, n.key, CASE WHEN n.pending > 0 THEN n.pending END,
+           CASE WHEN n.run_on_failure THEN true END, CASE WHEN n.has_children THEN true END
+    FROM numbered n CROSS JOIN flow f
+    ORDER BY n.ord
+    RETURNING j.id, j.state, j.actor
+),
+deps AS (
+    INSERT INTO pgque.job_deps (parent_id, child_id)
+    SELECT p.id, c.id
+    FROM unnest($14::int[], $15::int[]) AS e(parent_ord, child_ord)
+    JOIN numbered p ON p.ord = e.parent_ord
+    JOIN numbered c ON c.ord = e.child_ord
+),
+ev AS (
+    INSERT INTO pgque.job_events (job_ids, queue, event, attempt)
+    SELECT array_agg(ins.id ORDER BY ins.id), $1,
+           CASE ins.state WHEN 'ready' THEN 'enqueued' ELSE ins.state END, 0
+    FROM ins
+    GROUP BY ins.state
+),
+act AS (
+    INSERT INTO pgque.job_actors (actor)
+    SELECT DISTINCT ins.actor FROM ins WHERE ins.actor IS NOT NULL ORDER BY 1
+    ON CONFLICT DO NOTHING
+)
+SELECT f.flow_id, n.key, n.id, n.state
+FROM numbered n CROSS JOIN flow f
+WHERE (SELECT count(pg_catalog.pg_notify((CASE WHEN octet_length($1) <= 52 THEN 'pgque_jobs_' || $1 ELSE 'pgque_jobs_' || md5($1) END), ''))
+       FROM (SELECT 1 FROM ins WHERE ins.state = 'ready' LIMIT 1) r) >= 0
+ORDER BY n.ord
+"#;
+
+/// Checks the per-job options as enqueue does (22023 / 22003).
+fn check_options(jobs: &[FlowJob]) {
+    for j in jobs {
+        if let Some(p) = j.priority {
+            super::enqueue::check_priority(p);
+        }
+        if let Some(m) = j.max_attempts {
+            super::enqueue::check_max_attempts(m);
+        }
+        for (v, what) in [
+            (&j.actor, "actor"),
+            (&j.fairness_key, "fairness_key"),
+            (&j.identity_key, "identity_key"),
+        ] {
+            if v.as_deref() == Some("") {
+                raise(
+                    error::INVALID_PARAMETER_VALUE,
+                    format!("job {:?}: {what} must not be empty", j.key),
+                );
+            }
+        }
+    }
+}
+
+/// Inserts `jobs` (pending parents per job: `pending`; has children:
+/// `parents_of_some`) with `edges`; returns (flow_id, key, id, state).
+fn insert(
+    queue: &str,
+    jobs: &[FlowJob],
+    pending: &[i32],
+    has_children: &[bool],
+    edges: &[(usize, usize)],
+    flow_id: Option<i64>,
+) -> Vec<(i64, String, i64, String)> {
+    let col = |f: &dyn Fn(&FlowJob) -> Option<String>| -> Vec<Option<String>> {
+        jobs.iter().map(f).collect()
+    };
+    let kinds: Vec<String> = jobs.iter().map(|j| j.kind.clone()).collect();
+    let args: Vec<JsonB> = jobs
+        .iter()
+        .map(|j| JsonB(j.args.clone().unwrap_or_else(|| serde_json::json!({}))))
+        .collect();
+    let prio: Vec<Option<i16>> = jobs.iter().map(|j| j.priority.map(|p| p as i16)).collect();
+    let ma: Vec<Option<i32>> = jobs.iter().map(|j| j.max_attempts).collect();
+    let run: Vec<bool> = jobs.iter().map(|j| j.run_on_parent_failure).collect();
+    // a job enqueued behind existing jobs has no key (NULL)
+    let keys: Vec<Option<String>> = jobs
+        .iter()
+        .map(|j| (!j.key.is_empty()).then(|| j.key.clone()))
+        .collect();
+    let (ep, ec): (Vec<i32>, Vec<i32>) = edges
+        .iter()
+        .map(|&(p, c)| (p as i32 + 1, c as i32 + 1))
+        .unzip();
+    let args_in: Vec<DatumWithOid> = vec![
+        queue.into(),
+        kinds.into(),
+        args.into(),
+        prio.into(),
+        col(&|j| j.run_at.clone()).into(),
+        col(&|j| j.actor.clone()).into(),
+        col(&|j| j.fairness_key.clone()).into(),
+        col(&|j| j.identity_key.clone()).into(),
+        ma.into(),
+        keys.into(),
+        pending.to_vec().into(),
+        run.into(),
+        has_children.to_vec().into(),
+        ep.into(),
+        ec.into(),
+        flow_id.into(),
+    ];
+    let rows = with_generic_plans(|| {
+        Spi::connect_mut(|client| {
+            let stmt = prepared(
+                client,
+                FLOW_SQL,
+                &[
+                    ty(pg_sys::TEXTOID),
+                    ty(pg_sys::TEXTARRAYOID),
+                    ty(pg_sys::JSONBARRAYOID),
+                    ty(pg_sys::INT2ARRAYOID),
+                    ty(pg_sys::TEXTARRAYOID),
+                    ty(pg_sys::TEXTARRAYOID),
+                    ty(pg_sys::TEXTARRAYOID),
+                    ty(pg_sys::TEXTARRAYOID),
+                    ty(pg_sys::INT4ARRAYOID),
+                    ty(pg_sys::TEXTARRAYOID),
+                    ty(pg_sys::INT4ARRAYOID),
+                    ty(pg_sys::BOOLARRAYOID),
+                    ty(pg_sys::BOOLARRAYOID),
+                    ty(pg_sys::INT4ARRAYOID),
+                    ty(pg_sys::INT4ARRAYOID),
+                    ty(pg_sys::INT8OID),
+                ],
+            );
+            client
+                .update(stmt, None, &args_in)
+                .unwrap_or_else(|e| pgrx::error!("{e}"))
+                .map(|r| {
+                    (
+                        r.get::<i64>(1).ok().flatten().unwrap_or(0),
+                        r.get::<String>(2).ok().flatten().unwrap_or_default(),
+                        r.get::<i64>(3).ok().flatten().unwrap_or(0),
+                        r.get::<String>(4).ok().flatten().unwrap_or_default(),
+                    )
+                })
+                .collect::<Vec<_>>()
+        })
+    });
+    if rows.is_empty() {
+        raise(
+            error::UNDEFINED_OBJECT,
+            format!("job queue {queue:?} does not exist"),
+        );
+    }
+    if rows.iter().any(|r| r.3 == "scheduled") {
+        crate::worker::wake::at_commit();
+    }
+    rows
+}
+
+fn raise_refusal(r: Refusal) -> ! {
+    let code = match r.code {
+        "22004" => error::NULL_VALUE_NOT_ALLOWED,
+        "42703" => error::UNDEFINED_COLUMN,
+        "42704" => error::UNDEFINED_OBJECT,
+        "42710" => error::DUPLICATE_OBJECT,
+        "42P19" => error::INVALID_RECURSION,
+        "54000" => error::LIMIT_EXCEEDED,
+        "0A000" => error::FEATURE_NOT_SUPPORTED,
+        _ => error::INVALID_PARAMETER_VALUE,
+    };
+    raise(code, r.msg)
+}
+
+/// Enqueues a flow: a JSON array of jobs `{key, kind, args, depends_on:
+/// [keys], priority, run_at, max_attempts, actor, fairness_key,
+/// identity_key, on_parent_failure: 'cancel' | 'run'}` into one queue, all
+/// or nothing, in one statement. A job with parents waits until all of them
+/// completed. Returns (flow_id, key, job_id) per job in input order.
+#[pg_extern(security_definer, parallel_unsafe)]
+#[search_path(pg_catalog, pgque, pg_temp)]
+fn enqueue_flow(
+    queue_name: Option<&str>,
+    jobs: Option<JsonB>,
+) -> TableIterator<'static, (name!(flow_id, i64), name!(key, String), name!(job_id, i64))> {
+    let queue = error::valid_name(queue_name, "queue_name", error::MAX_QUEUE_NAME);
+    let jobs = error::required(jobs, "jobs");
+    let (jobs, edges) = parse(&jobs.0).unwrap_or_else(|r| raise_refusal(r));
+    check_options(&jobs);
+    let mut pending = vec![0i32; jobs.len()];
+    let mut has_children = vec![false; jobs.len()];
+    for &(p, c) in &edges {
+        pending[c] += 1;
+        has_children[p] = true;
+    }
+    let rows = insert(queue, &jobs, &pending, &has_children, &edges, None);
+    TableIterator::new(rows.into_iter().map(|(f, k, id, _)| (f, k, id)))
+}
+
+/// $1 parents: locks them (id order) and returns (id, state, flow_id).
+const PARENTS_SQL: &str = r#"
+SELECT j.id, j.state, j.flow_id FROM pgque.jobs j
+WHERE j.id = ANY ($1::bigint[])
+ORDER BY j.id
+FOR UPDATE
+"#;
+
+/// Enqueues one job behind existing jobs (`enqueue(..., depends_on)`): it
+/// waits for those of `parents` not completed yet (a failed or cancelled
+/// one cancels it unless `run_on_parent_failure`). Parents in the job log
+/// move into pgque.jobs first; a completed one counts as done. 42704 for an
+/// unknown parent. Returns the job's id.
+pub fn enqueue_after(queue: &str, job: FlowJob, parents: &[i64]) -> i64 {
+    let mut parents = parents.to_vec();
+    parents.sort_unstable();
+    parents.dedup();
+    check_options(std::slice::from_ref(&job));
+    // log jobs move into pgque.jobs (a completed one stays in the log)
+    let found =
+        |c: &mut pgrx::spi::SpiClient<'_>, ids: &[i64]| -> Vec<(i64, String, Option<i64>)> {
+            c.update(PARENTS_SQL, None, &[ids.to_vec().into()])
+                .unwrap_or_else(|e| pgrx::error!("{e}"))
+                .map(|r| {
+                    (
+                        r.get::<i64>(1).ok().flatten().unwrap(),
+                        r.get::<String>(2).ok().flatten().unwrap(),
+                        r.get::<i64>(3).ok().flatten(),
+                    )
+                })
+                .collect()
+        };
+    let mut rows = Spi::connect_mut(|c| found(c, &parents));
+    if rows.len() < parents.len() {
+        for &p in &parents {
+            if rows.iter().any(|r| r.0 == p) {
+                continue;
+            }
+            if !super::log::release::job_to_side(p) {
+                raise(error::UNDEFINED_OBJECT, format!("job {p} does not exist"));
+            }
+        }
+        // a parent still not in pgque.jobs stayed in the log: it completed
+        // there, and counts as done
+        rows = Spi::connect_mut(|c| found(c, &parents));
+    }
+    let open: Vec<i64> = rows
+        .iter()
+        .filter(|r| matches!(r.1.as_str(), "waiting" | "scheduled" | "ready" | "running"))
+        .map(|r| r.0)
+        .collect();
+    let ended: Vec<(i64, String)> = rows
+        .iter()
+        .filter(|r| matches!(r.1.as_str(), "failed" | "cancelled"))
+        .map(|r| (r.0, r.1.clone()))
+        .collect();
+    let flow_id = rows.iter().filter_map(|r| r.2).min();
+    let pending = (open.len() + ended.len()) as i32;
+    // the edges to parents in the log that completed are kept too (job_parents)
+    let out = insert(
+        queue,
+        std::slice::from_ref(&job),
+        &[pending],
+        &[false],
+        &[],
+        flow_id,
+    );
+    let id = out[0].2;
+    Spi::run_with_args(
+        "WITH d AS (INSERT INTO pgque.job_deps (parent_id, child_id)
+                    SELECT p, $2 FROM unnest($1::bigint[]) p)
+         UPDATE pgque.jobs j SET has_children = true
+         WHERE j.id = ANY ($3::bigint[]) AND j.has_children IS NOT TRUE",
+        &[
+            parents.clone().into(),
+            id.into(),
+            open.iter()
+                .chain(ended.iter().map(|e| &e.0))
+                .copied()
+                .collect::<Vec<i64>>()
+                .into(),
+        ],
+    )
+    .unwrap_or_else(|e| pgrx::error!("{e}"));
+    // parents that ended already act on the new job as if they ended now
+    for word in ["failed", "cancelled"] {
+        let ids: Vec<i64> = ended.iter().filter(|e| e.1 == word).map(|e| e.0).collect();
+        if !ids.is_empty() {
+            propagate(ids, word);
+        }
+    }
+    id
+}
+
+/// $1 completed parents: each waiting child's pending count goes down by
+/// its parents among them (children locked in id order); returns the
+/// children that reached zero.
+const RELEASE_SQL: &str = r#"
+WITH kids AS MATERIALIZED (
+    SELECT d.child_id, count(*)::int AS n FROM pgque.job_deps d
+    WHERE d.parent_id = ANY ($1::bigint[])
+    GROUP BY d.child_id
+),
+locked AS MATERIALIZED (
+    SELECT c.id FROM pgque.jobs c
+    WHERE c.id = ANY (ARRAY(SELECT k.child_id FROM kids k)) AND c.state = 'waiting'
+    ORDER BY c.id
+    FOR UPDATE
+),
+dec AS (
+    UPDATE pgque.jobs c SET pending_parents = c.pending_parents - k.n
+    FROM kids k
+    WHERE c.id = ANY (ARRAY(SELECT l.id FROM locked l)) AND c.id = k.child_id
+      AND c.state = 'waiting'
+    RETURNING c.id, c.pending_parents
+)
+SELECT COALESCE(array_agg(d.id ORDER BY d.id) FILTER (WHERE d.pending_parents <= 0), '{}')
+FROM dec d
+"#;
+
+/// $1 waiting jobs whose parents all ended: ready (under their lanes'
+/// locks, taking their place now, as promotion does) or scheduled (a future
+/// run_at); one event row per queue and state, a notification per queue.
+const WAKE_SQL: &str = r#"
+WITH w AS MATERIALIZED (
+    SELECT j.id, j.queue, j.run_at > now() AS later,
+           pg_catalog.hashtext(j.queue || '/' || j.priority || '/' || j.shard) AS lane_key
+    FROM pgque.jobs j
+    WHERE j.id = ANY ($1::bigint[]) AND j.state = 'waiting' AND j.pending_parents <= 0
+    ORDER BY j.id
+    FOR UPDATE
+),
+lanes AS MATERIALIZED (
+    SELECT l.lane_key, pg_catalog.pg_advisory_xact_lock(1785684588, l.lane_key) AS lock
+    FROM (SELECT DISTINCT w.lane_key FROM w WHERE NOT w.later ORDER BY 1) l
+),
+numbered AS MATERIALIZED (
+    SELECT s.id, s.later,
+           CASE WHEN s.later THEN NULL ELSE pg_catalog.nextval('pgque.jobs_id_seq') END AS ready_seq
+    FROM (SELECT w.* FROM w WHERE (SELECT count(*) FROM lanes) >= 0 ORDER BY w.id) s
+),
+upd AS (
+    UPDATE pgque.jobs j
+    SET state = CASE WHEN n.later THEN 'scheduled' ELSE 'ready' END,
+        ready_seq = n.ready_seq, pending_parents = NULL
+    FROM numbered n
+    WHERE j.id = ANY (ARRAY(SELECT n2.id FROM numbered n2)) AND j.id = n.id
+    RETURNING j.id, j.queue, j.state
+),
+ev AS (
+    INSERT INTO pgque.job_events (job_ids, queue, event, attempt, detail)
+    SELECT array_agg(u.id ORDER BY u.id), u.queue,
+           CASE WHEN u.state = 'ready' THEN 'promoted' ELSE 'scheduled' END, 0, 'parents done'
+    FROM upd u
+    GROUP BY u.queue, u.state
+),
+note AS (
+    SELECT pg_catalog.pg_notify((CASE WHEN octet_length(q.queue) <= 52 THEN 'pgque_jobs_' || q.queue ELSE 'pgque_jobs_' || md5(q.queue) END), '')
+    FROM (SELECT DISTINCT u.queue FROM upd u WHERE u.state = 'ready') q
+)
+SELECT (SELECT count(*)::int FROM upd WHERE upd.state = 'scheduled'), (SELECT count(*)::int FROM note)
+"#;
+
+fn ids_stmt(sql: &'static str, ids: Vec<i64>) -> Vec<i64> {
+    with_generic_plans(|| {
+        Spi::connect_mut(|client| {
+            let stmt = prepared(client, sql, &[ty(pg_sys::INT8ARRAYOID)]);
+            client
+                .update(stmt, None, &[ids.into()])
+                .unwrap_or_else(|e| pgrx::error!("{e}"))
+                .first()
+                .get::<Vec<i64>>(1)
+                .ok()
+                .flatten()
+                .unwrap_or_default()
+        })
+    })
+}
+
+/// Makes the waiting jobs among `ids` whose parents all ended ready (or
+/// scheduled).
+fn wake(ids: Vec<i64>) {
+    if ids.is_empty() {
+        return;
+    }
+    let scheduled = with_generic_plans(|| {
+        Spi::connect_mut(|client| {
+            let stmt = prepared(client, WAKE_SQL, &[ty(pg_sys::INT8ARRAYOID)]);
+            client
+                .update(stmt, None, &[ids.into()])
+                .unwrap_or_else(|e| pgrx::error!("{e}"))
+                .first()
+                .get::<i32>(1)
+                .ok()
+                .flatten()
+                .unwrap_or(0)
+        })
+    });
+    if scheduled > 0 {
+        crate::worker::wake::at_commit();
+    }
+}
+
+/// The parents `ids` completed (the caller's statement did it and said
+/// they have children): their children whose parents all ended now become
+/// ready, in this transaction.
+pub fn completed(ids: Vec<i64>) {
+    if ids.is_empty() {
+        return;
+    }
+    wake(ids_stmt(RELEASE_SQL, ids));
+}
+
+/// $1 parents that ended failed or cancelled ($2 says which): their waiting
+/// children that run anyway count them as done; the others are cancelled,
+/// the error naming the parent. Returns (children now without pending
+/// parents, cancelled children that have children of their own).
+const PROPAGATE_SQL: &str = r#"
+WITH kids AS MATERIALIZED (
+    SELECT d.child_id, count(*)::int AS n, min(d.parent_id) AS parent FROM pgque.job_deps d
+    WHERE d.parent_id = ANY ($1::bigint[])
+    GROUP BY d.child_id
+),
+locked AS MATERIALIZED (
+    SELECT c.id FROM pgque.jobs c
+    WHERE c.id = ANY (ARRAY(SELECT k.child_id FROM kids k)) AND c.state = 'waiting'
+    ORDER BY c.id
+    FOR UPDATE
+),
+upd AS (
+    UPDATE pgque.jobs c
+    SET pending_parents = CASE WHEN c.run_on_parent_failure THEN c.pending_parents - k.n
+                               ELSE NULL END,
+        state = CASE WHEN c.run_on_parent_failure THEN c.state ELSE 'cancelled' END,
+        finished_at = CASE WHEN c.run_on_parent_failure THEN NULL ELSE now() END,
+        errors = CASE WHEN c.run_on_parent_failure THEN c.errors
+                      ELSE COALESCE(c.errors, '[]'::jsonb)
+                           || jsonb_build_array(jsonb_build_object(
+                                  'attempt', 0, 'at', now(),
+                                  'error', 'parent ' || k.parent || ' ' || $2::text)) END
+    FROM kids k
+    WHERE c.id = ANY (ARRAY(SELECT l.id FROM locked l)) AND c.id = k.child_id
+      AND c.state = 'waiting'
+    RETURNING c.id, c.queue, c.state, c.pending_parents, c.has_children, k.parent
+),
+ev AS (
+    INSERT INTO pgque.job_events (job_ids, queue, event, attempt, detail)
+    SELECT array_agg(u.id ORDER BY u.id), u.queue, 'cancelled', 0,
+           'parent ' || u.parent || ' ' || $2::text
+    FROM upd u WHERE u.state = 'cancelled'
+    GROUP BY u.queue, u.parent
+)
+SELECT COALESCE(array_agg(u.id ORDER BY u.id) FILTER (WHERE u.state = 'waiting' AND u.pending_parents <= 0), '{}'),
+       COALESCE(array_agg(u.id ORDER BY u.id) FILTER (WHERE u.state = 'cancelled' AND u.has_children), '{}')
+FROM upd u
+"#;
+
+/// The jobs `ids` ended `word` ('failed' or 'cancelled'): propagates to
+/// their waiting descendants, level by level.
+pub fn propagate(ids: Vec<i64>, word: &str) {
+    let mut frontier = ids;
+    let mut word = word.to_string();
+    while !frontier.is_empty() {
+        let (woke, next) = with_generic_plans(|| {
+            Spi::connect_mut(|client| {
+                let stmt = prepared(
+                    client,
+                    PROPAGATE_SQL,
+                    &[ty(pg_sys::INT8ARRAYOID), ty(pg_sys::TEXTOID)],
+                );
+                let t = client
+                    .update(stmt, None, &[frontier.clone().into(), word.clone().into()])
+                    .unwrap_or_else(|e| pgrx::error!("{e}"));
+                let r = t.first();
+                (
+                    r.get::<Vec<i64>>(1).ok().flatten().unwrap_or_default(),
+                    r.get::<Vec<i64>>(2).ok().flatten().unwrap_or_default(),
+                )
+            })
+        });
+        wake(woke);
+        frontier = next;
+        word = "cancelled".into();
+    }
+}
+
+/// A timestamptz as text, for FLOW_SQL's run_at column (cast back there).
+pub fn timestamp_text(t: pgrx::datum::TimestampWithTimeZone) -> String {
+    Spi::get_one_with_args::<String>("SELECT $1::text", &[t.into()])
+        .ok()
+        .flatten()
+        .unwrap_or_else(|| pgrx::error!("pgque: cannot render a timestamp"))
+}
+
+/// Refuses a depends_on with NULL elements (22004).
+pub fn check_depends_on(d: &[Option<i64>]) -> Vec<i64> {
+    if d.iter().any(Option::is_none) {
+        raise_detail(
+            error::NULL_VALUE_NOT_ALLOWED,
+            "depends_on must not contain NULL",
+            "Pass the ids of the jobs this one waits for.",
+        );
+    }
+    d.iter().flatten().copied().collect()
+}
+
+#[cfg(test)]
+mod pure_tests {
+    use super::parse;
+    use serde_json::json;
+
+    fn code(v: serde_json::Value) -> &'static str {
+        parse(&v).err().map(|r| r.code).unwrap_or("ok")
+    }
+
+    #[test]
+    fn flows_are_checked_before_anything_is_written() {
+        assert_eq!(code(json!({"key": "a"})), "22023");
+        assert_eq!(code(json!([])), "22023");
+        assert_eq!(code(json!([1])), "22023");
+        assert_eq!(
+            code(json!([{"key": "a", "kind": "k", "dependson": []}])),
+            "42703"
+        );
+        assert_eq!(
+            code(json!([{"key": "a", "kind": "k", "unique_key": "u"}])),
+            "0A000"
+        );
+        assert_eq!(code(json!([{"kind": "k"}])), "22004");
+        assert_eq!(code(json!([{"key": "a"}])), "22004");
+        assert_eq!(code(json!([{"key": "a", "kind": ""}])), "22023");
+        assert_eq!(code(json!([{"key": 1, "kind": "k"}])), "22023");
+        assert_eq!(
+            code(json!([{"key": "a", "kind": "k", "priority": "high"}])),
+            "22023"
+        );
+        assert_eq!(
+            code(json!([{"key": "a", "kind": "k", "depends_on": "b"}])),
+            "22023"
+        );
+        assert_eq!(
+            code(json!([{"key": "a", "kind": "k", "on_parent_failure": "ignore"}])),
+            "22023"
+        );
+        assert_eq!(
+            code(json!([{"key": "a", "kind": "k"}, {"key": "a", "kind": "k"}])),
+            "42710"
+        );
+        assert_eq!(
+            code(json!([{"key": "a", "kind": "k", "depends_on": ["x"]}])),
+            "42704"
+        );
+        assert_eq!(
+            code(json!([{"key": "a", "kind": "k", "depends_on": ["a"]}])),
+            "42P19"
+        );
+        assert_eq!(
+            code(json!([
+                {"key": "a", "kind": "k", "depends_on": ["c"]},
+                {"key": "b", "kind": "k", "depends_on": ["a"]},
+                {"key": "c", "kind": "k", "depends_on": ["b"]},
+                {"key": "d", "kind": "k"}
+            ])),
+            "42P19"
+        );
+    }
+
+    #[test]
+    fn a_diamond_parses_into_its_edges() {
+        let (jobs, edges) = parse(&json!([
+            {"key": "a", "kind": "k", "args": {"x": 1}},
+            {"key": "b", "kind": "k", "depends_on": ["a", "a"]},
+            {"key": "c", "kind": "k", "depends_on": ["a"], "on_parent_failure": "run", "priority": 3},
+            {"key": "d", "kind": "k", "depends_on": ["b", "c"]}
+        ]))
+        .unwrap();
+        assert_eq!(jobs.len(), 4);
+        assert_eq!(jobs[0].args, Some(json!({"x": 1})));
+        assert!(jobs[2].run_on_parent_failure && !jobs[1].run_on_parent_failure);
+        assert_eq!(jobs[2].priority, Some(3));
+        // a repeated parent is one edge
+        assert_eq!(edges, vec![(0, 1), (0, 2), (1, 3), (2, 3)]);
+    }
+}
+
+#[cfg(any(test, feature = "pg_test"))]
+#[path = "flows_tests.rs"]
+mod tests;
