@@ -53,7 +53,7 @@ SELECT 'pgque_event_queue_consumers', jsonb_build_object('queue', qi.queue_name)
   FROM qi
 UNION ALL
 SELECT 'pgque_dead_letters', jsonb_build_object('queue', q.queue_name),
-       (SELECT count(*) FROM pgque.dead_letter d WHERE d.dl_queue = q.queue_id)::float8
+       (SELECT count(*) FROM pgque.dead_letter_store d WHERE d.dl_queue = q.queue_id)::float8
   FROM pgque.queue q
 UNION ALL
 SELECT 'pgque_consumer_lag_seconds', jsonb_build_object('queue', ci.queue_name, 'consumer', ci.consumer_name),
@@ -318,11 +318,11 @@ mod tests {
         assert_eq!(value("pgque_dead_letters", r#"{"queue":"mq"}"#), Some(0.0));
         // Events are not deliverable inside the test's own transaction, so the
         // dead letters are written as event_dead would write them.
-        run("INSERT INTO pgque.dead_letter (dl_queue, dl_consumer, dl_reason, ev_id, ev_time, ev_type, ev_data)
+        run("INSERT INTO pgque.dead_letter_store (dl_queue, dl_consumer, dl_reason, ev_id, ev_time, ev_type, ev_data)
              SELECT queue_id, 'fast', 'boom', g, now(), 'default', 'x'
                FROM pgque.queue, generate_series(1, 3) g WHERE queue_name = 'mq'");
         let dead = one_i64(
-            "SELECT count(*) FROM pgque.dead_letter d JOIN pgque.queue q ON q.queue_id = d.dl_queue
+            "SELECT count(*) FROM pgque.dead_letter_store d JOIN pgque.queue q ON q.queue_id = d.dl_queue
               WHERE q.queue_name = 'mq'",
         );
         assert_eq!(dead, 3);
