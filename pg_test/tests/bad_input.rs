@@ -797,6 +797,7 @@ fn matrix() -> Vec<Row> {
             "SELECT pgque.unsubscribe_subconsumer({Q}::text, {G}::text, {M}::text, 1)",
             QGM,
         )
+        .unknown_member(Noop)
         .with("batch_handling 2", "SELECT pgque.unsubscribe_subconsumer('q', 'grp', 'm1', 2)", St("22023"))
         .with("batch_handling NULL", "SELECT pgque.unsubscribe_subconsumer('q', 'grp', 'm1', NULL)", St("22004"))
         .with("open batch, handling 0", "SELECT pgque.unsubscribe_subconsumer('q', 'grp', 'm1')", St("55000")),

@@ -124,7 +124,7 @@ fn one_big_interval(db: &TestDb, c: &mut Client, n: i64) -> (i32, Vec<i64>) {
          SELECT pgque.subscribe('q', 'behind'); \
          SELECT pgque.subscribe_partitioned('q', 'ps', {N_SLOTS}); \
          SELECT pgque.subscribe('q', 'co'); \
-         SELECT pgque.register_subconsumer('q', 'co', 'm1'); \
+         SELECT pgque.register_subconsumer('q', 'co', 'm1', convert_normal => true); \
          SELECT pgque.register_subconsumer('q', 'co', 'm2');"
     ))
     .unwrap();
