@@ -9,7 +9,7 @@
 #
 # The Python side runs in a venv (clients/python/.venv, git-ignored) that this
 # script creates and fills from PyPI on first use (psycopg, pytest, setuptools, wheel),
-# so a fresh machine needs nothing else. Env: PGTEST_PROFILE=release|debug as
+# so a fresh machine needs nothing else. Env: PGTEST_PROFILE=tier|release|debug as
 # for pg_test/run.sh (release default).
 set -euo pipefail
 VER=${1:?usage: clients/run.sh PGVERSION [python|rust] [args]}
@@ -37,8 +37,8 @@ if [ "$WHAT" != rust ]; then
     || { cat /tmp/pgque_clients_pip_$VER.log; exit 1; }
 fi
 
-PROFILE=${PGTEST_PROFILE:-release}
-flag=(); [ "$PROFILE" = release ] && flag=(--release)
+PROFILE=${PGTEST_PROFILE:-tier}
+flag=(--$PROFILE)
 echo "[clients] installing pgque ($PROFILE) into PostgreSQL $VER"
 bash "$ROOT/scripts/install.sh" "$PG_CONFIG" "$VER" "${flag[@]}" >/tmp/pgque_clients_install_$VER.log 2>&1 \
   || { tail -40 /tmp/pgque_clients_install_$VER.log; exit 1; }

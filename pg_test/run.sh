@@ -6,7 +6,7 @@
 #   pg_test/run.sh 15            # all pg_test tests
 #   pg_test/run.sh 16 worker     # only tests whose name matches "worker"
 #
-# Env: PGTEST_PROFILE=release|debug (default release: the timing-sensitive
+# Env: PGTEST_PROFILE=tier|release|debug (default tier, optimised: the timing-sensitive
 # tests want the optimised library), PGQUE_REGRESS_ACCEPT=1 to (re)write
 # expected regression output.
 set -euo pipefail
@@ -19,8 +19,8 @@ PG_CONFIG=$(sed -n "s/^pg$VER = \"\(.*\)\"$/\1/p" "${PGRX_HOME:-$HOME/.pgrx}/con
 [ -n "$PG_CONFIG" ] || { echo "no pg$VER in ~/.pgrx/config.toml: run scripts/setup.sh" >&2; exit 1; }
 BINDIR=$("$PG_CONFIG" --bindir)
 
-PROFILE=${PGTEST_PROFILE:-release}
-flag=(); [ "$PROFILE" = release ] && flag=(--release)
+PROFILE=${PGTEST_PROFILE:-tier}
+flag=(--$PROFILE)
 echo "[pgtest] installing pgque ($PROFILE) into PostgreSQL $VER"
 # scripts/install.sh also ships the frozen install scripts of released versions
 # (the upgrade tests install them).

@@ -2,7 +2,9 @@
 # Installs pgque into the PostgreSQL that PG_CONFIG names, safely beside a server
 # that runs from that installation with pgque preloaded.
 #
-#   scripts/install.sh PG_CONFIG PGMAJOR [--release]  # build, install, frozen scripts
+#   scripts/install.sh PG_CONFIG PGMAJOR [--debug|--tier|--release]
+#                                                      # build, install, frozen scripts
+#                                                      # (cargo profile dev, tier or release)
 #   scripts/install.sh --unlink PG_CONFIG             # only unlink the installed library
 #                                                      # (before `cargo pgrx test`)
 #
@@ -21,10 +23,14 @@ if [ "${1:-}" = --unlink ]; then
   rm -f "$("${2:?usage: install.sh --unlink PG_CONFIG}" --pkglibdir)/pgque.so"
   exit 0
 fi
-PG_CONFIG=${1:?usage: install.sh PG_CONFIG PGMAJOR [--release]}
-VER=${2:?usage: install.sh PG_CONFIG PGMAJOR [--release]}
-profile=(--debug)
-[ "${3:-}" = --release ] && profile=()
+PG_CONFIG=${1:?usage: install.sh PG_CONFIG PGMAJOR [--debug|--tier|--release]}
+VER=${2:?usage: install.sh PG_CONFIG PGMAJOR [--debug|--tier|--release]}
+case "${3:---debug}" in
+  --debug) profile=(--debug) ;;
+  --tier) profile=(--profile tier) ;;
+  --release) profile=() ;;
+  *) echo "install.sh: unknown profile ${3}" >&2; exit 2 ;;
+esac
 stage="${CARGO_TARGET_DIR:-$ROOT/target}/pgque-stage-pg$VER"
 rm -rf "$stage"
 cargo pgrx package "${profile[@]}" --pg-config "$PG_CONFIG" --no-default-features \

@@ -8,7 +8,7 @@
 #
 #   web/tests/run.sh [PGVERSION] [test name filter]
 #
-# Env: WEBTEST_PROFILE=release|debug (the pgque library; default release, as
+# Env: WEBTEST_PROFILE=tier|release|debug (the pgque library; default tier, as
 # pg_test/run.sh, whose build it shares), WEBTEST_SCREENSHOTS=0 to leave
 # docs/screenshots alone.
 set -euo pipefail
@@ -26,8 +26,8 @@ done
 /usr/bin/python3 -c 'import prometheus_client, psycopg2' 2>/dev/null \
   || { echo "python3-prometheus-client / python3-psycopg2 missing: run scripts/setup.sh" >&2; exit 1; }
 
-PROFILE=${WEBTEST_PROFILE:-release}
-flag=(); [ "$PROFILE" = release ] && flag=(--release)
+PROFILE=${WEBTEST_PROFILE:-tier}
+flag=(--$PROFILE)
 echo "[webtest] installing pgque ($PROFILE) into PostgreSQL $VER"
 bash "$ROOT/scripts/install.sh" "$PG_CONFIG" "$VER" "${flag[@]}" >/tmp/pgque_webtest_install_$VER.log 2>&1 \
   || { tail -40 /tmp/pgque_webtest_install_$VER.log; exit 1; }
