@@ -292,15 +292,15 @@ fn every_function_pins_search_path_with_pg_temp_last() {
     let mut c = db.connect();
     let bad: Vec<String> = c
         .query(
-            // pgque's lock functions (src/locks.rs) are the exception: C
-            // functions that run no statement and resolve no name, invoker's
-            // rights, granted to no role, called per row inside pgque's own
-            // statements, where a setting would cost a security-definer call
-            // frame each time. They must stay exactly that.
+            // pgque's lock functions (src/locks.rs) and job_channel are the
+            // exception: C functions that run no statement and resolve no
+            // name, with invoker's rights; the lock functions are called per
+            // row inside pgque's own statements, where a setting would cost a
+            // security-definer call frame each time. They must stay exactly that.
             "SELECT p.oid::regprocedure::text FROM pg_proc p
               WHERE p.pronamespace = 'pgque'::regnamespace AND p.prokind <> 'p'
                 AND NOT coalesce('search_path=pg_catalog, pgque, pg_temp' = ANY (p.proconfig), false)
-                AND NOT (p.proname IN ('xact_lock', 'xact_lock_shared', 'try_xact_lock')
+                AND NOT (p.proname IN ('xact_lock', 'xact_lock_shared', 'try_xact_lock', 'job_channel')
                          AND NOT p.prosecdef
                          AND p.prolang = (SELECT oid FROM pg_language WHERE lanname = 'c'))
               ORDER BY 1",
