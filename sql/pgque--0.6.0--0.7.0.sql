@@ -669,7 +669,7 @@ BEGIN
               WHERE p.pronamespace = 'pgque'::regnamespace
                 AND p.prokind = 'f'
                 AND p.proname <> ALL (ARRAY['send', 'send_batch', 'insert_event', 'insert_event_bulk',
-                                            'logutriga', 'sqltriga', 'jsontriga',
+                                            'job_channel', 'logutriga', 'sqltriga', 'jsontriga',
                                             'xact_lock', 'xact_lock_shared', 'try_xact_lock'])
     LOOP
         EXECUTE format('ALTER FUNCTION %s SET jit = off', f);
