@@ -331,8 +331,9 @@ pub(crate) fn max_return_arg(max_return: Option<i32>) -> i64 {
             format!("max_return must be at least 1, not {n}"),
         );
     }
-    error::check_return_count(n, "max_return");
-    n as i64
+    // PgQue's clients pass i32::MAX for "as many as there are": above the
+    // cap a call returns at most MAX_RETURN events, as a batch cut would.
+    n.min(error::MAX_RETURN) as i64
 }
 
 /// Turns an opened batch into its events; an empty new batch is finished at

@@ -191,11 +191,12 @@ pub async fn status(pool: &Pool) -> Result<Table, DbError> {
 pub async fn dead_letters(pool: &Pool, queue: &str, limit: i32) -> Result<Table, DbError> {
     json_table(
         pool,
-        "SELECT jsonb_build_object('dead_letter_id', d.dead_letter_id, 'consumer', d.consumer,
-                                   'msg_id', d.msg_id, 'ev_type', d.ev_type,
-                                   'retry_count', d.retry_count, 'reason', d.reason,
-                                   'failed_at', d.failed_at)
-           FROM pgque.dlq_inspect($1, $2) d",
+        "SELECT jsonb_build_object('dead_letter_id', d.dl_id, 'consumer', co.co_name,
+                                   'msg_id', d.ev_id, 'ev_type', d.ev_type,
+                                   'retry_count', d.ev_retry, 'reason', d.dl_reason,
+                                   'failed_at', d.dl_time)
+           FROM pgque.dlq_inspect($1, $2) d
+           LEFT JOIN pgque.consumer co ON co.co_id = d.dl_consumer_id",
         &[&queue, &limit],
         Some(&[
             "dead_letter_id",
