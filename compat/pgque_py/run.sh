@@ -82,6 +82,15 @@ done
 # The pgque roles exist once the extension does.
 "${PSQL[@]}" -d postgres -c "CREATE ROLE compat_app LOGIN" -c "GRANT pgque_admin TO compat_app"
 "${PSQL[@]}" -d compat_manual -c "SELECT pgque.stop()" >/dev/null
+# The worker CREATE EXTENSION started leaves within a second of stop(); until it
+# has, it may still tick, and the manual tests count every tick themselves.
+for _ in $(seq 1 300); do
+  n=$("${PSQL[@]}" -d postgres -Atc "SELECT count(*) FROM pg_stat_activity
+        WHERE backend_type = 'pgque worker' AND datname = 'compat_manual'")
+  [ "$n" = 0 ] && break
+  sleep 0.1
+done
+[ "$n" = 0 ] || { echo "[compat] the worker of compat_manual did not leave after stop()" >&2; exit 1; }
 
 export PGQUE_COMPAT_MANUAL_DSN="host=$DATA port=$PORT user=compat_app dbname=compat_manual"
 export PGQUE_COMPAT_WORKER_DSN="host=$DATA port=$PORT user=compat_app dbname=compat_worker"
