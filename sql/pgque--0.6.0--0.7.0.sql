@@ -222,6 +222,20 @@ REVOKE ALL ON pgque.batch_cut, pgque.batch_cut_p0, pgque.batch_cut_p1 FROM PUBLI
 ALTER TABLE pgque.dead_letter RENAME TO dead_letter_store;
 ALTER SEQUENCE pgque.dead_letter_dl_id_seq RENAME TO dead_letter_store_dl_id_seq;
 ALTER INDEX pgque.dead_letter_pkey RENAME TO dead_letter_store_pkey;
+-- PostgreSQL 18 names NOT NULL constraints after the table (<table>_<column>_not_null)
+-- and keeps the name across a table rename; a fresh install names them after
+-- dead_letter_store, so the update renames them to match.
+DO $$
+DECLARE c record;
+BEGIN
+  FOR c IN SELECT conname FROM pg_catalog.pg_constraint
+            WHERE conrelid = 'pgque.dead_letter_store'::regclass AND contype = 'n'
+              AND conname LIKE 'dead\_letter\_%\_not\_null'
+              AND conname NOT LIKE 'dead\_letter\_store\_%' LOOP
+    EXECUTE format('ALTER TABLE pgque.dead_letter_store RENAME CONSTRAINT %I TO %I',
+                   c.conname, 'dead_letter_store_' || substr(c.conname, length('dead_letter_') + 1));
+  END LOOP;
+END $$;
 ALTER TABLE pgque.dead_letter_store ADD COLUMN ev_txid xid8;
 CREATE INDEX dead_letter_owner_ev_idx ON pgque.dead_letter_store (dl_owner, ev_id);
 ALTER TABLE pgque.retry_queue ADD COLUMN ev_txid xid8;
