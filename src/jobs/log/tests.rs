@@ -607,12 +607,12 @@ mod tests {
         // other tests run beside this one and hold the log's partitions
         // until they end (the plan-shape test for over half a minute on
         // PostgreSQL 18 here): a busy rotation is tried again, as the worker
-        // would, for up to two minutes (waiting for the locks instead could
+        // would, for up to five minutes (waiting for the locks instead could
         // deadlock with a test that reads a partition directly)
         run("CREATE TEMP TABLE rot AS SELECT * FROM pgque.rotate_job_log() WHERE false");
         let rotate_until_not_busy = || {
             run("TRUNCATE rot; INSERT INTO rot SELECT * FROM pgque.rotate_job_log()");
-            for _ in 0..1200 {
+            for _ in 0..3000 {
                 if one::<bool>("SELECT busy FROM rot") != Some(true) {
                     break;
                 }
