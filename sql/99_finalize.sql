@@ -61,6 +61,9 @@ GRANT EXECUTE ON FUNCTION
 -- (dlq_purge destroys the dead letters of every consumer of the queue, which
 -- no consumer needs to do to another: an administrator's step. Inspecting
 -- and replaying stay with readers: replay only re-delivers.)
+-- PgQue grants replaying to its writers, so a PgQue client running as
+-- pgque_writer alone replays dead letters here too.
+GRANT EXECUTE ON FUNCTION pgque.dlq_replay(bigint), pgque.dlq_replay_all(text) TO pgque_writer;
 
 -- ---- PgQue's relations and the job channel (issue 17) ----------------------
 -- PgQue's users read these relations directly (its monitoring recipes, its

@@ -279,6 +279,8 @@ LANGUAGE c
 AS 'MODULE_PATHNAME', 'job_channel_wrapper';
 REVOKE ALL ON FUNCTION pgque.job_channel(text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION pgque.job_channel(text) TO pgque_reader, pgque_writer;
+-- PgQue grants replaying dead letters to its writers.
+GRANT EXECUTE ON FUNCTION pgque.dlq_replay(bigint), pgque.dlq_replay_all(text) TO pgque_writer;
 
 
 -- ==== PgQue's API beyond section 1, table-change capture, observability (issue 17) ====
