@@ -18,7 +18,7 @@ help:
 	@echo "make test-clients   the Python and Rust client libraries against a real server"
 	@echo "make test-compat    PgQue's Python client (pgque-py 0.2.2) against pgque"
 	@echo "make bench    side-by-side benchmarks (benches/)"
-	@echo "make soak     held-xmin soak, ~8 min (not part of make test; results in benches/results/)"
+	@echo "make soak     held-xmin soak, ~8 min (not part of make test; results in benches/results/soak-pg<N>.md)"
 
 setup:
 	@bash scripts/setup.sh

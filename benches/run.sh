@@ -13,7 +13,9 @@
 #   3. creates database pgque_bench with pgq, pgque, pg_stat_statements and the
 #      reference tables (benches/sql/references.sql);
 #   4. runs the Python harness (benches/harness/), which interleaves rounds of every
-#      workload with its references and writes benches/results/<date>.md.
+#      workload with its references and writes benches/results/overview.md
+#      (QUICK=1: quick.md; ONLY= without BENCH_OUT: partial.md; both git-ignored),
+#      keeping the file's trailing `## History` section.
 #
 # Environment:
 #   QUICK=1            a few-minute development run (short cells, small backlogs)
@@ -23,7 +25,8 @@
 #   CELL_SCALE=0.5     timed cells (sends, latency, enqueue, end-to-end, held xmin)
 #                      scaled by this factor; rounds, backlogs and depths unchanged
 #   BENCH_NO_BUILD=1   skip the cargo build/install (use what is installed)
-#   BENCH_OUT=path     results file (default benches/results/<UTC date>[-quick].md)
+#   BENCH_OUT=path     results file (default above); a family file, e.g.
+#                      BENCH_OUT=$PWD/benches/results/jobs.md ONLY=w6,w7,w8,w9
 #   BENCH_RECREATE=0   keep the existing pgque extension objects (default: drop and
 #                      recreate it, the bench database is disposable)
 #   BENCH_SOURCE_NOTE  free text printed next to the source commit in the results

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `make soak`: the held-xmin soak (pg_test/tests/soak.rs) on one PostgreSQL
-# version, ~8 minutes with the defaults; writes
-# benches/results/<date>-soak-pg<ver>.md (command, commit, figures).
+# version, ~8 minutes with the defaults; rewrites benches/results/soak-pg<ver>.md
+# (command, commit, figures), keeping its trailing `## History` section (one
+# file per workload family, not one per run: add the run's line to the history).
 #
 #   make soak                       # PG 15, defaults
 #   SOAK_HOLD_S=600 make soak PG=16 # longer hold
@@ -9,9 +10,14 @@
 set -euo pipefail
 VER=${1:-15}
 cd "$(dirname "$0")/.."
-OUT=benches/results/$(date -u +%Y-%m-%d)-soak-pg$VER.md
+OUT=benches/results/soak-pg$VER.md
 TMP=$(mktemp)
-trap 'rm -f "$TMP"' EXIT
+HIST=$(mktemp)
+trap 'rm -f "$TMP" "$HIST"' EXIT
+# The last section of the current file, if it is `## History`: carried over.
+if [ -f "$OUT" ]; then
+  awk '/^## /{buf=""; keep=($0=="## History")} keep{buf=buf $0 "\n"} END{printf "%s", buf}' "$OUT" > "$HIST"
+fi
 export SOAK_REPORT=$TMP
 PGTEST_CARGO_ARGS="--test soak" bash pg_test/run.sh "$VER" --ignored --nocapture
 # Before $OUT is (re)written, or it would count as an uncommitted change.
@@ -24,5 +30,9 @@ REV="$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src sql pg_test || 
   echo "Test: pg_test/tests/soak.rs; assertions in pg_test/tests/soak_util/mod.rs (check)."
   echo
   cat "$TMP"
+  if [ -s "$HIST" ]; then echo; cat "$HIST"; fi
 } > "$OUT"
 echo "soak: report in $OUT"
+if [ -s "$HIST" ]; then
+  echo "soak: kept the History section of $OUT: add this run's line to it (and a hand-written reading)"
+fi

@@ -1,10 +1,14 @@
 """The benchmark harness: `python3 -m harness` (run by benches/run.sh, `make bench`).
 
 Runs workloads w1..w9 (see w_events.py, w_jobs.py, w_xmin.py) against the bench
-cluster started by run.sh and writes benches/results/<UTC date>[-quick].md. The
-results file is rewritten after every workload, so an interrupted run keeps what
-it measured. A workload that fails is reported as failed with its error; one
-whose pgque functions are missing is reported as skipped; no figure is invented.
+cluster started by run.sh and writes benches/results/overview.md (a run of every
+workload), benches/results/quick.md (QUICK=1) or benches/results/partial.md (ONLY=
+without BENCH_OUT); the last two are git-ignored scratch files. The results file
+is rewritten after every workload, so an interrupted run keeps what it measured,
+and a trailing `## History` section already in it is kept (one file per workload
+family, its history table at the end: benches/README.md). A workload that fails
+is reported as failed with its error; one whose pgque functions are missing is
+reported as skipped; no figure is invented.
 """
 import argparse
 import datetime
@@ -116,10 +120,19 @@ def main():
         sys.exit("at least 3 rounds (ROUNDS=3) outside QUICK mode")
     cfg = Config(args.quick, args.rounds)
     started = datetime.datetime.now(datetime.timezone.utc)
-    out = args.out or os.path.join(os.path.dirname(__file__), "..", "results",
-                                   started.strftime("%Y-%m-%d") + ("-quick" if cfg.quick else "") + ".md")
+    # One file per workload family, not one per attempt: a full run replaces
+    # overview.md's figures (keeping its history); QUICK and partial runs go to
+    # git-ignored scratch files unless BENCH_OUT names a family file.
+    default = "quick.md" if cfg.quick else ("partial.md" if args.only.strip() else "overview.md")
+    out = args.out or os.path.join(os.path.dirname(__file__), "..", "results", default)
     out = os.path.abspath(out)
     os.makedirs(os.path.dirname(out), exist_ok=True)
+    history = report.kept_history(out)
+    if history:
+        progress(f"keeping the ## History section of {out}: add this run's line to it")
+    elif report.has_history(out):
+        progress(f"WARNING: {out} has a ## History section that is not its last section; "
+                 "the run rewrites the whole file: carry the history over by hand (git diff)")
     env = " ".join(f"{k}={os.environ[k]}" for k in ("QUICK", "ROUNDS", "ONLY", "W7_DEPTHS", "W10_SIZES", "CELL_SCALE") if os.environ.get(k))
     cmdline = (env + " " if env else "") + "make bench" + (" -- " + " ".join(sys.argv[1:]) if sys.argv[1:] else "")
     only = [x.strip() for x in args.only.split(",") if x.strip()] or list(WORKLOADS)
@@ -152,8 +165,11 @@ def main():
             png = chart.write(out[:-3] + ".png", res)
         except Exception as e:  # a chart is a nicety; never lose the figures over it
             progress(f"chart not written: {e}")
-        report.write(out, res, hdr + [f"- total wall time so far: {time.time() - started.timestamp():.0f} s", ""], png)
+        report.write(out, res, hdr + [f"- total wall time so far: {time.time() - started.timestamp():.0f} s", ""], png,
+                     history)
     progress(f"done in {time.time() - started.timestamp():.0f} s; results in {out}")
+    if history:
+        progress("the history section was kept: add a line for this run, and the hand-written reading")
 
 
 if __name__ == "__main__":

@@ -164,7 +164,37 @@ def targets(res):
     return rows
 
 
-def write(path, res, header_lines, png=None):
+def kept_history(path):
+    """The trailing `## History` section of an existing results file, or "".
+
+    A results file is one per workload family (benches/README.md, "Results
+    files": the current run, then a history table). A rerun replaces the run's
+    sections and keeps the history, so that it is carried over rather than lost:
+    the section
+    kept is the one from a line `## History` to the end of the file, and only if
+    no other `## ` heading follows it (a file whose history sits elsewhere is
+    rewritten whole, and the caller warns).
+    """
+    try:
+        with open(path) as f:
+            lines = f.read().splitlines()
+    except FileNotFoundError:
+        return ""
+    starts = [i for i, l in enumerate(lines) if l.startswith("## ")]
+    if not starts or lines[starts[-1]].strip() != "## History":
+        return ""
+    return "\n".join(lines[starts[-1]:]).rstrip("\n") + "\n"
+
+
+def has_history(path):
+    try:
+        with open(path) as f:
+            return any(l.strip() == "## History" for l in f)
+    except FileNotFoundError:
+        return False
+
+
+def write(path, res, header_lines, png=None, history=""):
     out = list(header_lines)
     if png:
         import os
@@ -177,5 +207,7 @@ def write(path, res, header_lines, png=None):
     out += ["## Workloads", ""]
     for w in res.workloads:
         out += workload_md(w)
+    if history:
+        out += [history.rstrip("\n")]
     with open(path, "w") as f:
         f.write("\n".join(out) + "\n")

@@ -29,7 +29,7 @@ Other modes: --check (concurrent semantic checks), --inserver CYCLES (the loop i
 one DO block per cell, no round trips), --depths 1000,10000,... (jl.dispatch
 latency vs ready depth, rolled-back samples, custom and generic plans).
 
-Usage (cluster from `make bench`, see benches/results/2026-11-30-job-log-prototype.md):
+Usage (cluster from `make bench`, see benches/results/job-log-prototype.md):
   BENCH_HOST=/tmp/pgque_bench_proto BENCH_PORT=55517 python3 benches/prototype/e2e.py \
       --secs 5 --rounds 3 --out /tmp/e2e.md
 """

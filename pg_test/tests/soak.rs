@@ -3,7 +3,7 @@
 //! phase, then with a REPEATABLE READ session holding its snapshot open, then
 //! a recovery phase after it ends; throughput, call latency and dead tuples
 //! per pgque table at the end of each phase, written as markdown to
-//! $SOAK_REPORT (benches/results/<date>-soak.md from `make soak`).
+//! $SOAK_REPORT (benches/results/soak-pg<N>.md from `make soak`).
 //!
 //! Env (seconds / per second): SOAK_CLEAN_S=60 SOAK_HOLD_S=300
 //! SOAK_RECOVERY_S=120 SOAK_EVENT_RATE=1000 SOAK_JOB_RATE=300.
