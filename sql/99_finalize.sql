@@ -58,6 +58,8 @@ GRANT EXECUTE ON FUNCTION
     pgque.maint(), pgque.maint_retry_events(), pgque.maint_operations(),
     pgque.dlq_purge(text, interval)
   TO pgque_admin;
+-- Inspection of what a server stores (sharded clusters, docs/scale-out.md).
+GRANT EXECUTE ON FUNCTION pgque.all_events(text) TO pgque_admin;
 -- (dlq_purge destroys the dead letters of every consumer of the queue, which
 -- no consumer needs to do to another: an administrator's step. Inspecting
 -- and replaying stay with readers: replay only re-delivers.)

@@ -1082,3 +1082,27 @@ GRANT EXECUTE ON FUNCTION pgque.enqueue(text, text, jsonb, int, timestamptz, tex
     text, text, text, int, text, bigint[]) TO pgque_writer;
 GRANT EXECUTE ON FUNCTION pgque.enqueue_flow(text, jsonb) TO pgque_writer;
 -- ==== end of flows (issue 19) ====
+
+-- ==== sharding (issue 23) ====
+-- pgque.all_events: what a server stores for a queue (src/api/stored.rs,
+-- docs/scale-out.md).
+CREATE FUNCTION pgque."all_events"(
+	"queue_name" TEXT
+) RETURNS TABLE (
+	"ev_id" bigint,
+	"ev_type" TEXT,
+	"ev_data" TEXT,
+	"ev_extra1" TEXT,
+	"ev_extra2" TEXT,
+	"ev_extra3" TEXT,
+	"ev_extra4" TEXT,
+	"ev_time" timestamp with time zone
+)
+STABLE SECURITY DEFINER
+SET search_path TO pg_catalog, pgque, pg_temp
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'all_events_wrapper';
+REVOKE ALL ON FUNCTION pgque.all_events(text) FROM PUBLIC;
+ALTER FUNCTION pgque.all_events(text) SET jit = off;
+GRANT EXECUTE ON FUNCTION pgque.all_events(text) TO pgque_admin;
+-- ==== end of sharding (issue 23) ====

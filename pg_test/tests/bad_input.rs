@@ -709,6 +709,8 @@ fn matrix() -> Vec<Row> {
         // ---- observability ---------------------------------------------------
         no_args("pgque.get_queue_info()", "no arguments"),
         row("pgque.get_queue_info(text)", "SELECT * FROM pgque.get_queue_info({Q}::text)", Q),
+        row("pgque.all_events(text)", "SELECT * FROM pgque.all_events({Q}::text)", Q)
+            .with("job queue name", "SELECT * FROM pgque.all_events('jq')", St("42704")),
         no_args("pgque.get_consumer_info()", "no arguments"),
         row("pgque.get_consumer_info(text)", "SELECT * FROM pgque.get_consumer_info({Q}::text)", Q),
         row(

@@ -20,6 +20,7 @@ pub mod observe;
 pub mod pgq_compat;
 pub mod slots;
 pub mod srf;
+pub mod stored;
 pub mod triggers;
 pub mod types;
 
