@@ -7,11 +7,13 @@ VERSIONS ?= 14 15 16 17 18
 # The multi-session / SQL regression tier runs on these versions.
 PGTEST_VERSIONS ?= 14 15 18
 
-.PHONY: setup test lint pgrx-test pgtest test-web test-clients test-compat soak run stop bench psql help
+.PHONY: setup test lint pgrx-test pgtest test-web test-clients test-compat soak run stop bench psql cluster cluster-stop help
 
 help:
 	@echo "make run      build, start a local PostgreSQL $(PG) with pgque preloaded, show a demo"
 	@echo "make stop     stop that server"
+	@echo "make cluster  a sharded pgque: PL/Proxy router (port 55460) + 2 shards (55461, 55462)"
+	@echo "make cluster-stop   stop it"
 	@echo "make test     every check and test on PostgreSQL $(VERSIONS)"
 	@echo "make pgtest PG=16   only the server-level tier (pg_test/) on one version"
 	@echo "make test-web  the dashboard (pgque-web) in headless Chromium"
@@ -86,6 +88,13 @@ stop:
 
 psql:
 	@bash scripts/run.sh psql $(PG)
+
+# A router and two shards on this machine (docs/scale-out.md); PostgreSQL 15.
+cluster: setup
+	@bash scripts/cluster.sh start
+
+cluster-stop:
+	@bash scripts/cluster.sh stop
 
 # ---- benchmarks ---------------------------------------------------------------
 bench: setup

