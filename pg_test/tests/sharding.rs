@@ -333,6 +333,39 @@ fn sharding_router_routes_keys_splits_batches_and_survives_a_stopped_shard() {
         assert_eq!(kind, kinds[i]);
     }
 
+    // Rows without actors: one call, on the queue's shard.
+    let js: i32 = r
+        .query_one("SELECT pgque.shard_of('jobs', NULL)", &[])
+        .unwrap()
+        .get(0);
+    let rows = r
+        .query(
+            "SELECT ord, job_id FROM pgque.enqueue_ready_rows('jobs', ARRAY['a', 'b', 'c'], \
+               array_fill('{}'::jsonb, ARRAY[3]))",
+            &[],
+        )
+        .unwrap();
+    assert_eq!(rows.len(), 3);
+    for (i, row) in rows.iter().enumerate() {
+        assert_eq!(row.get::<_, i32>(0), i as i32 + 1);
+        let id: i64 = row.get(1);
+        let c = if js == 0 { &mut sa } else { &mut sb };
+        let found: i64 = c
+            .query_one("SELECT count(*) FROM pgque.all_jobs WHERE id = $1", &[&id])
+            .unwrap()
+            .get(0);
+        assert_eq!(found, 1, "keyless job {i} on the queue's shard {js}");
+    }
+    // Misaligned arrays: the shard's own error, nothing enqueued.
+    assert_eq!(
+        sqlstate(r.query(
+            "SELECT * FROM pgque.enqueue_ready_rows('jobs', ARRAY['a'], \
+               array_fill('{}'::jsonb, ARRAY[2]), actors => ARRAY['x'])",
+            &[]
+        )),
+        "22023"
+    );
+
     // Cluster-wide metrics: both shards up, figures labelled by shard.
     let up: Vec<(String, f64)> = r
         .query(
