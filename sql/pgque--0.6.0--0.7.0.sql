@@ -1082,3 +1082,23 @@ GRANT EXECUTE ON FUNCTION pgque.enqueue(text, text, jsonb, int, timestamptz, tex
     text, text, text, int, text, bigint[]) TO pgque_writer;
 GRANT EXECUTE ON FUNCTION pgque.enqueue_flow(text, jsonb) TO pgque_writer;
 -- ==== end of flows (issue 19) ====
+
+-- ==== event-queue performance (issue 25) ====
+-- The send path (send, send_batch, insert_event) has invoker's rights and no
+-- settings: it switches to pgque's owner itself and qualifies every name
+-- (src/api/owner.rs), so a call no longer saves and restores search_path.
+ALTER FUNCTION pgque.send(text, jsonb) SECURITY INVOKER RESET search_path;
+ALTER FUNCTION pgque.send(text, text) SECURITY INVOKER RESET search_path;
+ALTER FUNCTION pgque.send(text, text, jsonb) SECURITY INVOKER RESET search_path;
+ALTER FUNCTION pgque.send(text, text, text) SECURITY INVOKER RESET search_path;
+ALTER FUNCTION pgque.send(text, text, jsonb, text) SECURITY INVOKER RESET search_path;
+ALTER FUNCTION pgque.send(text, text, text, text) SECURITY INVOKER RESET search_path;
+ALTER FUNCTION pgque.send_batch(text, jsonb[]) SECURITY INVOKER RESET search_path;
+ALTER FUNCTION pgque.send_batch(text, text[]) SECURITY INVOKER RESET search_path;
+ALTER FUNCTION pgque.send_batch(text, text, jsonb[]) SECURITY INVOKER RESET search_path;
+ALTER FUNCTION pgque.send_batch(text, text, text[]) SECURITY INVOKER RESET search_path;
+ALTER FUNCTION pgque.send_batch(text, text, jsonb[], text[]) SECURITY INVOKER RESET search_path;
+ALTER FUNCTION pgque.send_batch(text, text, text[], text[]) SECURITY INVOKER RESET search_path;
+ALTER FUNCTION pgque.insert_event(text, text, text) SECURITY INVOKER RESET search_path;
+ALTER FUNCTION pgque.insert_event(text, text, text, text, text, text, text) SECURITY INVOKER RESET search_path;
+-- ==== end of event-queue performance (issue 25) ====
