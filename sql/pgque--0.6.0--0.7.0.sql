@@ -1106,3 +1106,23 @@ REVOKE ALL ON FUNCTION pgque.all_events(text) FROM PUBLIC;
 ALTER FUNCTION pgque.all_events(text) SET jit = off;
 GRANT EXECUTE ON FUNCTION pgque.all_events(text) TO pgque_admin;
 -- ==== end of sharding (issue 23) ====
+
+-- ==== event-queue performance (issue 25) ====
+-- The send path (send, send_batch, insert_event) has invoker's rights and no
+-- settings: it switches to pgque's owner itself and qualifies every name
+-- (src/api/owner.rs), so a call no longer saves and restores search_path.
+ALTER FUNCTION pgque.send(text, jsonb) SECURITY INVOKER RESET search_path;
+ALTER FUNCTION pgque.send(text, text) SECURITY INVOKER RESET search_path;
+ALTER FUNCTION pgque.send(text, text, jsonb) SECURITY INVOKER RESET search_path;
+ALTER FUNCTION pgque.send(text, text, text) SECURITY INVOKER RESET search_path;
+ALTER FUNCTION pgque.send(text, text, jsonb, text) SECURITY INVOKER RESET search_path;
+ALTER FUNCTION pgque.send(text, text, text, text) SECURITY INVOKER RESET search_path;
+ALTER FUNCTION pgque.send_batch(text, jsonb[]) SECURITY INVOKER RESET search_path;
+ALTER FUNCTION pgque.send_batch(text, text[]) SECURITY INVOKER RESET search_path;
+ALTER FUNCTION pgque.send_batch(text, text, jsonb[]) SECURITY INVOKER RESET search_path;
+ALTER FUNCTION pgque.send_batch(text, text, text[]) SECURITY INVOKER RESET search_path;
+ALTER FUNCTION pgque.send_batch(text, text, jsonb[], text[]) SECURITY INVOKER RESET search_path;
+ALTER FUNCTION pgque.send_batch(text, text, text[], text[]) SECURITY INVOKER RESET search_path;
+ALTER FUNCTION pgque.insert_event(text, text, text) SECURITY INVOKER RESET search_path;
+ALTER FUNCTION pgque.insert_event(text, text, text, text, text, text, text) SECURITY INVOKER RESET search_path;
+-- ==== end of event-queue performance (issue 25) ====

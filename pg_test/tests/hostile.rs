@@ -118,6 +118,10 @@ fn exercise(c: &mut Client) {
         "SELECT pgque.send('hq', 't', '{\"p\": 2}'::pg_catalog.jsonb)",
         "SELECT pgque.send_batch('hq', 't', ARRAY['p3', 'p4']::pg_catalog.text[])",
         "SELECT pgque.send_batch('hq', ARRAY['{\"p\": 5}']::pg_catalog.jsonb[])",
+        "SELECT pgque.insert_event('hq', 't', 'p5a')",
+        "SELECT pgque.insert_event('hq', 't', 'p5b', 'x1', NULL, NULL, NULL)",
+        "SELECT pgque.send('hq', 't', 'p5c'::pg_catalog.text, 'key1')",
+        "SELECT pgque.send_batch('hq', 't', ARRAY['p5d']::pg_catalog.text[], ARRAY['key2'])",
         "SELECT * FROM pgque.send_idem('hq', 't', 'p6', 'k1', '1 hour')",
         "SELECT * FROM pgque.send_idem('hq', 't', 'p6-again', 'k1', '1 hour')",
         "SELECT pgque.send_at('hq', 't', 'p7', pg_catalog.now() - interval '1 second')",
@@ -137,7 +141,19 @@ fn exercise(c: &mut Client) {
     let payloads: Vec<String> = rows.iter().map(|r| r.get(2)).collect();
     assert_eq!(
         payloads,
-        ["p1", "{\"p\": 2}", "p3", "p4", "{\"p\": 5}", "p6", "p7"],
+        [
+            "p1",
+            "{\"p\": 2}",
+            "p3",
+            "p4",
+            "{\"p\": 5}",
+            "p5a",
+            "p5b",
+            "p5c",
+            "p5d",
+            "p6",
+            "p7"
+        ],
         "what c1 receives"
     );
     let ids: Vec<i64> = rows.iter().map(|r| r.get(0)).collect();
@@ -161,7 +177,7 @@ fn exercise(c: &mut Client) {
             &[],
         )
         .unwrap();
-    assert_eq!(coop.len(), 7, "the cooperative consumer gets the batch too");
+    assert_eq!(coop.len(), 11, "the cooperative consumer gets the batch too");
     let info: i64 = c
         .query_one("SELECT count(*) FROM pgque.get_consumer_info('hq')", &[])
         .unwrap()
@@ -297,11 +313,17 @@ fn every_function_pins_search_path_with_pg_temp_last() {
             // name, with invoker's rights; the lock functions are called per
             // row inside pgque's own statements, where a setting would cost a
             // security-definer call frame each time. They must stay exactly that.
+            // So is the send path (send, send_batch, insert_event: C,
+            // invoker's rights, no setting), which switches to the owner
+            // itself and qualifies every name (src/api/owner.rs): the
+            // setting's save and restore was a measured part of each send.
+            // The test above runs them under the hostile search_path.
             "SELECT p.oid::regprocedure::text FROM pg_proc p
               WHERE p.pronamespace = 'pgque'::regnamespace AND p.prokind <> 'p'
                 AND NOT coalesce('search_path=pg_catalog, pgque, pg_temp' = ANY (p.proconfig), false)
-                AND NOT (p.proname IN ('xact_lock', 'xact_lock_shared', 'try_xact_lock', 'job_channel')
-                         AND NOT p.prosecdef
+                AND NOT (p.proname IN ('xact_lock', 'xact_lock_shared', 'try_xact_lock', 'job_channel',
+                                       'send', 'send_batch', 'insert_event')
+                         AND NOT p.prosecdef AND p.proconfig IS NULL
                          AND p.prolang = (SELECT oid FROM pg_language WHERE lanname = 'c'))
               ORDER BY 1",
             &[],
@@ -314,6 +336,71 @@ fn every_function_pins_search_path_with_pg_temp_last() {
         bad.is_empty(),
         "functions without the pinned search_path: {bad:?}"
     );
+}
+
+/// The send path runs as pgque's owner without SECURITY DEFINER
+/// (src/api/owner.rs) and hands the caller's identity back: after a send,
+/// and after a send that failed inside a caught exception, the session is
+/// the caller again, still without any right on pgque's tables; a role
+/// without pgque_writer cannot call it at all.
+#[test]
+fn the_send_path_switches_to_the_owner_and_back() {
+    let db = new_db("hostile_switch", true);
+    let mut su = db.connect();
+    stop_worker(&mut su);
+    ensure_role(&mut su, "hostile_sender");
+    ensure_role(&mut su, "hostile_nobody");
+    su.batch_execute(
+        "GRANT pgque_writer TO hostile_sender;
+         SELECT pgque.create_queue('sq'); SELECT pgque.subscribe('sq', 'c');",
+    )
+    .unwrap();
+    let mut w = db.connect_as("hostile_sender");
+    w.batch_execute(
+        "SELECT pgque.send('sq', 'a'::text);
+         SELECT pgque.send_batch('sq', ARRAY['b', 'c']::text[]);
+         SELECT pgque.insert_event('sq', 't', 'd');
+         DO $d$ BEGIN PERFORM pgque.send('no_such_queue', 'x'::text);
+                EXCEPTION WHEN undefined_object THEN NULL; END $d$;",
+    )
+    .unwrap();
+    let who: String = w
+        .query_one("SELECT current_user::text", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(who, "hostile_sender", "the caller again after the sends");
+    let qid: i32 = su
+        .query_one("SELECT queue_id FROM pgque.queue WHERE queue_name = 'sq'", &[])
+        .unwrap()
+        .get(0);
+    for s in [
+        "SELECT count(*) FROM pgque.queue".to_string(),
+        format!("SELECT count(*) FROM pgque.event_{qid}"),
+        format!("INSERT INTO pgque.event_{qid}_0 (ev_id) VALUES (1)"),
+    ] {
+        let e = w.batch_execute(&s).expect_err(&s);
+        assert_eq!(
+            e.code(),
+            Some(&pgque_pg_test::postgres::error::SqlState::INSUFFICIENT_PRIVILEGE),
+            "{s}: {e:?}"
+        );
+    }
+    let mut n = db.connect_as("hostile_nobody");
+    let e = n
+        .batch_execute("SELECT pgque.send('sq', 'e'::text)")
+        .expect_err("send without pgque_writer");
+    assert_eq!(
+        e.code(),
+        Some(&pgque_pg_test::postgres::error::SqlState::INSUFFICIENT_PRIVILEGE)
+    );
+    su.batch_execute("SELECT pgque.force_tick('sq')").unwrap();
+    let got: Vec<String> = su
+        .query("SELECT payload FROM pgque.receive('sq', 'c', 100)", &[])
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(got, ["a", "b", "c", "d"]);
 }
 
 #[test]

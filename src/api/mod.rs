@@ -1,7 +1,9 @@
 //! The PgQue-compatible SQL API of event queues (DESIGN.md section 1).
 //!
-//! Every function is SECURITY DEFINER with a pinned search_path: roles get
-//! EXECUTE on functions (sql/99_finalize.sql), never rights on the tables.
+//! Every function is SECURITY DEFINER with a pinned search_path, except the
+//! send path (send, send_batch, insert_event), which switches to the owner
+//! itself and qualifies every name (owner.rs says why): roles get EXECUTE on
+//! functions (sql/99_finalize.sql), never rights on the tables.
 //! The bodies are thin: argument checks, then the engine in `crate::log`.
 #![allow(clippy::type_complexity)] // pgrx needs TableIterator row types spelled out inline
 use crate::error::{self, raise, required};
@@ -17,6 +19,7 @@ pub mod delayed;
 pub mod idem;
 pub mod info;
 pub mod observe;
+pub mod owner;
 pub mod pgq_compat;
 pub mod slots;
 pub mod srf;
@@ -33,17 +36,19 @@ fn send_one(
     payload: Option<&str>,
     extra: [Option<&str>; 4],
 ) -> i64 {
-    Spi::connect_mut(|c| {
-        let q = log::queue_by_name(c, queue_name);
-        log::insert_event(
-            c,
-            &q,
-            &NewEvent {
-                ev_type: type_name,
-                ev_data: payload,
-                extra,
-            },
-        )
+    owner::as_owner(|| {
+        Spi::connect_mut(|c| {
+            let q = log::queue_by_name(c, queue_name);
+            log::insert_event(
+                c,
+                &q,
+                &NewEvent {
+                    ev_type: type_name,
+                    ev_data: payload,
+                    extra,
+                },
+            )
+        })
     })
 }
 
@@ -57,23 +62,20 @@ pub(crate) fn type_arg(type_name: Option<&str>) -> &str {
 }
 
 /// send(queue_name, payload jsonb): publishes one event of type 'default'.
-#[pg_extern(name = "send", security_definer)]
-#[search_path(pg_catalog, pgque, pg_temp)]
+#[pg_extern(name = "send")]
 fn send_jsonb(queue_name: Option<&str>, payload: Option<JsonbText>) -> i64 {
     let p = payload.map(|p| p.0);
     send_one(queue_name, Some("default"), p.as_deref(), [None; 4])
 }
 
 /// send(queue_name, payload text): publishes one event of type 'default'.
-#[pg_extern(name = "send", security_definer)]
-#[search_path(pg_catalog, pgque, pg_temp)]
+#[pg_extern(name = "send")]
 fn send_text(queue_name: Option<&str>, payload: Option<&str>) -> i64 {
     send_one(queue_name, Some("default"), payload, [None; 4])
 }
 
 /// send(queue_name, type_name, payload jsonb).
-#[pg_extern(name = "send", security_definer)]
-#[search_path(pg_catalog, pgque, pg_temp)]
+#[pg_extern(name = "send")]
 fn send_typed_jsonb(
     queue_name: Option<&str>,
     type_name: Option<&str>,
@@ -85,8 +87,7 @@ fn send_typed_jsonb(
 }
 
 /// send(queue_name, type_name, payload text).
-#[pg_extern(name = "send", security_definer)]
-#[search_path(pg_catalog, pgque, pg_temp)]
+#[pg_extern(name = "send")]
 fn send_typed_text(
     queue_name: Option<&str>,
     type_name: Option<&str>,
@@ -113,31 +114,30 @@ fn send_many(
             );
         }
     }
-    Spi::connect_mut(|c| {
-        let q = log::queue_by_name(c, queue_name);
-        log::insert_events(c, &q, type_name, &payloads, keys.map(|k| k.0).as_ref())
+    owner::as_owner(|| {
+        Spi::connect_mut(|c| {
+            let q = log::queue_by_name(c, queue_name);
+            log::insert_events(c, &q, type_name, &payloads, keys.map(|k| k.0).as_ref())
+        })
     })
 }
 
 /// send_batch(queue_name, payloads jsonb[]) → ids aligned with the input.
-#[pg_extern(name = "send_batch", security_definer)]
-#[search_path(pg_catalog, pgque, pg_temp)]
+#[pg_extern(name = "send_batch")]
 fn send_batch_jsonb(queue_name: Option<&str>, payloads: Option<JsonbArray>) -> Vec<i64> {
     let p = required(payloads, "payloads").0;
     send_many(queue_name, "default", p, None)
 }
 
 /// send_batch(queue_name, payloads text[]).
-#[pg_extern(name = "send_batch", security_definer)]
-#[search_path(pg_catalog, pgque, pg_temp)]
+#[pg_extern(name = "send_batch")]
 fn send_batch_text(queue_name: Option<&str>, payloads: Option<TextArray>) -> Vec<i64> {
     let p = required(payloads, "payloads").0;
     send_many(queue_name, "default", p, None)
 }
 
 /// send_batch(queue_name, type_name, payloads jsonb[]).
-#[pg_extern(name = "send_batch", security_definer)]
-#[search_path(pg_catalog, pgque, pg_temp)]
+#[pg_extern(name = "send_batch")]
 fn send_batch_typed_jsonb(
     queue_name: Option<&str>,
     type_name: Option<&str>,
@@ -149,8 +149,7 @@ fn send_batch_typed_jsonb(
 }
 
 /// send_batch(queue_name, type_name, payloads text[]).
-#[pg_extern(name = "send_batch", security_definer)]
-#[search_path(pg_catalog, pgque, pg_temp)]
+#[pg_extern(name = "send_batch")]
 fn send_batch_typed_text(
     queue_name: Option<&str>,
     type_name: Option<&str>,
@@ -163,8 +162,7 @@ fn send_batch_typed_text(
 
 /// send(queue_name, type_name, payload jsonb, partition_key): a keyed event;
 /// the key rides ev_extra1 and picks the event's partition slot (NULL: slot 0).
-#[pg_extern(name = "send", security_definer)]
-#[search_path(pg_catalog, pgque, pg_temp)]
+#[pg_extern(name = "send")]
 fn send_keyed_jsonb(
     queue_name: Option<&str>,
     type_name: Option<&str>,
@@ -182,8 +180,7 @@ fn send_keyed_jsonb(
 }
 
 /// send(queue_name, type_name, payload text, partition_key).
-#[pg_extern(name = "send", security_definer)]
-#[search_path(pg_catalog, pgque, pg_temp)]
+#[pg_extern(name = "send")]
 fn send_keyed_text(
     queue_name: Option<&str>,
     type_name: Option<&str>,
@@ -202,8 +199,7 @@ fn send_keyed_text(
 /// send_batch(queue_name, type_name, payloads jsonb[], partition_keys text[]):
 /// keyed events in one statement, keys aligned with payloads (22023 when the
 /// lengths differ); ids aligned with the input.
-#[pg_extern(name = "send_batch", security_definer)]
-#[search_path(pg_catalog, pgque, pg_temp)]
+#[pg_extern(name = "send_batch")]
 fn send_batch_keyed_jsonb(
     queue_name: Option<&str>,
     type_name: Option<&str>,
@@ -217,8 +213,7 @@ fn send_batch_keyed_jsonb(
 }
 
 /// send_batch(queue_name, type_name, payloads text[], partition_keys text[]).
-#[pg_extern(name = "send_batch", security_definer)]
-#[search_path(pg_catalog, pgque, pg_temp)]
+#[pg_extern(name = "send_batch")]
 fn send_batch_keyed_text(
     queue_name: Option<&str>,
     type_name: Option<&str>,
@@ -232,15 +227,13 @@ fn send_batch_keyed_text(
 }
 
 /// insert_event(queue_name, ev_type, ev_data): PgQ's raw entry point.
-#[pg_extern(name = "insert_event", security_definer)]
-#[search_path(pg_catalog, pgque, pg_temp)]
+#[pg_extern(name = "insert_event")]
 fn insert_event3(queue_name: Option<&str>, ev_type: Option<&str>, ev_data: Option<&str>) -> i64 {
     send_one(queue_name, ev_type, ev_data, [None; 4])
 }
 
 /// insert_event(queue_name, ev_type, ev_data, ev_extra1, ev_extra2, ev_extra3, ev_extra4).
-#[pg_extern(name = "insert_event", security_definer)]
-#[search_path(pg_catalog, pgque, pg_temp)]
+#[pg_extern(name = "insert_event")]
 fn insert_event7(
     queue_name: Option<&str>,
     ev_type: Option<&str>,

@@ -234,7 +234,7 @@ pub fn find_queue(client: &mut SpiClient<'_>, name: &str) -> Option<Queue> {
     let t = exec(
         client,
         "SELECT queue_id, queue_cur_table, queue_ntables, queue_max_retries \
-           FROM pgque.queue WHERE queue_name = $1",
+           FROM pgque.queue WHERE queue_name OPERATOR(pg_catalog.=) $1",
         &[name.into()],
     );
     first_row(t).map(|r| Queue {
@@ -258,7 +258,8 @@ pub struct NewEvent<'a> {
 pub fn insert_event(client: &mut SpiClient<'_>, q: &Queue, ev: &NewEvent) -> i64 {
     let sql = format!(
         "INSERT INTO {} (ev_id, ev_type, ev_data, ev_extra1, ev_extra2, ev_extra3, ev_extra4) \
-         VALUES (nextval('{}'), $1, $2, $3, $4, $5, $6) RETURNING ev_id",
+         VALUES (pg_catalog.nextval('{}'::pg_catalog.regclass), $1, $2, $3, $4, $5, $6) \
+         RETURNING ev_id",
         q.current_table(),
         event_seq(q.id)
     );
@@ -304,11 +305,15 @@ pub fn insert_events(
         "text[]"
     };
     // Keyed or not, one statement: unnest of a NULL keys array yields no
-    // rows, and unnest's multi-array form pads the shorter side with NULLs.
+    // rows, and ROWS FROM pads the shorter side with NULLs. Every name is
+    // schema-qualified: the send path runs with the caller's search_path
+    // (crate::api::owner); so is find_queue's and insert_event's.
     let sql = format!(
         "INSERT INTO {tbl} (ev_id, ev_type, ev_data, ev_extra1) \
-         SELECT nextval('{seq}'), $1, u.p::text, u.k \
-           FROM unnest($2::{cast}, $3::text[]) AS u(p, k) RETURNING ev_id",
+         SELECT pg_catalog.nextval('{seq}'::pg_catalog.regclass), $1, u.p::pg_catalog.text, u.k \
+           FROM ROWS FROM (pg_catalog.unnest($2::pg_catalog.{cast}), \
+                           pg_catalog.unnest($3::pg_catalog.text[])) AS u(p, k) \
+         RETURNING ev_id",
         seq = event_seq(q.id),
         tbl = q.current_table()
     );
