@@ -95,9 +95,18 @@ pub const PLAN_SETTINGS: [(&std::ffi::CStr, &std::ffi::CStr); 3] = [
 ///   path that is bounded by the rows it returns, so taking the two
 ///   unbounded scan types out of the planner's choice loses nothing.
 pub fn with_generic_plans<R>(f: impl FnOnce() -> R) -> R {
+    with_settings(&PLAN_SETTINGS, f)
+}
+
+/// Runs `f` under the planner `settings` (name, value), restored after it
+/// as in `with_generic_plans`.
+pub fn with_settings<R>(
+    settings: &[(&std::ffi::CStr, &std::ffi::CStr)],
+    f: impl FnOnce() -> R,
+) -> R {
     unsafe {
         let nest = pg_sys::NewGUCNestLevel();
-        for (name, value) in PLAN_SETTINGS {
+        for &(name, value) in settings {
             pg_sys::set_config_option(
                 name.as_ptr(),
                 value.as_ptr(),
