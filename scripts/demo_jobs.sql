@@ -58,25 +58,34 @@ SELECT pgque.drop_schedule('demo_every_second');
 SELECT pgque.drop_job_queue('demo_flow', true) FROM pgque.job_queues WHERE queue_name = 'demo_flow';
 SELECT pgque.create_job_queue('demo_flow');
 \o
+CREATE TEMP TABLE demo_flow AS
 SELECT flow_id, key, job_id FROM pgque.enqueue_flow('demo_flow', '[
   {"key": "fetch", "kind": "fetch", "args": {"day": "today"}},
   {"key": "left", "kind": "render", "depends_on": ["fetch"]},
   {"key": "right", "kind": "render", "depends_on": ["fetch"]},
   {"key": "mail", "kind": "mail", "depends_on": ["left", "right"]}]');
-SELECT max(flow_id) AS demo_flow_id, max(id) AS demo_job_id FROM pgque.jobs WHERE queue = 'demo_flow' \gset
+TABLE demo_flow;
+SELECT max(flow_id) AS demo_flow_id, max(job_id) FILTER (WHERE key = 'mail') AS demo_job_id
+  FROM demo_flow \gset
 SELECT waiting, ready FROM pgque.job_queue_status WHERE queue_name = 'demo_flow';
-\echo 'A worker runs what is ready, level by level, each completing with an output:'
+\echo 'A worker runs what is ready, level by level, each job completing with an output;'
+\echo 'each completion makes the children whose parents are all done ready in its transaction:'
 DO $$
-DECLARE r record; level int := 0;
+DECLARE r record; level int := 0; n int;
 BEGIN
   LOOP
     level := level + 1;
-    PERFORM count(*) FROM pgque.dispatch(ARRAY['demo_flow'], 10, 'demo-worker');
-    EXIT WHEN NOT EXISTS (SELECT 1 FROM pgque.jobs WHERE queue = 'demo_flow' AND state = 'running');
-    FOR r IN SELECT id, lease_token, kind FROM pgque.jobs WHERE queue = 'demo_flow' AND state = 'running' LOOP
-      PERFORM pgque.complete(r.id, r.lease_token, jsonb_build_object('level', level, 'kind', r.kind));
+    n := 0;
+    FOR r IN SELECT job_id, lease_token, kind FROM pgque.dispatch(ARRAY['demo_flow'], 10, 'demo-worker') LOOP
+      PERFORM pgque.set_progress(r.job_id, r.lease_token, '{"done": 1, "of": 1}');
+      PERFORM pgque.complete(r.job_id, r.lease_token, jsonb_build_object('level', level, 'kind', r.kind));
+      n := n + 1;
     END LOOP;
+    EXIT WHEN n = 0;
+    RAISE NOTICE 'level %: ran %', level, n;
+    COMMIT;
   END LOOP;
 END $$;
+\echo 'The last job (mail) reads its parents and their outputs; the flow is complete:'
 SELECT key, state, output FROM pgque.job_parents(:demo_job_id);
 SELECT total, completed, waiting FROM pgque.flow_status(:demo_flow_id);
