@@ -13,7 +13,8 @@
 # Run as root: bash benches/flows/flows_bench.sh (needs pgque installed into
 # PostgreSQL 15, e.g. by `bash pg_test/run.sh 15 flow`). ROUNDS=N (default 3);
 # KEEP=1 leaves the cluster running afterwards.
-# Prints markdown; benches/results/flows.md keeps the current figures.
+# Prints markdown; the Flows section of benches/results/jobs.md keeps the
+# current figures (benches/flows/dispatch_blocks.sql counts the blocks).
 set -euo pipefail
 cd "$(dirname "$0")"
 B=/usr/lib/postgresql/15/bin
