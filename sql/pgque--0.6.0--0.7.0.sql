@@ -1126,3 +1126,114 @@ ALTER FUNCTION pgque.send_batch(text, text, text[], text[]) SECURITY INVOKER RES
 ALTER FUNCTION pgque.insert_event(text, text, text) SECURITY INVOKER RESET search_path;
 ALTER FUNCTION pgque.insert_event(text, text, text, text, text, text, text) SECURITY INVOKER RESET search_path;
 -- ==== end of event-queue performance (issue 25) ====
+
+-- ==== metrics speed (issue 21) ====
+-- job_queue_status (and so metrics()) summed cardinality(job_ids) of every
+-- claim and done row in the job log's retention: with claims of a few
+-- hundred jobs or more the arrays are TOASTed, so every completed job id was
+-- read and decompressed (1M completed jobs in claims of 1000: ~200 ms a
+-- scrape, benches/results/metrics.md). Claims and done rows now carry their
+-- job count n, a stored generated column (every writer stores it, exactly,
+-- and no hot-path statement changes); the view sums n. ADD COLUMN rewrites
+-- the claim and done partitions once, which computes n for the rows already
+-- there, so an updated database shows the same figures as before.
+ALTER TABLE pgque.job_claims ADD COLUMN n int GENERATED ALWAYS AS (cardinality(job_ids)) STORED;
+ALTER TABLE pgque.job_done ADD COLUMN n int GENERATED ALWAYS AS (cardinality(job_ids)) STORED;
+
+CREATE OR REPLACE VIEW pgque.job_queue_status AS
+WITH lanes AS MATERIALIZED (
+    SELECT l.lane_id, l.queue, l.priority, l.shard,
+           GREATEST(l.cursor_floor,
+                    (SELECT c.hi FROM pgque.job_claims c WHERE c.lane_id = l.lane_id
+                     ORDER BY c.hi DESC LIMIT 1)) AS cur
+    FROM pgque.job_lanes l
+),
+-- the log rows above each lane's cursor (its backlog, read by key: the jobs'
+-- arrays stay in TOAST), with how many of their jobs are ready there (above
+-- the cursor, not holes) and the oldest run_at among those
+backlog AS (
+    SELECT l.lane_id, x.n, x.oldest
+    FROM lanes l
+    JOIN pgque.job_log r ON r.lane_id = l.lane_id AND r.id_hi > l.cur
+    CROSS JOIN LATERAL (
+        SELECT h.c AS holes FROM (
+            SELECT count(*) AS c FROM pgque.job_log_holes h
+            WHERE h.lane_id = l.lane_id AND h.job_id > GREATEST(l.cur, r.id_lo - 1)
+              AND h.job_id <= r.id_hi) h) hh
+    CROSS JOIN LATERAL (
+        SELECT CASE WHEN r.id_lo > l.cur THEN r.n
+                    WHEN r.ids IS NULL THEN r.id_hi - l.cur
+                    ELSE (SELECT count(*) FROM unnest(r.ids) AS i WHERE i > l.cur) END
+               - hh.holes AS n,
+               CASE WHEN r.run_ats IS NULL AND hh.holes = 0 THEN r.enqueued_at
+                    ELSE (SELECT min(COALESCE(u.t, r.enqueued_at))
+                          FROM unnest(r.run_ats) WITH ORDINALITY AS u(t, o)
+                          WHERE COALESCE(r.ids[u.o], r.id_lo + u.o - 1) > l.cur
+                            AND NOT EXISTS (SELECT 1 FROM pgque.job_log_holes h
+                                            WHERE h.lane_id = l.lane_id
+                                              AND h.job_id = COALESCE(r.ids[u.o], r.id_lo + u.o - 1)))
+               END AS oldest) x
+),
+-- per lane: the jobs of its active claims, the done rows of those (what is
+-- still running is the difference), and the jobs its claims completed
+claimed AS (
+    SELECT c.lane_id, sum(c.n) AS active
+    FROM pgque.job_claims c WHERE c.state::text = 'a'
+    GROUP BY c.lane_id
+),
+finished AS (
+    SELECT c.lane_id,
+           sum(d.n) FILTER (WHERE c.state::text = 'a') AS active_done,
+           sum(d.n) FILTER (WHERE d.kind = 'c') AS completed
+    FROM pgque.job_done d JOIN pgque.job_claims c ON c.claim_id = d.claim_id
+    WHERE c.state::text <> 's'
+    GROUP BY c.lane_id
+),
+log_lanes AS (
+    SELECT l.queue, l.priority, l.shard,
+           COALESCE(b.ready, 0)::bigint AS ready, b.oldest,
+           (COALESCE(a.active, 0) - COALESCE(f.active_done, 0))::bigint AS running,
+           COALESCE(f.completed, 0)::bigint AS completed
+    FROM lanes l
+    LEFT JOIN (SELECT b.lane_id, sum(b.n) AS ready, min(b.oldest) FILTER (WHERE b.n > 0) AS oldest
+               FROM backlog b GROUP BY b.lane_id) b ON b.lane_id = l.lane_id
+    LEFT JOIN claimed a ON a.lane_id = l.lane_id
+    LEFT JOIN finished f ON f.lane_id = l.lane_id
+),
+side AS (
+    SELECT j.queue,
+           count(*) FILTER (WHERE j.state = 'scheduled') AS scheduled,
+           count(*) FILTER (WHERE j.state = 'ready')     AS ready,
+           count(*) FILTER (WHERE j.state = 'running')   AS running,
+           count(*) FILTER (WHERE j.state = 'completed') AS completed,
+           count(*) FILTER (WHERE j.state = 'failed')    AS failed,
+           count(*) FILTER (WHERE j.state = 'cancelled') AS cancelled,
+           min(j.run_at) FILTER (WHERE j.state = 'ready') AS oldest,
+           count(*) FILTER (WHERE j.state = 'waiting')   AS waiting
+    FROM pgque.jobs j GROUP BY j.queue
+),
+-- the lanes (priority, shard) holding a job not finished yet, in either store
+live AS (
+    SELECT j.queue, j.priority, j.shard FROM pgque.jobs j
+    WHERE j.state IN ('waiting', 'scheduled', 'ready', 'running')
+    UNION
+    SELECT g.queue, g.priority, g.shard FROM log_lanes g WHERE g.ready > 0 OR g.running > 0
+)
+SELECT q.queue_name,
+       q.mode,
+       q.paused,
+       COALESCE(s.scheduled, 0) AS scheduled,
+       COALESCE(s.ready, 0) + COALESCE(g.ready, 0) AS ready,
+       COALESCE(s.running, 0) + COALESCE(g.running, 0) AS running,
+       COALESCE(s.completed, 0) + COALESCE(g.completed, 0) AS completed,
+       COALESCE(s.failed, 0) AS failed,
+       COALESCE(s.cancelled, 0) AS cancelled,
+       now() - LEAST(s.oldest, g.oldest) AS oldest_ready_age,
+       (SELECT count(*) FROM live v WHERE v.queue = q.queue_name) AS lanes,
+       COALESCE(s.waiting, 0) AS waiting
+FROM pgque.job_queues q
+LEFT JOIN side s ON s.queue = q.queue_name
+LEFT JOIN (SELECT g.queue, sum(g.ready)::bigint AS ready, min(g.oldest) AS oldest,
+                  sum(g.running)::bigint AS running, sum(g.completed)::bigint AS completed
+           FROM log_lanes g GROUP BY g.queue) g ON g.queue = q.queue_name;
+-- ==== end of metrics speed (issue 21) ====

@@ -8,14 +8,14 @@
 //! dashboard and `SELECT * FROM pgque.get_consumer_info()` never disagree.
 //! Queue and consumer figures come from the tick metadata and the event
 //! sequences, dead letters through their (dl_queue, dl_time) index, the
-//! worker's from shared memory: none of those grows with history. Two do:
-//! job counts come from job_queue_status, whose running and completed
-//! counts read the job-id array of every claim and done row still in the
-//! job log's retention (so its cost grows with the jobs completed in that
-//! window: 1M completed jobs cost ~200 ms, benches/results/metrics.md, which
-//! also says how the job log could count them cheaply); and a partition
-//! slot's own pending count (partition_slot_status counts that slot's
-//! events), paid only by queues with partitioned consumers.
+//! worker's from shared memory: none of those grows with history. Job counts
+//! come from job_queue_status, which sums the job counts (`n`) of the job
+//! log's active claims and of its done rows still in retention: that grows
+//! with the completion calls in the retention window (one done row per call
+//! and claim), not with the jobs they completed, and reads no job-id array
+//! (benches/results/metrics.md). A partition slot's own pending count
+//! (partition_slot_status counts that slot's events) is paid only by queues
+//! with partitioned consumers.
 use crate::worker::duties::DUTIES;
 use crate::{log, shmem};
 use pgrx::prelude::*;

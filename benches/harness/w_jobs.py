@@ -19,7 +19,8 @@ MP = mp.get_context("fork")
 ENQ = ["pgque.create_job_queue(text,text,integer)",
        "pgque.enqueue_ready_rows(text,text[],jsonb[],smallint[],timestamp with time zone[],text[],text[],text[],text[],integer[],text)"]
 DISPATCH = ["pgque.dispatch(text[],integer,text,interval,integer)"]
-COMPLETE = ["pgque.complete_many(bigint[],bigint[])"]
+# complete_many(ids, tokens) is what the loop calls; 0.7.0 added a defaulted outputs argument
+COMPLETE = ["pgque.complete_many"]
 JOB_SCHEMAS = db.SYSTEM_SCHEMAS["pgque"]
 
 
@@ -29,6 +30,15 @@ def has_enqueue(conn):
         SELECT count(*) FROM pg_proc
          WHERE pronamespace = to_regnamespace('pgque') AND proname = 'enqueue_ready_rows'
            AND proargtypes[0:2]::oid[] = ARRAY['text'::regtype, 'text[]'::regtype, 'jsonb[]'::regtype]::oid[]""") > 0
+
+
+def has_complete_many(conn):
+    """Any complete_many with the leading (bigint[], bigint[]) (later arguments defaulted)."""
+    return db.scalar(conn, """
+        SELECT count(*) FROM pg_proc
+         WHERE pronamespace = to_regnamespace('pgque') AND proname = 'complete_many'
+           AND proargtypes[0:1]::oid[] = ARRAY['bigint[]'::regtype, 'bigint[]'::regtype]::oid[]
+           AND pronargs - pronargdefaults = 2""") > 0
 
 
 def create_job_queue(conn, q, mode):
@@ -293,7 +303,8 @@ def w8(res, cfg, conn):
                            "`floor`: the same client loop with no queue behind it (the payloads built, 100 rows of the same "
                            "width fetched, the ids sent back): what every system pays per cycle of 100 jobs.")
     systems = ["pgque", "skiplocked", "floor"]
-    miss = db.missing_functions(conn, ENQ[:1] + DISPATCH + COMPLETE) + ([] if has_enqueue(conn) else ["pgque.enqueue_ready_rows"])
+    miss = (db.missing_functions(conn, ENQ[:1] + DISPATCH) + ([] if has_enqueue(conn) else ["pgque.enqueue_ready_rows"])
+            + ([] if has_complete_many(conn) else COMPLETE))
     if miss:
         w.skip(f"pgque: function {', '.join(miss)} not installed")
         systems.remove("pgque")

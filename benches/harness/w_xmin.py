@@ -114,7 +114,8 @@ def w9(res, cfg, conn):
     else:
         w.skip("pgque events: function " + ", ".join(db.missing_functions(conn, w_events.PGQUE_LATENCY)) + " not installed")
     jb = ["skiplocked"]
-    if not (db.missing_functions(conn, w_jobs.ENQ[:1] + w_jobs.DISPATCH + w_jobs.COMPLETE) or not w_jobs.has_enqueue(conn)):
+    if not (db.missing_functions(conn, w_jobs.ENQ[:1] + w_jobs.DISPATCH) or not w_jobs.has_enqueue(conn)
+            or not w_jobs.has_complete_many(conn)):
         jb.insert(0, "pgque")
     else:
         w.skip("pgque jobs: enqueue_ready_rows / dispatch / complete_many not installed")

@@ -94,6 +94,10 @@ fn update_from(from_v: &str, jobs_as_0_1_0: bool) {
     // Manual mode: the test decides when ticks and maintenance happen.
     stop_worker(&mut c);
     let filled = fill(&mut c, jobs_as_0_1_0);
+    // A job log with history (0.4.0 on): its status figures must come out
+    // the same from the updated schema (0.7.0 counts claims and done rows by
+    // their n, which the update computes for the rows already there).
+    let log_figures = (!jobs_as_0_1_0).then(|| fill_log_history(&mut c));
 
     let mut f = fresh.connect();
     let want = snapshot(&mut f);
@@ -130,6 +134,26 @@ fn update_from(from_v: &str, jobs_as_0_1_0: bool) {
         "the snapshot sees the functions and the pg_dump registrations"
     );
 
+    if let Some(before) = log_figures {
+        assert_eq!(
+            job_figures(&mut c),
+            before,
+            "job_queue_status of the job log's history after the update ({from_v} -> {current})"
+        );
+        let wrong: i64 = c
+            .query_one(
+                "SELECT (SELECT count(*) FROM pgque.job_claims WHERE n IS DISTINCT FROM cardinality(job_ids))
+                      + (SELECT count(*) FROM pgque.job_done WHERE n IS DISTINCT FROM cardinality(job_ids))",
+                &[],
+            )
+            .unwrap()
+            .get(0);
+        assert_eq!(
+            wrong, 0,
+            "claim and done rows without their job count after the update"
+        );
+    }
+
     // The data made under the old version is consumed under the new one.
     consume_all(&mut c, &filled);
 
@@ -146,6 +170,62 @@ fn update_from(from_v: &str, jobs_as_0_1_0: bool) {
             == 1
     });
     assert!(back, "the worker of the updated database did not start");
+}
+
+/// (queue, ready, running, completed, failed) of every job queue.
+fn job_figures(c: &mut pgque_pg_test::postgres::Client) -> Vec<(String, i64, i64, i64, i64)> {
+    c.query(
+        "SELECT queue_name, ready, running, completed, failed FROM pgque.job_queue_status ORDER BY 1",
+        &[],
+    )
+    .unwrap()
+    .iter()
+    .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4)))
+    .collect()
+}
+
+/// Queue `hq` with a job log history of every kind the status counts: a
+/// claim completed whole, one completed partly (one by one and in a
+/// batch, the rest running), jobs left ready. Enqueue and dispatch are the
+/// current functions (the log's tables are 0.4.0's); the done rows are
+/// written as the old versions' complete and complete_many wrote them (one
+/// per call and claim: the current ones also write 0.7.0's outputs).
+/// Returns job_figures (checked against what was done).
+fn fill_log_history(c: &mut pgque_pg_test::postgres::Client) -> Vec<(String, i64, i64, i64, i64)> {
+    c.batch_execute(
+        "SELECT pgque.create_job_queue('hq');
+         SELECT count(*) FROM pgque.enqueue_ready_rows('hq', array_fill('h'::text, ARRAY[30]),
+             array_fill('{}'::jsonb, ARRAY[30]));
+         SELECT count(*) FROM pgque.enqueue_ready_rows('hq', array_fill('h'::text, ARRAY[30]),
+             array_fill('{}'::jsonb, ARRAY[30]));
+         CREATE TEMP TABLE hq_claim AS
+           SELECT job_id, lease_token, row_number() OVER (ORDER BY job_id) AS o
+             FROM pgque.dispatch(ARRAY['hq'], 20, 'w', interval '1 hour');
+         INSERT INTO pgque.job_done (seg, claim_id, kind, job_ids, at)
+           SELECT c.seg, c.claim_id, 'c', c.job_ids, now() FROM pgque.job_claims c
+            WHERE c.claim_id = (SELECT min(lease_token) FROM hq_claim);
+         DROP TABLE hq_claim;
+         CREATE TEMP TABLE hq_claim AS
+           SELECT job_id, lease_token, row_number() OVER (ORDER BY job_id) AS o
+             FROM pgque.dispatch(ARRAY['hq'], 25, 'w', interval '1 hour');
+         INSERT INTO pgque.job_done (seg, claim_id, kind, job_ids, at)
+           SELECT c.seg, c.claim_id, 'c', ARRAY[h.job_id], now()
+             FROM hq_claim h JOIN pgque.job_claims c ON c.claim_id = h.lease_token WHERE h.o <= 3;
+         INSERT INTO pgque.job_done (seg, claim_id, kind, job_ids, at)
+           SELECT c.seg, c.claim_id, 'c', array_agg(h.job_id ORDER BY h.job_id), now()
+             FROM hq_claim h JOIN pgque.job_claims c ON c.claim_id = h.lease_token
+            WHERE h.o BETWEEN 4 AND 12 GROUP BY c.seg, c.claim_id;
+         DROP TABLE hq_claim;",
+    )
+    .unwrap();
+    let f = job_figures(c);
+    let hq = f.iter().find(|r| r.0 == "hq").cloned();
+    assert_eq!(
+        hq,
+        Some(("hq".into(), 15, 13, 32, 0)),
+        "ready, running, completed, failed of hq before the update"
+    );
+    f
 }
 
 /// The update path exists from every released version, one script per
