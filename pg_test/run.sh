@@ -46,6 +46,9 @@ fsync = off
 full_page_writes = off
 log_min_messages = log
 log_line_prefix = '%m [%p] %b %d '
+# the tests time duties on their active cadences; tests/idle.rs runs idle
+# mode (the default) on private clusters
+pgque.idle_after = 0
 CONF
 cleanup() { as_pg "$BINDIR/pg_ctl" -D "$DATA" -m fast stop >/dev/null 2>&1 || as_pg "$BINDIR/pg_ctl" -D "$DATA" -m immediate stop >/dev/null 2>&1 || true; }
 trap cleanup EXIT

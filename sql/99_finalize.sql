@@ -10,6 +10,8 @@ REVOKE ALL ON ALL TABLES IN SCHEMA pgque FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION pgque.start() TO pgque_admin;
 GRANT EXECUTE ON FUNCTION pgque.stop() TO pgque_admin;
 GRANT EXECUTE ON FUNCTION pgque.status() TO pgque_admin, pgque_reader;
+-- When each duty next has work (src/worker/due.rs).
+GRANT EXECUTE ON FUNCTION pgque.duty_due() TO pgque_admin, pgque_reader;
 GRANT EXECUTE ON FUNCTION pgque.version() TO pgque_admin, pgque_reader, pgque_writer;
 -- Metrics for dashboards and Prometheus (src/metrics.rs).
 GRANT EXECUTE ON FUNCTION pgque.metrics() TO pgque_admin, pgque_reader;

@@ -1237,3 +1237,19 @@ LEFT JOIN (SELECT g.queue, sum(g.ready)::bigint AS ready, min(g.oldest) AS oldes
                   sum(g.running)::bigint AS running, sum(g.completed)::bigint AS completed
            FROM log_lanes g GROUP BY g.queue) g ON g.queue = q.queue_name;
 -- ==== end of metrics speed (issue 21) ====
+
+-- ==== idle workers (issue 23) ====
+-- When each duty next has work, read by an idle worker (src/worker/due.rs).
+CREATE FUNCTION pgque."duty_due"() RETURNS TABLE (
+	"duty" TEXT,
+	"due_in" double precision
+)
+STRICT SECURITY DEFINER
+SET search_path TO pg_catalog, pgque, pg_temp
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'duty_due_wrapper';
+-- as 99_finalize.sql does for every function but the send ones
+ALTER FUNCTION pgque.duty_due() SET jit = off;
+REVOKE ALL ON FUNCTION pgque.duty_due() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION pgque.duty_due() TO pgque_admin, pgque_reader;
+-- ==== end of idle workers (issue 23) ====

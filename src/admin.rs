@@ -111,7 +111,16 @@ fn status() -> TableIterator<
             rows.push((
                 "worker".into(),
                 if enabled { "running" } else { "stopping" }.into(),
-                format!("pid {} since {}", slot.pid, ts_text(slot.started_at)),
+                if slot.idle_since > 0 {
+                    format!(
+                        "pid {} since {}; idle since {}: sleeps until a duty is due or a producer commits",
+                        slot.pid,
+                        ts_text(slot.started_at),
+                        ts_text(slot.idle_since)
+                    )
+                } else {
+                    format!("pid {} since {}", slot.pid, ts_text(slot.started_at))
+                },
             ));
             for (i, d) in DUTIES.iter().enumerate() {
                 let st = &slot.duties[i];

@@ -14,6 +14,9 @@ pub static DATABASES: GucSetting<Option<CString>> = GucSetting::<Option<CString>
 pub static LAUNCHER_RESCAN_S: GucSetting<i32> = GucSetting::<i32>::new(60);
 pub static DUTY_BACKOFF_MAX_MS: GucSetting<i32> = GucSetting::<i32>::new(30_000);
 pub static WORKER_RESTART_S: GucSetting<i32> = GucSetting::<i32>::new(1);
+pub static IDLE_AFTER_MS: GucSetting<i32> = GucSetting::<i32>::new(1_000);
+pub static IDLE_CHECK_S: GucSetting<i32> = GucSetting::<i32>::new(5);
+pub static IDLE_MAINT_S: GucSetting<i32> = GucSetting::<i32>::new(60);
 
 // ---- event queues -------------------------------------------------------
 pub static TICK_PERIOD_MS: GucSetting<i32> = GucSetting::<i32>::new(100);
@@ -103,6 +106,30 @@ pub fn init() {
         &WORKER_RESTART_S,
         1,
         3_600,
+        GucFlags::UNIT_S,
+    );
+    int(
+        c"pgque.idle_after",
+        c"How long without a producer's wake-up before a database worker goes idle (0: never).",
+        &IDLE_AFTER_MS,
+        0,
+        3_600_000,
+        GucFlags::UNIT_MS,
+    );
+    int(
+        c"pgque.idle_check_interval",
+        c"Longest sleep of an idle worker before it re-reads pgque.duty_due().",
+        &IDLE_CHECK_S,
+        1,
+        3_600,
+        GucFlags::UNIT_S,
+    );
+    int(
+        c"pgque.idle_maint_period",
+        c"How often an idle worker runs the housekeeping duties whose next run is not known in advance.",
+        &IDLE_MAINT_S,
+        1,
+        86_400,
         GucFlags::UNIT_S,
     );
     int(
@@ -256,6 +283,17 @@ pub fn duty_backoff_max() -> Duration {
 }
 pub fn worker_restart() -> Duration {
     secs(WORKER_RESTART_S.get())
+}
+/// How long without a wake-up before the worker goes idle; None: never.
+pub fn idle_after() -> Option<Duration> {
+    let v = IDLE_AFTER_MS.get();
+    (v > 0).then(|| ms(v))
+}
+pub fn idle_check_interval() -> Duration {
+    secs(IDLE_CHECK_S.get())
+}
+pub fn idle_maint_period() -> Duration {
+    secs(IDLE_MAINT_S.get())
 }
 pub fn tick_period() -> Duration {
     ms(TICK_PERIOD_MS.get())

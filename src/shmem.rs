@@ -73,6 +73,12 @@ pub struct DbSlot {
     pub stop_requested: bool,
     /// Set by a committing producer; the worker ticks at once when it sees it.
     pub wake_pending: bool,
+    /// TimestampTz since which the worker is idle (sleeping until its next
+    /// due duty, worker::dbworker); 0 while it runs on its active cadences.
+    pub idle_since: i64,
+    /// Set (while idle) by a commit that changed when a duty is due without
+    /// being a producer (a dispatch's new lease, a retry): re-read duty_due().
+    pub recheck: bool,
     pub duties: [DutyStat; MAX_DUTIES],
 }
 
@@ -83,6 +89,8 @@ impl DbSlot {
         started_at: 0,
         stop_requested: false,
         wake_pending: false,
+        idle_since: 0,
+        recheck: false,
         duties: [DutyStat::EMPTY; MAX_DUTIES],
     };
 }
@@ -267,6 +275,46 @@ pub fn wake_pending(idx: usize) -> bool {
 pub fn take_wake(idx: usize) -> bool {
     let mut w = WORKERS.exclusive();
     std::mem::replace(&mut w.slots[idx].wake_pending, false)
+}
+
+/// Records that the worker of slot `idx` went idle at `since` (0: active again).
+pub fn set_idle(idx: usize, since: i64) {
+    let mut w = WORKERS.exclusive();
+    w.slots[idx].idle_since = since;
+    w.slots[idx].recheck = false;
+}
+
+/// Asks the idle worker of `db_oid` to re-read when its duties are due;
+/// returns its pid to signal, or None when it has no worker, the worker is
+/// active (it reads the tables on its own cadences) or was asked already.
+/// Only the shared lock in the common (active) case.
+pub fn request_recheck(db_oid: u32) -> Option<i32> {
+    {
+        let w = WORKERS.share();
+        let s = w.slots.iter().find(|s| s.db_oid == db_oid && s.pid > 0)?;
+        if s.idle_since == 0 || s.recheck {
+            return None;
+        }
+    }
+    let mut w = WORKERS.exclusive();
+    let s = w
+        .slots
+        .iter_mut()
+        .find(|s| s.db_oid == db_oid && s.pid > 0)?;
+    if s.idle_since == 0 || s.recheck {
+        return None;
+    }
+    s.recheck = true;
+    Some(s.pid)
+}
+
+/// Reads and clears the recheck flag of slot `idx`.
+pub fn take_recheck(idx: usize) -> bool {
+    if !WORKERS.share().slots[idx].recheck {
+        return false;
+    }
+    let mut w = WORKERS.exclusive();
+    std::mem::replace(&mut w.slots[idx].recheck, false)
 }
 
 pub fn mark_dropped(db_oid: u32) {

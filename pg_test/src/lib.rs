@@ -276,7 +276,10 @@ fn is_root() -> bool {
 impl Cluster {
     /// Inits and starts a cluster named `name` (data in
     /// /tmp/pgque_priv_<major>_<name>, socket there too, port only names the
-    /// socket). `extra_conf` lines are appended to postgresql.conf.
+    /// socket). `extra_conf` lines are appended to postgresql.conf. As on the
+    /// shared server (run.sh), the workers never go idle (pgque.idle_after =
+    /// 0): the tests time duties on their active cadences; tests/idle.rs
+    /// switches idle mode on in `extra_conf`.
     pub fn start_new(name: &str, extra_conf: &str) -> Cluster {
         let dir = format!("/tmp/pgque_priv_{}_{name}", major());
         // Port: one per name, out of the shared servers' 54000+ range.
@@ -305,7 +308,8 @@ impl Cluster {
             "port = {}\nlisten_addresses = ''\nunix_socket_directories = '{}'\n\
              shared_preload_libraries = 'pgque'\nmax_worker_processes = 32\n\
              max_connections = 100\nfsync = off\nfull_page_writes = off\n\
-             log_min_messages = log\nlog_line_prefix = '%m [%p] %b %d '\n{extra_conf}\n",
+             log_min_messages = log\nlog_line_prefix = '%m [%p] %b %d '\n\
+             pgque.idle_after = 0\n{extra_conf}\n",
             cl.port, cl.dir
         );
         // The conf file belongs to postgres; append as postgres.

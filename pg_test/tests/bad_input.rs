@@ -764,6 +764,7 @@ fn matrix() -> Vec<Row> {
         no_args("pgque.start()", "no arguments"),
         no_args("pgque.stop()", "no arguments"),
         no_args("pgque.status()", "no arguments"),
+        no_args("pgque.duty_due()", "no arguments"),
         no_args("pgque.metrics()", "no arguments"),
         no_args("pgque.version()", "no arguments"),
         // A pure function of the name: an unknown queue has a channel too.

@@ -547,6 +547,7 @@ fn receive_coop(
 /// Puts dead letters back: each is redelivered to its consumer (retry_count
 /// restarts at 0) by the next maint_retry_events() and tick.
 fn replay(c: &mut SpiClient<'_>, filter_id: Option<i64>, filter_queue: Option<i32>) -> i64 {
+    crate::worker::wake::recheck_at_commit();
     let sql = format!(
         "WITH d AS (DELETE FROM {} dl \
                      WHERE ($1::int8 IS NULL OR dl.dl_id = $1) AND ($2::int4 IS NULL OR dl.dl_queue = $2) \

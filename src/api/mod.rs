@@ -401,6 +401,8 @@ pub(crate) fn retry_event(
     reason: Option<&str>,
     dead_letter: bool,
 ) -> i32 {
+    // maint moves it back at ev_retry_after: an idle worker must learn that time.
+    crate::worker::wake::recheck_at_commit();
     let count = ev.retry.unwrap_or(0);
     let [e1, e2, e3, e4] = &ev.extra;
     // The 0.7.0 schema records the event's transaction id (NULL where it was

@@ -374,6 +374,8 @@ fn dispatch(
         super::lifecycle::check_positive_interval(l, "lease");
     }
     let names: Vec<String> = queues.into_iter().flatten().collect();
+    // The claims' leases expire at a time an idle worker must learn (rescue).
+    crate::worker::wake::recheck_at_commit();
     let mut out = Vec::new();
     with_generic_plans(|| {
         Spi::connect_mut(|client| {

@@ -2,6 +2,16 @@
 //! cadences, each in a short transaction of its own, and never holds a
 //! transaction (or snapshot) across its sleep.
 //!
+//! Idle mode: after pgque.idle_after without a producer's wake-up the worker
+//! stops running duties on their cadences. It reads pgque.duty_due() (when
+//! each duty next has work: the next delayed event, retry, scheduled job,
+//! lease expiry, schedule slot, idle tick, piece switch) and sleeps until the
+//! soonest, or pgque.idle_check_interval at most (to see DROP EXTENSION and
+//! consumers' progress), running the housekeeping duties every
+//! pgque.idle_maint_period. A producer's commit sets its latch (wake.rs) and
+//! puts it back on the active cadences at once; a dispatch or a retry, which
+//! make a duty due sooner without a send, asks it to read duty_due() again.
+//!
 //! Exit status tells the postmaster whether to restart it: 0 (no restart) when
 //! it is not wanted here (no extension, stop(), pgque.enabled off, database
 //! being dropped or not in pgque.databases, another worker already serves the
@@ -202,16 +212,35 @@ pub extern "C-unwind" fn pgque_db_worker_main(arg: pg_sys::Datum) {
         })
         .collect();
     let mut next_check = Instant::now() + RECHECK;
+    // Idle mode (module comment): when it began, and each duty's next work
+    // as the last pgque.duty_due() read said.
+    let mut last_wake = Instant::now();
+    let mut idle_since: Option<Instant> = None;
+    let mut hints: Vec<Option<Instant>> = vec![None; DUTIES.len()];
 
     loop {
         let now = Instant::now();
-        let next = sched
-            .iter()
-            .map(|s| s.next_due)
-            .min()
-            .unwrap_or(now + RECHECK)
-            .min(next_check);
+        let next = match idle_since {
+            Some(since) => sched
+                .iter()
+                .zip(DUTIES)
+                .zip(&hints)
+                .filter_map(|((s, d), h)| idle_next(s, d, *h, since))
+                .min(),
+            None => sched.iter().map(|s| s.next_due).min(),
+        };
+        let mut next = next.unwrap_or(now + RECHECK).min(next_check);
+        if let (None, Some(after)) = (idle_since, gucs::idle_after()) {
+            next = next.min(last_wake + after);
+        }
         let wait = next.saturating_duration_since(now);
+        if !wait.is_zero() {
+            // A background worker's counters (pg_stat_database's xact_commit,
+            // table scans) are flushed only when it asks; before a sleep,
+            // as a backend does when it goes idle. Rate-limited to once a
+            // second inside unless forced, which an idle worker can afford.
+            let _ = unsafe { pg_sys::pgstat_report_stat(idle_since.is_some()) };
+        }
         if !wait.is_zero()
             && !BackgroundWorker::wait_latch(Some(wait.max(Duration::from_millis(1))))
         {
@@ -234,17 +263,12 @@ pub extern "C-unwind" fn pgque_db_worker_main(arg: pg_sys::Datum) {
                     }
                 }
             }
+            if idle_since.is_some() {
+                next_check = Instant::now();
+            }
         }
         if shmem::stop_requested(idx) || !gucs::enabled() || !allowed(&dbname, &gucs::databases()) {
             exit_clean();
-        }
-        if Instant::now() >= next_check {
-            if wanted_here() != Some(true) {
-                log!("pgque worker for database {dbname}: extension dropped or stop() called; exiting");
-                shmem::mark_unwanted(db_oid, now_ts());
-                exit_clean();
-            }
-            next_check = Instant::now() + RECHECK;
         }
         // The wake flag stays set until an on_wake duty runs for it: while it
         // is set, committing producers skip signalling us (a stream of small
@@ -252,29 +276,89 @@ pub extern "C-unwind" fn pgque_db_worker_main(arg: pg_sys::Datum) {
         // a wake that comes within WAKE_MIN_INTERVAL of the last run is
         // deferred to the end of that interval instead of being dropped.
         let woken = shmem::wake_pending(idx);
+        let now = Instant::now();
+        if woken {
+            last_wake = now;
+            if idle_since.take().is_some() {
+                // Back on the active cadences: the ticker runs at once for
+                // the commit, the duties that came due meanwhile after it.
+                shmem::set_idle(idx, 0);
+                next_check = next_check.min(now + RECHECK);
+            }
+        } else if idle_since.is_some() {
+            if shmem::take_recheck(idx) {
+                next_check = now;
+            }
+        } else if gucs::idle_after().is_some_and(|after| now >= last_wake + after) {
+            idle_since = Some(now);
+            shmem::set_idle(idx, now_ts());
+            next_check = now;
+        }
+        if now >= next_check {
+            let wanted = match idle_since {
+                Some(_) => match idle_check() {
+                    Some((wanted, due)) => {
+                        let at = Instant::now();
+                        hints = due
+                            .iter()
+                            .map(|d| d.map(|secs| at + Duration::from_secs_f64(secs.min(1e9))))
+                            .collect();
+                        wanted
+                    }
+                    None => {
+                        // duty_due's tables are missing (a schema older than
+                        // the library, before ALTER EXTENSION UPDATE): every
+                        // duty on its active cadence.
+                        hints = vec![Some(Instant::now()); DUTIES.len()];
+                        wanted_here() == Some(true)
+                    }
+                },
+                None => wanted_here() == Some(true),
+            };
+            if !wanted {
+                log!("pgque worker for database {dbname}: extension dropped or stop() called; exiting");
+                shmem::mark_unwanted(db_oid, now_ts());
+                exit_clean();
+            }
+            next_check = Instant::now()
+                + if idle_since.is_some() {
+                    gucs::idle_check_interval()
+                } else {
+                    RECHECK
+                };
+        }
+        let mut ran_idle = false;
         for (i, d) in DUTIES.iter().enumerate() {
             let s = &mut sched[i];
             let now = Instant::now();
-            let wake_run = woken
-                && d.on_wake
-                && s.last_start
-                    .is_none_or(|t| now.duration_since(t) >= WAKE_MIN_INTERVAL);
-            if woken && d.on_wake && !wake_run {
-                if let Some(t) = s.last_start {
-                    s.next_due = s.next_due.min(t + WAKE_MIN_INTERVAL);
-                }
-            }
-            if now < s.next_due && !wake_run {
-                continue;
-            }
-            if d.on_wake {
-                // Cleared before the run: a commit during it sets it again.
-                shmem::take_wake(idx);
-            }
             let period = (d.period)();
-            if period.is_zero() {
-                s.next_due = now + Duration::from_secs(3600);
-                continue;
+            if let Some(since) = idle_since {
+                if idle_next(s, d, hints[i], since).is_none_or(|t| now < t) {
+                    continue;
+                }
+                hints[i] = None;
+                ran_idle = true;
+            } else {
+                let wake_run = woken
+                    && d.on_wake
+                    && s.last_start
+                        .is_none_or(|t| now.duration_since(t) >= WAKE_MIN_INTERVAL);
+                if woken && d.on_wake && !wake_run {
+                    if let Some(t) = s.last_start {
+                        s.next_due = s.next_due.min(t + WAKE_MIN_INTERVAL);
+                    }
+                }
+                if now < s.next_due && !wake_run {
+                    continue;
+                }
+                if d.on_wake {
+                    // Cleared before the run: a commit during it sets it again.
+                    shmem::take_wake(idx);
+                }
+                if period.is_zero() {
+                    s.next_due = now + Duration::from_secs(3600);
+                    continue;
+                }
             }
             run_duty(idx, i, d, s, &dbname);
             let delay = duties::delay(period, s.consecutive_failures, gucs::duty_backoff_max())
@@ -286,7 +370,67 @@ pub extern "C-unwind" fn pgque_db_worker_main(arg: pg_sys::Datum) {
                 }
             }
         }
+        if ran_idle {
+            // What it did moves the due times: read them again before sleeping.
+            next_check = Instant::now();
+        }
     }
+}
+
+/// When an idle worker runs duty `d` next: at its hint (from duty_due()),
+/// or, for a housekeeping duty, pgque.idle_maint_period after its last run,
+/// whichever is sooner; never sooner than its active cadence (or back-off)
+/// allows, so a duty that stays due (work blocked, or a backlog bigger than
+/// one run) costs at most what it costs an active worker. None: not before
+/// the next check.
+fn idle_next(
+    s: &Schedule,
+    d: &duties::Duty,
+    hint: Option<Instant>,
+    since: Instant,
+) -> Option<Instant> {
+    let period = (d.period)();
+    if period.is_zero() {
+        return None;
+    }
+    let housekeeping = duties::idle_housekeeping(d.name)
+        .then(|| s.last_start.unwrap_or(since) + period.max(gucs::idle_maint_period()));
+    let at = match (hint, housekeeping) {
+        (Some(a), Some(b)) => a.min(b),
+        (a, b) => a.or(b)?,
+    };
+    let floor = s.last_start.map(|t| {
+        t + duties::delay(period, s.consecutive_failures, gucs::duty_backoff_max())
+            .unwrap_or(period)
+    });
+    Some(floor.map_or(at, |f| at.max(f)))
+}
+
+/// An idle worker's periodic look, in one transaction: whether it is still
+/// wanted here (as wanted_here) and each duty's due time (duty_due()). None
+/// when that failed (the extension's schema may be older than the library).
+fn idle_check() -> Option<(bool, Vec<Option<f64>>)> {
+    in_transaction(|| {
+        let ext = unsafe { pg_sys::get_extension_oid(c"pgque".as_ptr(), true) };
+        if ext == pg_sys::InvalidOid {
+            return (false, vec![]);
+        }
+        let (enabled, period) = Spi::get_two::<bool, i32>(
+            "SELECT worker_enabled, (to_jsonb(w) ->> 'tick_period_ms')::int4 FROM pgque.worker_config w",
+        )
+        .unwrap_or_else(|e| pgrx::error!("{e}"));
+        duties::set_tick_period_override(period);
+        if enabled != Some(true) {
+            return (false, vec![]);
+        }
+        let rows = super::due::read();
+        let due = DUTIES
+            .iter()
+            .map(|d| rows.iter().find(|r| r.0 == d.name).and_then(|r| r.1))
+            .collect();
+        (true, due)
+    })
+    .ok()
 }
 
 thread_local! {

@@ -90,6 +90,17 @@ pub fn sooner(name: &str) -> Option<Duration> {
     }
 }
 
+/// Whether an idle worker runs duty `name` every pgque.idle_maint_period
+/// (beside the times pgque.duty_due() knows): rotation copy-forward and
+/// truncation steps, retention and GC wait on conditions no table announces
+/// in advance (an old snapshot ending, a sealed segment's last job finishing).
+pub fn idle_housekeeping(name: &str) -> bool {
+    matches!(
+        name,
+        "maint" | "delayed" | "job_maint" | "job_log" | "job_analyze"
+    )
+}
+
 /// See `sooner`.
 pub const SCHEDULES_MIN_GAP: Duration = Duration::from_millis(20);
 

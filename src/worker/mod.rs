@@ -18,6 +18,7 @@ use pgrx::bgworkers::{BackgroundWorkerBuilder, BgWorkerStartTime};
 use pgrx::prelude::*;
 
 pub mod dbworker;
+pub mod due;
 pub mod duties;
 pub mod hooks;
 pub mod launcher;

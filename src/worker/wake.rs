@@ -7,6 +7,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 static PENDING: AtomicBool = AtomicBool::new(false);
 /// This backend's start() asked for a worker in the current transaction.
 static SPAWN_PENDING: AtomicBool = AtomicBool::new(false);
+/// This backend changed when a duty is due (a lease, a retry) in the current transaction.
+static RECHECK_PENDING: AtomicBool = AtomicBool::new(false);
 /// The transaction callback is registered once per backend.
 static REGISTERED: AtomicBool = AtomicBool::new(false);
 
@@ -38,6 +40,18 @@ pub fn spawn_at_commit() {
     }
     register();
     SPAWN_PENDING.store(true, Ordering::Relaxed);
+}
+
+/// Asks that an idle worker of this database re-read pgque.duty_due() when
+/// the current transaction commits: for changes that make a duty due sooner
+/// without being a producer's send (dispatch's leases, event retries). An
+/// active worker is left alone (it runs those duties on its cadences).
+pub fn recheck_at_commit() {
+    if !shmem::available() {
+        return;
+    }
+    register();
+    RECHECK_PENDING.store(true, Ordering::Relaxed);
 }
 
 /// Wakes the worker of the current database now: sets its wake flag and its latch.
@@ -76,10 +90,17 @@ unsafe extern "C-unwind" fn on_xact_event(
             if PENDING.swap(false, Ordering::Relaxed) {
                 wake_now();
             }
+            if RECHECK_PENDING.swap(false, Ordering::Relaxed) {
+                let db = unsafe { pg_sys::MyDatabaseId }.to_u32();
+                if let Some(pid) = shmem::request_recheck(db) {
+                    set_latch_of(pid);
+                }
+            }
         }
         pg_sys::XactEvent::XACT_EVENT_ABORT | pg_sys::XactEvent::XACT_EVENT_PARALLEL_ABORT => {
             PENDING.store(false, Ordering::Relaxed);
             SPAWN_PENDING.store(false, Ordering::Relaxed);
+            RECHECK_PENDING.store(false, Ordering::Relaxed);
         }
         _ => {}
     }

@@ -1,0 +1,137 @@
+//! Idle workers (issue 23), on a private cluster with idle mode on (the
+//! default; the shared server switches it off, run.sh): a database with
+//! queues but nothing to do runs at most one transaction a second, its
+//! worker says it is idle, and the first send after the idle period reaches
+//! a consumer at once, as does a delayed event due while it sleeps.
+use pgque_pg_test::postgres::Client;
+use pgque_pg_test::*;
+use std::time::{Duration, Instant};
+
+fn xact_commit(admin: &mut Client, db: &str) -> i64 {
+    admin.batch_execute("SELECT pg_stat_clear_snapshot()").unwrap();
+    admin
+        .query_one(
+            "SELECT xact_commit FROM pg_stat_database WHERE datname = $1",
+            &[&db],
+        )
+        .unwrap()
+        .get(0)
+}
+
+fn worker_detail(c: &mut Client) -> String {
+    c.query_one(
+        "SELECT status || ': ' || detail FROM pgque.status() WHERE component = 'worker'",
+        &[],
+    )
+    .unwrap()
+    .get(0)
+}
+
+/// Receives from queue q as consumer c until a batch with an event comes
+/// (acking it) or `timeout` passes; the events' payloads.
+fn receive_within(c: &mut Client, timeout: Duration) -> Vec<String> {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        let rows = c
+            .query("SELECT batch_id, payload FROM pgque.receive('q', 'c', 100)", &[])
+            .unwrap();
+        if let Some(r) = rows.first() {
+            let b: i64 = r.get(0);
+            c.execute("SELECT pgque.ack($1)", &[&b]).unwrap();
+            return rows.iter().map(|r| r.get(1)).collect();
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    vec![]
+}
+
+#[test]
+fn idle_database_costs_at_most_a_transaction_a_second_and_wakes_at_once() {
+    let cl = Cluster::start_new("idle", "pgque.idle_after = 1000");
+    let db = "idle_a";
+    let mut c = cl.create_db(db);
+    // Three event queues (one with a consumer) and two job queues, idle.
+    c.batch_execute(
+        "SELECT pgque.create_queue('q'); SELECT pgque.subscribe('q', 'c');
+         SELECT pgque.create_queue('q2'); SELECT pgque.create_queue('q3');
+         SELECT pgque.create_job_queue('j1'); SELECT pgque.create_job_queue('j2');",
+    )
+    .unwrap();
+    assert!(
+        wait_until(Duration::from_secs(20), || worker_detail(&mut c)
+            .contains("idle since")),
+        "the worker never went idle: {}",
+        worker_detail(&mut c)
+    );
+    // Only the worker's transactions count: this session leaves the
+    // database and the counters are read from another one.
+    drop(c);
+    let mut admin = cl.connect("postgres");
+    std::thread::sleep(Duration::from_millis(1500));
+    let window = Duration::from_secs(20);
+    let before = xact_commit(&mut admin, db);
+    std::thread::sleep(window);
+    let after = xact_commit(&mut admin, db);
+    let n = after - before;
+    eprintln!("idle database: {n} transactions in {} s", window.as_secs());
+    let mut c = cl.connect(db);
+    assert!(
+        n <= window.as_secs() as i64,
+        "an idle database ran {n} transactions in {window:?}; duty_due: {:?}; status: {:?}",
+        c.query("SELECT duty, due_in FROM pgque.duty_due()", &[])
+            .unwrap()
+            .iter()
+            .map(|r| (r.get::<_, String>(0), r.get::<_, Option<f64>>(1)))
+            .collect::<Vec<_>>(),
+        c.query("SELECT component, detail FROM pgque.status()", &[])
+            .unwrap()
+            .iter()
+            .map(|r| (r.get::<_, String>(0), r.get::<_, String>(1)))
+            .collect::<Vec<_>>()
+    );
+    // Not a counter that never moves: the idle worker still looks (every
+    // pgque.idle_check_interval, 5 s) and flushes its counters.
+    assert!(n >= 1, "no transaction of the worker was counted");
+
+    // The first send after the idle period is delivered at once (a
+    // functional bound; benches/ measure the latency).
+    assert!(worker_detail(&mut c).contains("idle since"));
+    let mut p = cl.connect(db);
+    let t0 = Instant::now();
+    p.execute("SELECT pgque.send('q', 'first'::text)", &[]).unwrap();
+    let got = receive_within(&mut c, Duration::from_secs(2));
+    let ms = t0.elapsed().as_secs_f64() * 1000.0;
+    eprintln!("first send after idle: received after {ms:.1} ms");
+    assert_eq!(got, vec!["first".to_string()], "not delivered within 2 s");
+
+    // A delayed event due while the worker sleeps: delivered on time
+    // (duty_due() tells the worker when), although no commit wakes it then.
+    assert!(
+        wait_until(Duration::from_secs(20), || worker_detail(&mut c)
+            .contains("idle since")),
+        "the worker did not go idle again"
+    );
+    p.execute(
+        "SELECT pgque.send_at('q', 't', 'later'::text, clock_timestamp() + interval '3 seconds')",
+        &[],
+    )
+    .unwrap();
+    let due: f64 = c
+        .query_one(
+            "SELECT due_in FROM pgque.duty_due() WHERE duty = 'delayed'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert!((0.0..=3.0).contains(&due), "delayed due in {due} s");
+    // the send woke the worker: wait for it to sleep again before the event is due
+    assert!(wait_until(Duration::from_secs(3), || worker_detail(&mut c)
+        .contains("idle since")));
+    let t0 = Instant::now();
+    let got = receive_within(&mut c, Duration::from_secs(10));
+    assert_eq!(got, vec!["later".to_string()], "delayed event not delivered");
+    eprintln!(
+        "delayed event, due 3 s after its send, received {:.1} s after the worker slept again",
+        t0.elapsed().as_secs_f64()
+    );
+}
