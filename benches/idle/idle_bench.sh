@@ -6,6 +6,7 @@
 #   before: pgque.idle_after = 0, the workers run every duty on its cadence
 #           (the loop as it was before idle mode);
 #   after:  pgque.idle_after = 1 s (the default), the workers go idle.
+# The cluster starts with idle mode off, so "before" is measured first.
 # Each phase: reload, wait 15 s to settle, then over 30 s the CPU time
 # (utime + stime from /proc/<pid>/stat) of every pgque worker and of the
 # whole server (postmaster and all its children), and the transactions the
@@ -22,7 +23,7 @@ PORT=55620
 WINDOW=30
 rm -rf "$W"; mkdir -p "$W" && chown postgres "$W"
 runuser -u postgres -- $B/initdb -D $D -A trust -U postgres >/dev/null
-printf "port=$PORT\nlisten_addresses=''\nunix_socket_directories='$W'\nshared_preload_libraries='pgque'\nmax_worker_processes=64\nmax_connections=100\nsynchronous_commit=off\njit=off\n" >> $D/postgresql.conf
+printf "port=$PORT\nlisten_addresses=''\nunix_socket_directories='$W'\nshared_preload_libraries='pgque'\nmax_worker_processes=64\nmax_connections=100\npgque.idle_after=0\nsynchronous_commit=off\njit=off\n" >> $D/postgresql.conf
 runuser -u postgres -- $B/pg_ctl -D $D -l $W/log -w start >/dev/null
 trap 'runuser -u postgres -- $B/pg_ctl -D $D -m immediate stop >/dev/null 2>&1 || true' EXIT
 PS="$B/psql -h $W -p $PORT -U postgres -XAtq"

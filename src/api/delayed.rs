@@ -57,6 +57,8 @@ fn send_at_impl(
                 },
             );
         }
+        // An idle worker must learn when it comes due (it does not wake for it).
+        crate::worker::wake::recheck_at_commit();
         let sql = format!(
             "INSERT INTO pgque.delayed_event_p{piece} \
                     (ev_queue, ev_id, deliver_at, ev_type, ev_data, ev_extra1, piece) \

@@ -130,6 +130,8 @@ fn create_schedule(
     misfire: default!(Option<&str>, "'skip'"),
     max_attempts: default!(Option<i32>, "NULL"),
 ) -> i64 {
+    // an idle worker reads the next slot again (schedules duty)
+    crate::worker::wake::recheck_at_commit();
     let name = valid_name(name, "name", MAX_SCHEDULE_NAME);
     let cron_text = required(cron, "cron");
     let queue = valid_name(queue_name, "queue_name", error::MAX_QUEUE_NAME);
@@ -231,6 +233,8 @@ fn alter_schedule(
     misfire: default!(Option<&str>, "NULL"),
     max_attempts: default!(Option<i32>, "NULL"),
 ) {
+    // an idle worker reads the next slot again (schedules duty)
+    crate::worker::wake::recheck_at_commit();
     let name = valid_name(name, "name", MAX_SCHEDULE_NAME);
     if let Some(c) = cron {
         check_cron(c);
@@ -309,6 +313,8 @@ fn pause_schedule(name: Option<&str>) {
 #[pg_extern(security_definer)]
 #[search_path(pg_catalog, pgque, pg_temp)]
 fn resume_schedule(name: Option<&str>) {
+    // an idle worker reads the next slot again (schedules duty)
+    crate::worker::wake::recheck_at_commit();
     let name = valid_name(name, "name", MAX_SCHEDULE_NAME);
     let (cron_text, tz_name, queue, paused) = lock_schedule(name);
     if !paused {

@@ -264,6 +264,12 @@ pub extern "C-unwind" fn pgque_db_worker_main(arg: pg_sys::Datum) {
                 }
             }
             if idle_since.is_some() {
+                if gucs::idle_after().is_none() {
+                    // idle mode switched off: back on the active cadences
+                    idle_since = None;
+                    shmem::set_idle(idx, 0);
+                    hints = vec![None; DUTIES.len()];
+                }
                 next_check = Instant::now();
             }
         }
