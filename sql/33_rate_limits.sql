@@ -31,3 +31,19 @@ ALTER TABLE pgque.job_actors
     ADD COLUMN refilled_at timestamptz;
 
 SELECT pg_catalog.pg_extension_config_dump('pgque.job_rate_limits', '');
+
+-- Every limit with the tokens its bucket holds now (pgque_reader): the
+-- stored tokens plus the refill since refilled_at, as dispatch computes it.
+CREATE VIEW pgque.rate_limits AS
+SELECT 'queue'::text AS scope, b.queue_name AS name, b.jobs, b.per, b.burst,
+       LEAST(b.burst::float8, b.tokens + b.jobs::float8
+             * GREATEST(0, EXTRACT(EPOCH FROM statement_timestamp() - b.refilled_at))::float8
+             / EXTRACT(EPOCH FROM b.per)::float8) AS tokens
+FROM pgque.job_rate_limits b
+UNION ALL
+SELECT 'actor'::text, a.actor, a.rate_jobs, a.rate_per, a.rate_burst,
+       LEAST(a.rate_burst::float8, a.tokens + a.rate_jobs::float8
+             * GREATEST(0, EXTRACT(EPOCH FROM statement_timestamp() - a.refilled_at))::float8
+             / EXTRACT(EPOCH FROM a.rate_per)::float8)
+FROM pgque.job_actors a
+WHERE a.rate_jobs IS NOT NULL;

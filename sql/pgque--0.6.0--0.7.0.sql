@@ -1153,6 +1153,22 @@ ALTER TABLE pgque.job_actors
 
 SELECT pg_catalog.pg_extension_config_dump('pgque.job_rate_limits', '');
 
+-- Every limit with the tokens its bucket holds now (pgque_reader): the
+-- stored tokens plus the refill since refilled_at, as dispatch computes it.
+CREATE VIEW pgque.rate_limits AS
+SELECT 'queue'::text AS scope, b.queue_name AS name, b.jobs, b.per, b.burst,
+       LEAST(b.burst::float8, b.tokens + b.jobs::float8
+             * GREATEST(0, EXTRACT(EPOCH FROM statement_timestamp() - b.refilled_at))::float8
+             / EXTRACT(EPOCH FROM b.per)::float8) AS tokens
+FROM pgque.job_rate_limits b
+UNION ALL
+SELECT 'actor'::text, a.actor, a.rate_jobs, a.rate_per, a.rate_burst,
+       LEAST(a.rate_burst::float8, a.tokens + a.rate_jobs::float8
+             * GREATEST(0, EXTRACT(EPOCH FROM statement_timestamp() - a.refilled_at))::float8
+             / EXTRACT(EPOCH FROM a.rate_per)::float8)
+FROM pgque.job_actors a
+WHERE a.rate_jobs IS NOT NULL;
+
 CREATE FUNCTION pgque."set_rate_limit"(
 	"queue_name" TEXT,
 	"jobs" INT,
@@ -1176,11 +1192,12 @@ LANGUAGE c
 AS 'MODULE_PATHNAME', 'set_actor_rate_limit_wrapper';
 
 -- Nothing new is PUBLIC's (as sql/99_finalize.sql).
-REVOKE ALL ON pgque.job_rate_limits FROM PUBLIC;
+REVOKE ALL ON pgque.job_rate_limits, pgque.rate_limits FROM PUBLIC;
 REVOKE ALL ON FUNCTION pgque.set_rate_limit(text, int, interval, int),
     pgque.set_actor_rate_limit(text, int, interval, int) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION pgque.set_rate_limit(text, int, interval, int),
     pgque.set_actor_rate_limit(text, int, interval, int) TO pgque_admin;
 ALTER FUNCTION pgque.set_rate_limit(text, int, interval, int) SET jit = off;
 ALTER FUNCTION pgque.set_actor_rate_limit(text, int, interval, int) SET jit = off;
+GRANT SELECT ON pgque.rate_limits TO pgque_reader, pgque_admin;
 -- ==== end rate limits (issue 18) ====

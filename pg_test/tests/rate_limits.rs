@@ -108,18 +108,7 @@ fn rate_limit_holds_per_window_under_4_dispatchers() {
     // the 4 seconds' worth started
     assert!(started >= 60, "only {started} jobs started in 4 s");
     // held-back jobs keep their order: what started is the queue's head
-    let mut ids: Vec<i64> = calls.iter().flat_map(|c| c.2.clone()).collect();
-    ids.sort_unstable();
-    let head: Vec<i64> = c
-        .query(
-            "SELECT id FROM pgque.all_jobs WHERE queue = 'rl' ORDER BY id LIMIT $1",
-            &[&(ids.len() as i64)],
-        )
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
-    assert_eq!(ids, head);
+    assert_head(&mut c, "rl", &calls);
     eprintln!("queue limit: {started} jobs in {} calls", calls.len());
 }
 
@@ -136,19 +125,141 @@ fn actor_rate_limit_holds_per_window_under_4_dispatchers() {
     let calls = hammer(&db, "ra", 4);
     let started = check_windows(&calls, 20.0, 5.0);
     assert!(started >= 60, "only {started} jobs started in 4 s");
+    assert_head(&mut c, "ra", &calls);
+    eprintln!("actor limit: {started} jobs in {} calls", calls.len());
+}
+
+/// 4 sessions dispatch `actor`'s jobs from `queue` (up to 3 a call) for
+/// `secs`, each holding what it got for `hold` before completing it, so
+/// that the actor's capacity `cap` binds as well as the rate limit. Each
+/// call is a transaction that, after dispatch, reads the actor's `running`
+/// and its running jobs: dispatch locked and updated the actor's row, so no
+/// other start can commit in between and the figures include every earlier
+/// one; both must stay within `cap`. Returns the calls that claimed jobs.
+fn hammer_with_capacity(
+    db: &TestDb,
+    queue: &str,
+    actor: &str,
+    cap: i32,
+    secs: u64,
+    hold: Duration,
+) -> Vec<Call> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut threads = Vec::new();
+    for w in 0..4 {
+        let mut c = db.connect();
+        let stop = stop.clone();
+        let (queue, actor) = (queue.to_string(), actor.to_string());
+        threads.push(std::thread::spawn(move || {
+            let mut calls = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                let mut t = c.transaction().unwrap();
+                let r = t
+                    .query_one(
+                        "SELECT extract(epoch FROM now())::float8,
+                                COALESCE(array_agg(d.job_id), '{}'),
+                                COALESCE(array_agg(d.lease_token), '{}'),
+                                extract(epoch FROM clock_timestamp())::float8
+                         FROM pgque.dispatch(ARRAY[$1], 3, $2) d",
+                        &[&queue, &format!("w{w}")],
+                    )
+                    .unwrap();
+                let ids: Vec<i64> = r.get(1);
+                let tokens: Vec<i64> = r.get(2);
+                if ids.is_empty() {
+                    t.commit().unwrap();
+                    std::thread::sleep(Duration::from_millis(2));
+                    continue;
+                }
+                let seen = t
+                    .query_one(
+                        "SELECT a.running,
+                                (SELECT count(*)::int FROM pgque.all_jobs j
+                                 WHERE j.queue = $1 AND j.actor = $2 AND j.state = 'running')
+                         FROM pgque.job_actors a WHERE a.actor = $2",
+                        &[&queue, &actor],
+                    )
+                    .unwrap();
+                let (running, jobs_running): (i32, i32) = (seen.get(0), seen.get(1));
+                t.commit().unwrap();
+                assert!(
+                    running <= cap && jobs_running <= cap,
+                    "after a dispatch: running {running}, running jobs {jobs_running}; capacity {cap}"
+                );
+                calls.push((r.get::<_, f64>(0), r.get::<_, f64>(3), ids.clone()));
+                std::thread::sleep(hold);
+                let done: i32 = c
+                    .query_one("SELECT pgque.complete_many($1, $2)", &[&ids, &tokens])
+                    .unwrap()
+                    .get(0);
+                assert_eq!(done as usize, ids.len());
+            }
+            calls
+        }));
+    }
+    std::thread::sleep(Duration::from_secs(secs));
+    stop.store(true, Ordering::Relaxed);
+    let mut all: Vec<Call> = threads
+        .into_iter()
+        .flat_map(|t| t.join().unwrap())
+        .collect();
+    all.sort_by(|a, b| a.0.partial_cmp(&b.0).unwrap());
+    all
+}
+
+/// The jobs `calls` started are the first ones of `queue` (held-back jobs
+/// keep their order).
+fn assert_head(c: &mut Client, queue: &str, calls: &[Call]) {
     let mut ids: Vec<i64> = calls.iter().flat_map(|c| c.2.clone()).collect();
     ids.sort_unstable();
     let head: Vec<i64> = c
         .query(
-            "SELECT id FROM pgque.all_jobs WHERE queue = 'ra' ORDER BY id LIMIT $1",
-            &[&(ids.len() as i64)],
+            "SELECT id FROM pgque.all_jobs WHERE queue = $1 ORDER BY id LIMIT $2",
+            &[&queue, &(ids.len() as i64)],
         )
         .unwrap()
         .iter()
         .map(|r| r.get(0))
         .collect();
     assert_eq!(ids, head);
-    eprintln!("actor limit: {started} jobs in {} calls", calls.len());
+}
+
+/// A queue rate limit, an actor rate limit and the actor's capacity at once,
+/// 4 dispatchers: no window starts more than the tighter bucket allows, the
+/// actor never runs more than its capacity, and what started is the head.
+#[test]
+fn rate_limits_and_capacity_together_under_4_dispatchers() {
+    let db = new_db("rate_cap");
+    let mut c = db.connect();
+    // queue: 20 per second, bursts of 5; actor: 30 per second, bursts of 8
+    // (the queue's bucket is the tighter one; the actor's is debited too);
+    // capacity 4 with jobs held 150 ms caps starts near 4 / 0.15 s = 27/s
+    c.batch_execute(
+        "SELECT pgque.create_job_queue('rcap');
+         SELECT pgque.set_rate_limit('rcap', 20, '1 second', 5);
+         SELECT pgque.set_actor_rate_limit('acme', 30, '1 second', 8);
+         SELECT pgque.set_actor_capacity('acme', 4);",
+    )
+    .unwrap();
+    enqueue(&mut c, "rcap", 2000, Some("acme"));
+    let calls = hammer_with_capacity(&db, "rcap", "acme", 4, 4, Duration::from_millis(150));
+    let started = check_windows(&calls, 20.0, 5.0);
+    assert!(started >= 40, "only {started} jobs started in 4 s");
+    assert_head(&mut c, "rcap", &calls);
+    // every start was debited from both buckets: the actor's bucket holds
+    // what its refill gave minus the starts, never more than its burst
+    let (running, tokens): (i32, f64) = {
+        let r = c
+            .query_one(
+                "SELECT running, tokens FROM pgque.job_actors WHERE actor = 'acme'",
+                &[],
+            )
+            .unwrap();
+        (r.get(0), r.get(1))
+    };
+    assert_eq!(running, 0, "every job was completed");
+    assert!((0.0..=8.0).contains(&tokens), "actor tokens {tokens}");
+    eprintln!("queue + actor limits and capacity: {started} jobs in {} calls", calls.len());
 }
 
 /// The bucket is written once per dispatch that takes jobs, in place (HOT).

@@ -451,6 +451,11 @@ fn dispatch(
                 .ok()
                 .flatten()
                 .unwrap_or_default();
+            let tids: Vec<String> = locked
+                .get::<Vec<String>>(4)
+                .ok()
+                .flatten()
+                .unwrap_or_default();
             let limit = match locked.get::<i32>(2).ok().flatten() {
                 Some(tokens) if !limited.is_empty() => limit.min(tokens.max(0)),
                 _ => limit,
@@ -499,7 +504,7 @@ fn dispatch(
             };
             run(client);
             if !limited.is_empty() {
-                super::rate::debit(client, &limited, &out);
+                super::rate::debit(client, &limited, &tids, &out);
             }
         })
     });

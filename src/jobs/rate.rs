@@ -65,14 +65,16 @@ macro_rules! refill {
     };
 }
 
-/// $1 queues, $2 jobs claimed from each: takes them from the queues'
-/// buckets (locked by LOCK_LANES_SQL in this transaction).
+/// $1 the ctids of the buckets LOCK_LANES_SQL locked in this transaction
+/// (as text), $2 the jobs claimed from each: takes them out. The rows are
+/// locked by this transaction, so their versions stay where they were found:
+/// a TID scan, O(buckets of the call) under any plan.
 pub const DEBIT_SQL: &str = concat!(
     "UPDATE pgque.job_rate_limits b SET tokens = GREATEST(0, ",
     refill!(b, jobs, per, burst),
-    " - d.n), refilled_at = GREATEST(b.refilled_at, statement_timestamp())
-     FROM unnest($1::text[], $2::int[]) AS d(q, n)
-     WHERE b.queue_name = d.q AND d.n > 0"
+    " - ($2::int[])[pg_catalog.array_position($1::text[], b.ctid::text)]),
+     refilled_at = GREATEST(b.refilled_at, statement_timestamp())
+     WHERE b.ctid = ANY ($1::text[]::tid[])"
 );
 
 /// Whether the installed schema has the rate-limit tables (0.7.0 on): a
@@ -206,18 +208,25 @@ fn set_actor_rate_limit(
     .unwrap_or_else(|e| pgrx::error!("{e}"));
 }
 
-/// After a dispatch over `names` (with `limited`, the queues among them that
-/// have a bucket, locked): takes the jobs claimed from each limited queue
-/// (`out`'s rows, whose column 1 is the queue) out of its bucket.
+/// After a dispatch with `limited`, the queues of the call that have a
+/// bucket (locked, their rows at `tids`): takes the jobs claimed from each
+/// (`out`'s rows, whose column 2 is the queue) out of its bucket, in one
+/// statement; none when no limited queue's job was claimed.
 pub fn debit(
     client: &mut pgrx::spi::SpiClient<'_>,
     limited: &[String],
+    tids: &[String],
     out: &[super::jobrows::RawRow],
 ) {
-    if out.is_empty() {
+    let (tids, counts): (Vec<String>, Vec<i32>) = limited
+        .iter()
+        .zip(tids)
+        .map(|(q, t)| (t.clone(), count_of(q, out)))
+        .filter(|(_, n)| *n > 0)
+        .unzip();
+    if tids.is_empty() {
         return;
     }
-    let counts: Vec<i32> = limited.iter().map(|q| count_of(q, out)).collect();
     let stmt = super::stmt::prepared(
         client,
         DEBIT_SQL,
@@ -227,7 +236,7 @@ pub fn debit(
         ],
     );
     client
-        .update(stmt, None, &[limited.to_vec().into(), counts.into()])
+        .update(stmt, None, &[tids.into(), counts.into()])
         .unwrap_or_else(|e| pgrx::error!("{e}"));
 }
 

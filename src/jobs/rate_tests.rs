@@ -211,4 +211,168 @@ mod tests {
         assert_eq!(kinds("ARRAY['rc'], 10, 'w'"), ks(1..=2));
         assert!((1.99..2.01).contains(&queue_tokens("rc")));
     }
+
+    // ---- plan shape: the bucket statements of a queue with a rate limit ----
+
+    /// The largest rows x loops (with the rows its filters removed) of any
+    /// node of `EXECUTE <q>`, and the rows it returned.
+    fn widest(q: &str) -> (f64, f64) {
+        crate::jobs::tests::tests::explain_widest(&format!("EXECUTE {q}"))
+    }
+
+    /// The last plan `widest` measured, as JSON (for a failure's message).
+    fn plan() -> String {
+        one::<String>("SELECT p::text FROM plans").unwrap_or_default()
+    }
+
+    /// Dispatch's two statements that read the queue buckets, LOCK_LANES_SQL
+    /// and DEBIT_SQL, probe the call's buckets by key: with 1,000 other
+    /// queues' buckets no node handles more than a few rows, under the kept
+    /// generic plan dispatch makes (stmt::PLAN_SETTINGS) while the bucket
+    /// table holds one row, and under fresh custom and generic plans with
+    /// the planner's default settings, before and after ANALYZE. A scan of
+    /// the bucket table reads (or filters out) all 1,001 rows and fails the
+    /// bound.
+    #[pg_test]
+    fn plan_of_bucket_statements_is_a_key_probe_among_1000_buckets() {
+        use crate::jobs::log::dispatch::LOCK_LANES_SQL;
+        use crate::jobs::rate::DEBIT_SQL;
+        // one lane row, one bucket row, a few per-node overheads
+        let bound = 4.0;
+        run("SELECT pgque.create_job_queue('deep')");
+        enqueue_n("deep", 200, "");
+        run("SELECT pgque.set_rate_limit('deep', 1000000, '1 second')");
+        // the kept plans of a backend that dispatched while 'deep' had the
+        // only bucket
+        for (name, value) in crate::jobs::stmt::PLAN_SETTINGS {
+            run(&format!(
+                "SET LOCAL {} = {}",
+                name.to_str().unwrap(),
+                value.to_str().unwrap()
+            ));
+        }
+        run("DEALLOCATE ALL");
+        run(&format!("PREPARE l(text[]) AS {LOCK_LANES_SQL}"));
+        run(&format!("PREPARE b(text[], int[]) AS {DEBIT_SQL}"));
+        let tid = || {
+            one::<String>("SELECT ctid::text FROM pgque.job_rate_limits WHERE queue_name = 'deep'")
+                .unwrap()
+        };
+        widest("l(ARRAY['deep'])");
+        widest(&format!("b(ARRAY['{}'], ARRAY[1])", tid()));
+        let mut debits = 1.0;
+        run("SELECT pgque.create_job_queue('other' || i),
+                    pgque.set_rate_limit('other' || i, 5, '1 second')
+             FROM generate_series(1, 1000) i");
+        assert_eq!(
+            one::<i64>("SELECT count(*) FROM pgque.job_rate_limits"),
+            Some(1001)
+        );
+        let mut check = |what: &str| {
+            let (w, returned) = widest("l(ARRAY['deep'])");
+            assert_eq!(returned, 1.0, "lock, {what}");
+            assert!(
+                w <= bound,
+                "lock, {what}: a node processed {w} rows (bound {bound}): {}",
+                plan()
+            );
+            let (w, _) = widest(&format!("b(ARRAY['{}'], ARRAY[1])", tid()));
+            assert!(
+                w <= bound,
+                "debit, {what}: a node processed {w} rows (bound {bound}): {}",
+                plan()
+            );
+            debits += 1.0;
+            // (one statement: no refill between the calls) the debit took
+            // one token from 'deep' and none from any other bucket
+            assert_eq!(queue_tokens("deep"), 1_000_000.0 - debits, "{what}");
+            assert_eq!(
+                one::<i64>("SELECT count(*) FROM pgque.job_rate_limits WHERE tokens <> 5"),
+                Some(1),
+                "{what}"
+            );
+        };
+        check("kept generic plan made on one bucket");
+        run("SET LOCAL enable_seqscan = on");
+        run("SET LOCAL enable_bitmapscan = on");
+        for analyzed in [false, true] {
+            if analyzed {
+                run("ANALYZE pgque.job_rate_limits, pgque.job_lanes");
+            }
+            for generic in [false, true] {
+                let mode = if generic {
+                    "force_generic_plan"
+                } else {
+                    "force_custom_plan"
+                };
+                run(&format!("SET LOCAL plan_cache_mode = {mode}"));
+                run("DEALLOCATE ALL");
+                run(&format!("PREPARE l(text[]) AS {LOCK_LANES_SQL}"));
+                run(&format!("PREPARE b(text[], int[]) AS {DEBIT_SQL}"));
+                check(&format!("generic={generic} analyzed={analyzed}"));
+            }
+        }
+        // and dispatch itself: the whole limit from 'deep'; with 'other1' in
+        // the call, no more than the emptiest bucket's 5 tokens
+        assert_eq!(kinds("ARRAY['deep'], 50, 'w'").len(), 50);
+        assert_eq!(kinds("ARRAY['deep', 'other1'], 50, 'w'").len(), 5);
+    }
+
+    /// The setters are pgque_admin's; the view is readable by pgque_reader
+    /// and shows the tokens refilled up to now.
+    #[pg_test]
+    fn rate_limit_roles_and_view() {
+        run("SELECT pgque.create_job_queue('rr')");
+        assert_eq!(sqlstate("SELECT 1"), "ok"); // creates the helper as superuser
+        for role in ["pgque_writer", "pgque_reader"] {
+            run(&format!("SET LOCAL ROLE {role}"));
+            assert_eq!(
+                sqlstate("SELECT pgque.set_rate_limit('rr', 1, '1 s')"),
+                "42501",
+                "{role}"
+            );
+            assert_eq!(
+                sqlstate("SELECT pgque.set_actor_rate_limit('a', 1, '1 s')"),
+                "42501",
+                "{role}"
+            );
+            assert_eq!(
+                sqlstate("SELECT count(*) FROM pgque.job_rate_limits"),
+                "42501",
+                "{role}"
+            );
+            run("RESET ROLE");
+        }
+        run("SET LOCAL ROLE pgque_writer");
+        assert_eq!(sqlstate("SELECT count(*) FROM pgque.rate_limits"), "42501");
+        run("RESET ROLE");
+        run("SET LOCAL ROLE pgque_admin");
+        assert_eq!(
+            sqlstate("SELECT pgque.set_rate_limit('rr', 6, '1 hour', 3)"),
+            "ok"
+        );
+        assert_eq!(
+            sqlstate("SELECT pgque.set_actor_rate_limit('acme', 2, '1 minute')"),
+            "ok"
+        );
+        run("RESET ROLE");
+        age_queue_bucket("rr", 1200);
+        run("SET LOCAL ROLE pgque_reader");
+        assert_eq!(
+            one::<String>(
+                "SELECT string_agg(concat_ws('/', scope, name, jobs, per, burst, round(tokens::numeric, 2)),
+                                   ' ' ORDER BY scope)
+                 FROM pgque.rate_limits"
+            ),
+            // 'rr' started full (3) and refills at most to its burst
+            Some("actor/acme/2/00:01:00/2/2.00 queue/rr/6/01:00:00/3/3.00".into())
+        );
+        run("RESET ROLE");
+        enqueue_n("rr", 5, "");
+        assert_eq!(kinds("ARRAY['rr'], 10, 'w'").len(), 3);
+        assert_eq!(
+            one::<f64>("SELECT round(tokens::numeric, 2)::float8 FROM pgque.rate_limits WHERE scope = 'queue'"),
+            Some(0.0)
+        );
+    }
 }

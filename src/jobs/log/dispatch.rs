@@ -29,7 +29,8 @@
 /// LOCK_LANES_SQL for a schema from before rate limits (0.6.0 and older:
 /// the library is updated before ALTER EXTENSION UPDATE runs).
 pub const LOCK_LANES_SQL_NO_RATE: &str = r#"
-SELECT COALESCE(array_agg(x.lane_id ORDER BY x.lane_id), '{}'::int[]), NULL::int, NULL::text[]
+SELECT COALESCE(array_agg(x.lane_id ORDER BY x.lane_id), '{}'::int[]), NULL::int, NULL::text[],
+       NULL::text[]
 FROM (SELECT l.lane_id, pgque.xact_lock(1785684580, l.lane_id) AS lk
       FROM pgque.job_lanes l
       WHERE l.queue = ANY ($1::text[])
@@ -39,24 +40,32 @@ FROM (SELECT l.lane_id, pgque.xact_lock(1785684580, l.lane_id) AS lk
 /// The dispatch locks of the lanes of queues $1, in lane order, then their
 /// rate-limit buckets (src/jobs/rate.rs), in queue order. Returns the lane
 /// ids (empty: no queue of the call ever used the log), the whole tokens of
-/// the emptiest bucket and the queues that have one (both NULL: no limit).
+/// the emptiest bucket, the queues that have one and their rows' ctids (for
+/// rate::DEBIT_SQL; NULL, NULL, NULL: no limit). The lanes and the buckets
+/// are found by one index probe per queue of the call (lateral lookups, not
+/// `= ANY ($1)`, which a generic plan planned with the default settings
+/// turns into a scan of every lane or bucket row: rate_tests.rs checks it
+/// with 1,000 queues).
 pub const LOCK_LANES_SQL: &str = concat!(
     r#"
 WITH rl AS MATERIALIZED (
-    SELECT b.queue_name, "#,
+    SELECT b.queue_name, b.ctid AS tid, "#,
     crate::refill!(b, jobs, per, burst),
     r#" AS avail
-    FROM pgque.job_rate_limits b
-    WHERE b.queue_name = ANY ($1::text[])
-    ORDER BY b.queue_name
-    FOR UPDATE
+    FROM (SELECT DISTINCT q.name FROM unnest($1::text[]) AS q(name) ORDER BY q.name) n
+    CROSS JOIN LATERAL (
+        SELECT b.ctid, b.* FROM pgque.job_rate_limits b
+        WHERE b.queue_name = n.name
+        FOR UPDATE) b
 )
 SELECT COALESCE(array_agg(x.lane_id ORDER BY x.lane_id), '{}'::int[]),
        (SELECT floor(min(rl.avail))::int FROM rl),
-       (SELECT array_agg(rl.queue_name) FROM rl)
+       (SELECT array_agg(rl.queue_name ORDER BY rl.queue_name) FROM rl),
+       (SELECT array_agg(rl.tid::text ORDER BY rl.queue_name) FROM rl)
 FROM (SELECT l.lane_id, pgque.xact_lock(1785684580, l.lane_id) AS lk
-      FROM pgque.job_lanes l
-      WHERE l.queue = ANY ($1::text[])
+      FROM (SELECT DISTINCT q.name FROM unnest($1::text[]) AS q(name)) n
+      CROSS JOIN LATERAL (SELECT l.lane_id FROM pgque.job_lanes l
+                          WHERE l.queue = n.name OFFSET 0) l
       ORDER BY l.lane_id) x
 "#
 );
