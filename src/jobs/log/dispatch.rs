@@ -41,11 +41,11 @@ FROM (SELECT l.lane_id, pgque.xact_lock(1785684580, l.lane_id) AS lk
 /// rate-limit buckets (src/jobs/rate.rs), in queue order. Returns the lane
 /// ids (empty: no queue of the call ever used the log), the whole tokens of
 /// the emptiest bucket, the queues that have one and their rows' ctids (for
-/// rate::DEBIT_SQL; NULL, NULL, NULL: no limit). The lanes and the buckets
-/// are found by one index probe per queue of the call (lateral lookups, not
-/// `= ANY ($1)`, which a generic plan planned with the default settings
-/// turns into a scan of every lane or bucket row: rate_tests.rs checks it
-/// with 1,000 queues).
+/// rate::DEBIT_SQL; NULL, NULL, NULL: no limit). Lanes and buckets are
+/// found by one index probe per queue of the call (lateral lookups): with
+/// `l.queue = ANY ($1)`, the kept generic plan made while job_lanes was
+/// tiny walked the whole lanes primary key (1,001 of 1,001 lanes with 1,000
+/// queues, under stmt::PLAN_SETTINGS); rate_tests.rs checks it.
 pub const LOCK_LANES_SQL: &str = concat!(
     r#"
 WITH rl AS MATERIALIZED (
