@@ -233,6 +233,9 @@ GRANT EXECUTE ON FUNCTION pgque.set_job_queue_config(text, text, text) TO pgque_
 GRANT EXECUTE ON FUNCTION pgque.pause_job_queue(text) TO pgque_admin;
 GRANT EXECUTE ON FUNCTION pgque.resume_job_queue(text) TO pgque_admin;
 GRANT EXECUTE ON FUNCTION pgque.set_actor_capacity(text, int) TO pgque_admin;
+GRANT EXECUTE ON FUNCTION pgque.set_rate_limit(text, int, interval, int),
+    pgque.set_actor_rate_limit(text, int, interval, int) TO pgque_admin;
+GRANT SELECT ON pgque.rate_limits TO pgque_reader, pgque_admin;
 GRANT SELECT ON pgque.job_queue_status TO pgque_reader, pgque_admin;
 GRANT SELECT ON pgque.job_history TO pgque_admin;
 GRANT SELECT ON pgque.all_jobs, pgque.job_log_jobs TO pgque_admin;

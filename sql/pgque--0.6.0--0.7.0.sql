@@ -1253,3 +1253,78 @@ ALTER FUNCTION pgque.duty_due() SET jit = off;
 REVOKE ALL ON FUNCTION pgque.duty_due() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION pgque.duty_due() TO pgque_admin, pgque_reader;
 -- ==== end of idle workers (issue 23) ====
+
+-- ==== rate limits (issue 18) ====
+-- Token buckets per queue and per actor: sql/33_rate_limits.sql, src/jobs/rate.rs
+-- (docs/rate-limits.md). Dispatch reads them from the new library.
+CREATE TABLE pgque.job_rate_limits (
+    queue_name  text PRIMARY KEY REFERENCES pgque.job_queues (queue_name) ON DELETE CASCADE,
+    jobs        int NOT NULL CHECK (jobs >= 1),
+    per         interval NOT NULL,
+    burst       int NOT NULL CHECK (burst >= 1),
+    tokens      float8 NOT NULL CHECK (tokens >= 0),
+    refilled_at timestamptz NOT NULL
+) WITH (fillfactor = 20,
+        autovacuum_vacuum_threshold = 50,
+        autovacuum_vacuum_scale_factor = 0.0,
+        autovacuum_analyze_threshold = 50);
+
+-- Per actor: the bucket lives in the actor's row, which dispatch already
+-- locks (actor_locks) and updates (act); NULL rate_jobs: no limit.
+ALTER TABLE pgque.job_actors
+    ADD COLUMN rate_jobs   int CHECK (rate_jobs >= 1),
+    ADD COLUMN rate_per    interval,
+    ADD COLUMN rate_burst  int CHECK (rate_burst >= 1),
+    ADD COLUMN tokens      float8 CHECK (tokens >= 0),
+    ADD COLUMN refilled_at timestamptz;
+
+SELECT pg_catalog.pg_extension_config_dump('pgque.job_rate_limits', '');
+
+-- Every limit with the tokens its bucket holds now (pgque_reader): the
+-- stored tokens plus the refill since refilled_at, as dispatch computes it.
+CREATE VIEW pgque.rate_limits AS
+SELECT 'queue'::text AS scope, b.queue_name AS name, b.jobs, b.per, b.burst,
+       LEAST(b.burst::float8, b.tokens + b.jobs::float8
+             * GREATEST(0, EXTRACT(EPOCH FROM statement_timestamp() - b.refilled_at))::float8
+             / EXTRACT(EPOCH FROM b.per)::float8) AS tokens
+FROM pgque.job_rate_limits b
+UNION ALL
+SELECT 'actor'::text, a.actor, a.rate_jobs, a.rate_per, a.rate_burst,
+       LEAST(a.rate_burst::float8, a.tokens + a.rate_jobs::float8
+             * GREATEST(0, EXTRACT(EPOCH FROM statement_timestamp() - a.refilled_at))::float8
+             / EXTRACT(EPOCH FROM a.rate_per)::float8)
+FROM pgque.job_actors a
+WHERE a.rate_jobs IS NOT NULL;
+
+CREATE FUNCTION pgque."set_rate_limit"(
+	"queue_name" TEXT,
+	"jobs" INT,
+	"per" interval,
+	"burst" INT DEFAULT NULL
+) RETURNS void
+SECURITY DEFINER
+SET search_path TO pg_catalog, pgque, pg_temp
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'set_rate_limit_wrapper';
+
+CREATE FUNCTION pgque."set_actor_rate_limit"(
+	"actor" TEXT,
+	"jobs" INT,
+	"per" interval,
+	"burst" INT DEFAULT NULL
+) RETURNS void
+SECURITY DEFINER
+SET search_path TO pg_catalog, pgque, pg_temp
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'set_actor_rate_limit_wrapper';
+
+-- Nothing new is PUBLIC's (as sql/99_finalize.sql).
+REVOKE ALL ON pgque.job_rate_limits, pgque.rate_limits FROM PUBLIC;
+REVOKE ALL ON FUNCTION pgque.set_rate_limit(text, int, interval, int),
+    pgque.set_actor_rate_limit(text, int, interval, int) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION pgque.set_rate_limit(text, int, interval, int),
+    pgque.set_actor_rate_limit(text, int, interval, int) TO pgque_admin;
+ALTER FUNCTION pgque.set_rate_limit(text, int, interval, int) SET jit = off;
+ALTER FUNCTION pgque.set_actor_rate_limit(text, int, interval, int) SET jit = off;
+GRANT SELECT ON pgque.rate_limits TO pgque_reader, pgque_admin;
+-- ==== end rate limits (issue 18) ====

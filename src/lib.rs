@@ -22,6 +22,7 @@
 //!   6. sql/30_jobs.sql        job-queue tables              (src/jobs/mod.rs)
 //!      sql/31_job_log.sql     the job log                   (src/jobs/log/)
 //!      sql/32_schedules.sql   periodic jobs                 (src/schedules/)
+//!      sql/33_rate_limits.sql token buckets               (src/jobs/rate.rs)
 //!   7. the #[pg_extern] functions (and the view partition_slot_status)
 //!   8. sql/99_finalize.sql    grants, revokes, worker start (runs last)
 use pgrx::prelude::*;

@@ -928,6 +928,25 @@ fn matrix() -> Vec<Row> {
             .with("NULL actor", "SELECT pgque.set_actor_capacity(NULL, 1)", St("22004"))
             .with("empty actor", "SELECT pgque.set_actor_capacity('', 1)", St("42602"))
             .with("negative", "SELECT pgque.set_actor_capacity('a', -1)", St("22003")),
+        // ---- rate limits (issue 18) -------------------------------------------
+        row("pgque.set_rate_limit(text,integer,interval,integer)", "SELECT pgque.set_rate_limit({J}::text, 5, '1 minute')", J)
+            .with("NULL queue", "SELECT pgque.set_rate_limit(NULL, 5, '1 minute')", St("22004"))
+            .with("empty queue", "SELECT pgque.set_rate_limit('', 5, '1 minute')", St("42602"))
+            .with("SQL fragment", "SELECT pgque.set_rate_limit('j''); CREATE TABLE pwned_r (i int); --', 5, '1 minute')", St("42602"))
+            .with("unknown queue", "SELECT pgque.set_rate_limit('nope', 5, '1 minute')", St("42704"))
+            .with("zero jobs", "SELECT pgque.set_rate_limit('jq', 0, '1 minute')", St("22003"))
+            .with("NULL per", "SELECT pgque.set_rate_limit('jq', 5, NULL)", St("22004"))
+            .with("zero per", "SELECT pgque.set_rate_limit('jq', 5, '0')", St("22023"))
+            .with("negative per", "SELECT pgque.set_rate_limit('jq', 5, '-1 minute')", St("22023"))
+            .with("infinite per", "SELECT pgque.set_rate_limit('jq', 5, 'infinity')", inf_interval())
+            .with("zero burst", "SELECT pgque.set_rate_limit('jq', 5, '1 minute', 0)", St("22003")),
+        row("pgque.set_actor_rate_limit(text,integer,interval,integer)", "", &[])
+            .with("NULL actor", "SELECT pgque.set_actor_rate_limit(NULL, 5, '1 minute')", St("22004"))
+            .with("empty actor", "SELECT pgque.set_actor_rate_limit('', 5, '1 minute')", St("42602"))
+            .with("zero jobs", "SELECT pgque.set_actor_rate_limit('a', 0, '1 minute')", St("22003"))
+            .with("NULL per", "SELECT pgque.set_actor_rate_limit('a', 5, NULL)", St("22004"))
+            .with("zero per", "SELECT pgque.set_actor_rate_limit('a', 5, '0')", St("22023"))
+            .with("negative burst", "SELECT pgque.set_actor_rate_limit('a', 5, '1 minute', -1)", St("22003")),
         // ---- schedules ---------------------------------------------------------
         row(
             "pgque.create_schedule(text,text,text,text,jsonb,text,integer,text,integer)",

@@ -63,7 +63,12 @@ qs AS MATERIALIZED (
     };
 }
 
-pub const DISPATCH_SQL: &str = concat!(
+/// DISPATCH_SQL's text, with the actor rate limits' two pieces (src/jobs/rate.rs)
+/// as holes: `$rate_left`, an actor's whole tokens (NULL: no limit) in
+/// actor_locks, and `$debit`, more SET clauses of the `act` UPDATE.
+macro_rules! dispatch_sql {
+    ($rate_left:expr, $debit:expr) => {
+        concat!(
     crate::dispatch_queues!(),
     r#"
 -- strict FIFO: the first limit*oversample ready jobs of each queue, in order.
@@ -188,19 +193,25 @@ ident_ok AS MATERIALIZED (
            AND NOT EXISTS (SELECT 1 FROM pgque.job_running_identities ri
                            WHERE ri.queue = c.queue_name AND ri.identity_key = c.identity_key))
 ),
--- the candidates' actors, locked in actor order, read in their latest version.
+-- the candidates' actors, locked in actor order, read in their latest version,
+-- with the whole tokens of their rate limit (src/jobs/rate.rs; NULL: none).
 actor_locks AS MATERIALIZED (
-    SELECT a.actor, a.max_concurrent, a.running
+    SELECT a.actor, a.max_concurrent, a.running,
+           "#,
+    $rate_left,
+    r#" AS rate_left
     FROM pgque.job_actors a
     WHERE a.actor = ANY (ARRAY(SELECT DISTINCT i.actor FROM ident_ok i WHERE i.actor IS NOT NULL))
     ORDER BY a.actor
     FOR UPDATE
 ),
--- the locked actors as one jsonb object (actor -> [max_concurrent, running]):
+-- the locked actors as one jsonb object (actor -> [max_concurrent, running,
+-- rate_left]):
 -- each candidate looks its actor up in O(log actors); a join of the two
 -- CTEs could be planned as a nested loop, O(candidates x actors).
 actor_map AS MATERIALIZED (
-    SELECT COALESCE(jsonb_object_agg(al.actor, jsonb_build_array(al.max_concurrent, al.running)),
+    SELECT COALESCE(jsonb_object_agg(al.actor, jsonb_build_array(al.max_concurrent, al.running,
+                                                                  al.rate_left)),
                     '{}'::jsonb) AS m
     FROM actor_locks al
 ),
@@ -209,11 +220,13 @@ admitted AS MATERIALIZED (
     FROM (SELECT i.*,
                  (am.m -> i.actor ->> 0)::int AS max_concurrent,
                  (am.m -> i.actor ->> 1)::int AS running,
+                 (am.m -> i.actor ->> 2)::int AS rate_left,
                  row_number() OVER (PARTITION BY i.actor ORDER BY i.qrank, i.pos) AS actor_rank
           FROM ident_ok i
           CROSS JOIN actor_map am) r
-    WHERE r.actor IS NULL OR r.max_concurrent IS NULL
-       OR r.actor_rank <= r.max_concurrent - r.running
+    WHERE r.actor IS NULL
+       OR ((r.max_concurrent IS NULL OR r.actor_rank <= r.max_concurrent - r.running)
+           AND (r.rate_left IS NULL OR r.actor_rank <= r.rate_left))
     ORDER BY r.qrank, r.pos
 ),
 -- lock in rank order, skipping rows another dispatcher holds, stop at limit.
@@ -269,8 +282,11 @@ per_actor AS MATERIALIZED (
     FROM (SELECT u.actor, count(*)::int AS n FROM upd u
           WHERE u.actor IS NOT NULL GROUP BY u.actor) x
 ),
+-- raises `running` and takes the claimed jobs' tokens (the rows are locked)
 act AS (
-    UPDATE pgque.job_actors a SET running = a.running + (p.m ->> a.actor)::int
+    UPDATE pgque.job_actors a SET running = a.running + (p.m ->> a.actor)::int"#,
+    $debit,
+    r#"
     FROM per_actor p
     WHERE a.actor = ANY (ARRAY(SELECT jsonb_object_keys(p2.m) FROM per_actor p2))
 ),
@@ -304,7 +320,29 @@ FROM upd u
 CROSS JOIN rank_map rm
 ORDER BY (rm.m -> u.id::text ->> 0)::bigint, (rm.m -> u.id::text ->> 1)::bigint
 "#
+        )
+    };
+}
+
+pub const DISPATCH_SQL: &str = dispatch_sql!(
+    concat!(
+        "CASE WHEN a.rate_jobs IS NOT NULL THEN floor(",
+        crate::refill!(a, rate_jobs, rate_per, rate_burst),
+        ")::int END"
+    ),
+    concat!(
+        ",
+        tokens = CASE WHEN a.rate_jobs IS NULL THEN a.tokens ELSE GREATEST(0, ",
+        crate::refill!(a, rate_jobs, rate_per, rate_burst),
+        " - (p.m ->> a.actor)::int) END,
+        refilled_at = CASE WHEN a.rate_jobs IS NULL THEN a.refilled_at
+                           ELSE GREATEST(a.refilled_at, statement_timestamp()) END"
+    )
 );
+
+/// DISPATCH_SQL for a schema from before rate limits (0.6.0 and older: the
+/// library is updated before ALTER EXTENSION UPDATE runs): no actor buckets.
+pub const DISPATCH_SQL_NO_RATE: &str = dispatch_sql!("NULL::int", "");
 
 pub fn arg_types() -> [pgrx::pg_sys::PgOid; 5] {
     [
@@ -393,45 +431,83 @@ fn dispatch(
                 a
             };
             // The job log first: its lanes of these queues, locked.
+            let rated = super::rate::schema_has_rate_limits();
             let lock = prepared(
                 client,
-                log::dispatch::LOCK_LANES_SQL,
+                if rated {
+                    log::dispatch::LOCK_LANES_SQL
+                } else {
+                    log::dispatch::LOCK_LANES_SQL_NO_RATE
+                },
                 &[ty(pg_sys::TEXTARRAYOID)],
             );
-            let lanes: Vec<i32> = client
+            let locked = client
                 .update(lock, None, &[names.clone().into()])
                 .unwrap_or_else(|e| pgrx::error!("{e}"))
-                .first()
-                .get::<Vec<i32>>(1)
+                .first();
+            let lanes: Vec<i32> = locked.get::<Vec<i32>>(1).ok().flatten().unwrap_or_default();
+            // ---- rate limits (issue 18, src/jobs/rate.rs): the call takes
+            // at most the emptiest bucket's whole tokens, debited below.
+            let limited: Vec<String> = locked
+                .get::<Vec<String>>(3)
                 .ok()
                 .flatten()
                 .unwrap_or_default();
-            if !lanes.is_empty() {
-                log::require_read_committed("dispatch");
-                let blocked = if let [lane] = lanes[..] {
-                    log::dispatch_one::dispatch_one(
-                        client, &names, lane, limit, worker, lease, &mut out,
-                    )
-                } else {
-                    let stmt = prepared(client, log::dispatch::LOG_DISPATCH_SQL, &log_arg_types());
-                    let table = client
-                        .update(stmt, None, &args(Some(lanes.clone())))
-                        .unwrap_or_else(|e| pgrx::error!("{e}"));
-                    unsafe { take_rows(table.len(), &mut out) }
-                };
-                if !blocked {
-                    return;
-                }
-                let spill = prepared(client, log::dispatch::LOG_SPILL_SQL, &log_arg_types());
-                client
-                    .update(spill, None, &args(Some(lanes)))
-                    .unwrap_or_else(|e| pgrx::error!("{e}"));
+            let tids: Vec<String> = locked
+                .get::<Vec<String>>(4)
+                .ok()
+                .flatten()
+                .unwrap_or_default();
+            let limit = match locked.get::<i32>(2).ok().flatten() {
+                Some(tokens) if !limited.is_empty() => limit.min(tokens.max(0)),
+                _ => limit,
+            };
+            if limit == 0 {
+                return;
             }
-            let stmt = prepared(client, DISPATCH_SQL, &arg_types());
-            let table = client
-                .update(stmt, None, &args(None))
-                .unwrap_or_else(|e| pgrx::error!("{e}"));
-            unsafe { take_rows(table.len(), &mut out) };
+            let args = |lanes: Option<Vec<i32>>| -> Vec<DatumWithOid<'_>> {
+                let mut a = args(lanes);
+                a[1] = limit.into();
+                a
+            };
+            let run = |client: &mut pgrx::spi::SpiClient<'_>| {
+                if !lanes.is_empty() {
+                    log::require_read_committed("dispatch");
+                    let blocked = if let [lane] = lanes[..] {
+                        log::dispatch_one::dispatch_one(
+                            client, &names, lane, limit, worker, lease, &mut out,
+                        )
+                    } else {
+                        let stmt =
+                            prepared(client, log::dispatch::LOG_DISPATCH_SQL, &log_arg_types());
+                        let table = client
+                            .update(stmt, None, &args(Some(lanes.clone())))
+                            .unwrap_or_else(|e| pgrx::error!("{e}"));
+                        unsafe { take_rows(table.len(), &mut out) }
+                    };
+                    if !blocked {
+                        return;
+                    }
+                    let spill = prepared(client, log::dispatch::LOG_SPILL_SQL, &log_arg_types());
+                    client
+                        .update(spill, None, &args(Some(lanes)))
+                        .unwrap_or_else(|e| pgrx::error!("{e}"));
+                }
+                let sql = if rated {
+                    DISPATCH_SQL
+                } else {
+                    DISPATCH_SQL_NO_RATE
+                };
+                let stmt = prepared(client, sql, &arg_types());
+                let table = client
+                    .update(stmt, None, &args(None))
+                    .unwrap_or_else(|e| pgrx::error!("{e}"));
+                unsafe { take_rows(table.len(), &mut out) };
+            };
+            run(client);
+            if !limited.is_empty() {
+                super::rate::debit(client, &limited, &tids, &out);
+            }
         })
     });
     // Unknown queue names are an error (a typo must not look like an empty

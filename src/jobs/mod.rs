@@ -12,6 +12,7 @@
 //! - `outputs`   job outputs and progress: the jsonb arguments, caps, set_progress
 //! - `sweeps`    lease rescue, promotion, event retention, pruning, ANALYZE
 //! - `log`       the job log: ordinary jobs as batch rows, claims and done rows
+//! - `rate`      rate limits: token buckets per queue and per actor
 //!
 //! The tables are in `sql/30_jobs.sql` (pgque.jobs and the control tables)
 //! and `sql/31_job_log.sql` (the log); user documentation in `docs/job-queues.md`.
@@ -27,6 +28,7 @@ pub mod log;
 pub mod outcomes;
 pub mod outputs;
 pub mod queues;
+pub mod rate;
 pub mod stmt;
 pub mod sweeps;
 
@@ -64,5 +66,7 @@ pub const STATES: [&str; 7] = [
     "cancelled",
 ];
 
+#[cfg(any(test, feature = "pg_test"))]
+mod rate_tests;
 #[cfg(any(test, feature = "pg_test"))]
 pub(crate) mod tests;

@@ -26,15 +26,49 @@
 //! rank before the limit-th of those. DISPATCH_SQL then picks the first
 //! `limit` of the union, and every job left in the log ranks after them.
 
-/// The dispatch locks of the lanes of queues $1, in lane order. Returns the
-/// lane ids (empty: no queue of the call ever used the log).
-pub const LOCK_LANES_SQL: &str = r#"
-SELECT COALESCE(array_agg(x.lane_id ORDER BY x.lane_id), '{}'::int[])
+/// LOCK_LANES_SQL for a schema from before rate limits (0.6.0 and older:
+/// the library is updated before ALTER EXTENSION UPDATE runs).
+pub const LOCK_LANES_SQL_NO_RATE: &str = r#"
+SELECT COALESCE(array_agg(x.lane_id ORDER BY x.lane_id), '{}'::int[]), NULL::int, NULL::text[],
+       NULL::text[]
 FROM (SELECT l.lane_id, pgque.xact_lock(1785684580, l.lane_id) AS lk
       FROM pgque.job_lanes l
       WHERE l.queue = ANY ($1::text[])
       ORDER BY l.lane_id) x
 "#;
+
+/// The dispatch locks of the lanes of queues $1, in lane order, then their
+/// rate-limit buckets (src/jobs/rate.rs), in queue order. Returns the lane
+/// ids (empty: no queue of the call ever used the log), the whole tokens of
+/// the emptiest bucket, the queues that have one and their rows' ctids (for
+/// rate::DEBIT_SQL; NULL, NULL, NULL: no limit). Lanes and buckets are
+/// found by one index probe per queue of the call (lateral lookups): with
+/// `l.queue = ANY ($1)`, the kept generic plan made while job_lanes was
+/// tiny walked the whole lanes primary key (1,001 of 1,001 lanes with 1,000
+/// queues, under stmt::PLAN_SETTINGS); rate_tests.rs checks it.
+pub const LOCK_LANES_SQL: &str = concat!(
+    r#"
+WITH rl AS MATERIALIZED (
+    SELECT b.queue_name, b.ctid AS tid, "#,
+    crate::refill!(b, jobs, per, burst),
+    r#" AS avail
+    FROM (SELECT DISTINCT q.name FROM unnest($1::text[]) AS q(name) ORDER BY q.name) n
+    CROSS JOIN LATERAL (
+        SELECT b.ctid, b.* FROM pgque.job_rate_limits b
+        WHERE b.queue_name = n.name
+        FOR UPDATE) b
+)
+SELECT COALESCE(array_agg(x.lane_id ORDER BY x.lane_id), '{}'::int[]),
+       (SELECT floor(min(rl.avail))::int FROM rl),
+       (SELECT array_agg(rl.queue_name ORDER BY rl.queue_name) FROM rl),
+       (SELECT array_agg(rl.tid::text ORDER BY rl.queue_name) FROM rl)
+FROM (SELECT l.lane_id, pgque.xact_lock(1785684580, l.lane_id) AS lk
+      FROM (SELECT DISTINCT q.name FROM unnest($1::text[]) AS q(name)) n
+      CROSS JOIN LATERAL (SELECT l.lane_id FROM pgque.job_lanes l
+                          WHERE l.queue = n.name OFFSET 0) l
+      ORDER BY l.lane_id) x
+"#
+);
 
 /// The lanes of the call with their cursors; the first common part of the
 /// two statements ($1 queues, $5 lane ids).

@@ -721,6 +721,10 @@ mod tests {
         for _ in 0..300 {
             enqueue("deep", "k", 100, "");
         }
+        // a rate limit that admits every call's whole limit: dispatch locks
+        // and debits the bucket on every call below (plans of those two
+        // statements among many buckets: rate_tests.rs)
+        run("SELECT pgque.set_rate_limit('deep', 1000000, '1 second')");
         let lanes = one::<Vec<i32>>("SELECT array_agg(lane_id) FROM pgque.job_lanes").unwrap();
         let lanes = format!("ARRAY{lanes:?}");
         for analyzed in [false, true] {
@@ -728,6 +732,12 @@ mod tests {
                 run("ANALYZE pgque.job_log, pgque.job_claims, pgque.job_lanes");
             }
             for generic in [false, true] {
+                // the lane and bucket locks: one lane row, one bucket row
+                let sql = crate::jobs::log::dispatch::LOCK_LANES_SQL;
+                prepare_d("text[]", sql, generic);
+                let (widest, returned) = explain_widest("EXECUTE d(ARRAY['deep'])");
+                assert_eq!(returned, 1.0, "lock: generic={generic} analyzed={analyzed}");
+                assert!(widest <= 4.0, "lock: a node processed {widest} rows");
                 let sql = crate::jobs::log::dispatch::LOG_DISPATCH_SQL;
                 prepare_d("text[], int, text, interval, int[]", sql, generic);
                 let (widest, returned) = explain_widest(&format!(
@@ -776,6 +786,11 @@ mod tests {
             dispatch("ARRAY['deep'], 50, 'w'");
         }
         assert_eq!(dispatch("ARRAY['deep'], 50, 'w'").len(), 50);
+        // (the bucket was debited by every pgque.dispatch call: 29,050 jobs)
+        assert_eq!(
+            one::<f64>("SELECT round(1000000 - tokens) FROM pgque.job_rate_limits"),
+            Some(29_050.0)
+        );
         assert_eq!(
             count("SELECT count(*) FROM pgque.all_jobs WHERE state = 'ready'"),
             30_000 - 200 - 29_000 - 50
