@@ -177,7 +177,11 @@ fn exercise(c: &mut Client) {
             &[],
         )
         .unwrap();
-    assert_eq!(coop.len(), 11, "the cooperative consumer gets the batch too");
+    assert_eq!(
+        coop.len(),
+        11,
+        "the cooperative consumer gets the batch too"
+    );
     let info: i64 = c
         .query_one("SELECT count(*) FROM pgque.get_consumer_info('hq')", &[])
         .unwrap()
@@ -370,7 +374,10 @@ fn the_send_path_switches_to_the_owner_and_back() {
         .get(0);
     assert_eq!(who, "hostile_sender", "the caller again after the sends");
     let qid: i32 = su
-        .query_one("SELECT queue_id FROM pgque.queue WHERE queue_name = 'sq'", &[])
+        .query_one(
+            "SELECT queue_id FROM pgque.queue WHERE queue_name = 'sq'",
+            &[],
+        )
         .unwrap()
         .get(0);
     for s in [

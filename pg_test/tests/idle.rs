@@ -8,7 +8,9 @@ use pgque_pg_test::*;
 use std::time::{Duration, Instant};
 
 fn xact_commit(admin: &mut Client, db: &str) -> i64 {
-    admin.batch_execute("SELECT pg_stat_clear_snapshot()").unwrap();
+    admin
+        .batch_execute("SELECT pg_stat_clear_snapshot()")
+        .unwrap();
     admin
         .query_one(
             "SELECT xact_commit FROM pg_stat_database WHERE datname = $1",
@@ -33,7 +35,10 @@ fn receive_within(c: &mut Client, timeout: Duration) -> Vec<String> {
     let deadline = Instant::now() + timeout;
     while Instant::now() < deadline {
         let rows = c
-            .query("SELECT batch_id, payload FROM pgque.receive('q', 'c', 100)", &[])
+            .query(
+                "SELECT batch_id, payload FROM pgque.receive('q', 'c', 100)",
+                &[],
+            )
             .unwrap();
         if let Some(r) = rows.first() {
             let b: i64 = r.get(0);
@@ -98,7 +103,8 @@ fn idle_database_costs_at_most_a_transaction_a_second_and_wakes_at_once() {
     assert!(worker_detail(&mut c).contains("idle since"));
     let mut p = cl.connect(db);
     let t0 = Instant::now();
-    p.execute("SELECT pgque.send('q', 'first'::text)", &[]).unwrap();
+    p.execute("SELECT pgque.send('q', 'first'::text)", &[])
+        .unwrap();
     let got = receive_within(&mut c, Duration::from_secs(2));
     let ms = t0.elapsed().as_secs_f64() * 1000.0;
     eprintln!("first send after idle: received after {ms:.1} ms");
@@ -130,7 +136,11 @@ fn idle_database_costs_at_most_a_transaction_a_second_and_wakes_at_once() {
         .contains("idle since")));
     let got = receive_within(&mut c, Duration::from_secs(10));
     let after_s = sent.elapsed().as_secs_f64();
-    assert_eq!(got, vec!["later".to_string()], "delayed event not delivered");
+    assert_eq!(
+        got,
+        vec!["later".to_string()],
+        "delayed event not delivered"
+    );
     eprintln!("delayed event due 3 s after its send: received {after_s:.2} s after the send");
     // send_at asks the idle worker to read duty_due() again: it wakes at
     // deliver_at, not at its next idle check (5 s).

@@ -97,7 +97,8 @@ fn check_windows(calls: &[Call], rate: f64, burst: f64) -> usize {
 fn rate_limit_holds_per_window_under_4_dispatchers() {
     let db = new_db("rate_queue");
     let mut c = db.connect();
-    c.batch_execute("SELECT pgque.create_job_queue('rl')").unwrap();
+    c.batch_execute("SELECT pgque.create_job_queue('rl')")
+        .unwrap();
     enqueue(&mut c, "rl", 2000, None);
     // 20 per second, bursts of 5
     c.batch_execute("SELECT pgque.set_rate_limit('rl', 20, '1 second', 5)")
@@ -259,7 +260,10 @@ fn rate_limits_and_capacity_together_under_4_dispatchers() {
     };
     assert_eq!(running, 0, "every job was completed");
     assert!((0.0..=8.0).contains(&tokens), "actor tokens {tokens}");
-    eprintln!("queue + actor limits and capacity: {started} jobs in {} calls", calls.len());
+    eprintln!(
+        "queue + actor limits and capacity: {started} jobs in {} calls",
+        calls.len()
+    );
 }
 
 /// The bucket is written once per dispatch that takes jobs, in place (HOT).
@@ -284,7 +288,10 @@ fn rate_limit_bucket_stays_bounded_under_a_held_xmin() {
     let dispatch = |c: &mut Client, n: usize| {
         for _ in 0..n {
             let got: i64 = c
-                .query_one("SELECT count(*) FROM pgque.dispatch(ARRAY['rx'], 1, 'w')", &[])
+                .query_one(
+                    "SELECT count(*) FROM pgque.dispatch(ARRAY['rx'], 1, 'w')",
+                    &[],
+                )
                 .unwrap()
                 .get(0);
             assert_eq!(got, 1);
@@ -300,7 +307,10 @@ fn rate_limit_bucket_stays_bounded_under_a_held_xmin() {
     let held = size(&mut c);
     // 1000 versions of a ~70-byte row: about 9 pages, never more than 1000
     // versions' worth
-    assert!(held <= 16 * 8192, "bucket table is {held} bytes after 1000 dispatches");
+    assert!(
+        held <= 16 * 8192,
+        "bucket table is {held} bytes after 1000 dispatches"
+    );
     holder.batch_execute("COMMIT").unwrap();
     // let (auto)vacuum or pruning reclaim, then dispatch much more
     c.batch_execute("VACUUM pgque.job_rate_limits").unwrap();
