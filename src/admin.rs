@@ -61,7 +61,7 @@ fn ts_text(ts: i64) -> String {
 }
 
 /// One row per component: `mode` (preloaded or manual), `worker` (this
-/// database's worker: running / starting / stopped / absent), `launcher`, and
+/// database's worker: running / parked / starting / stopped / absent), `launcher`, and
 /// `duty:<name>` for each duty (runs, failures, last run, last error).
 /// Reads shared memory and pgque.worker_config; changes nothing.
 #[pg_extern(security_definer)]
@@ -106,8 +106,10 @@ fn status() -> TableIterator<
         format!("pid {lpid}"),
     ));
     let db = unsafe { pg_sys::MyDatabaseId }.to_u32();
-    match shmem::snapshot(db) {
-        Some(slot) if slot.pid > 0 => {
+    let slot = shmem::snapshot(db);
+    let parked = shmem::demand_of(db);
+    match (slot, parked) {
+        (Some(slot), _) if slot.pid > 0 => {
             rows.push((
                 "worker".into(),
                 if enabled { "running" } else { "stopping" }.into(),
@@ -122,30 +124,26 @@ fn status() -> TableIterator<
                     format!("pid {} since {}", slot.pid, ts_text(slot.started_at))
                 },
             ));
-            for (i, d) in DUTIES.iter().enumerate() {
-                let st = &slot.duties[i];
-                let state = if st.runs == 0 {
-                    "pending"
-                } else if st.consecutive_failures > 0 {
-                    "failing"
-                } else {
-                    "ok"
-                };
-                let mut detail = format!(
-                    "runs={} failures={} last_run={} last_ok={} last_ms={:.3}",
-                    st.runs,
-                    st.failures,
-                    ts_text(st.last_run),
-                    ts_text(st.last_ok),
-                    st.last_duration_us as f64 / 1000.0
-                );
-                if let Some(e) = st.last_error() {
-                    detail.push_str(&format!(
-                        " last_error={e:?} at {}",
-                        ts_text(st.last_failure)
-                    ));
-                }
-                rows.push((format!("duty:{}", d.name), state.into(), detail));
+            duty_rows(&mut rows, &slot);
+        }
+        (slot, Some(d)) if enabled && crate::gucs::enabled() => {
+            let when = if d.wanted_since != 0 {
+                format!("wanted since {}", ts_text(d.wanted_since))
+            } else if d.due_at != 0 {
+                format!("next duty due at {}", ts_text(d.due_at))
+            } else {
+                "nothing due".to_string()
+            };
+            rows.push((
+                "worker".into(),
+                "parked".into(),
+                format!(
+                    "no process ({when}): the worker pool starts one when a duty is due or a producer commits"
+                ),
+            ));
+            // the counters of the last worker, which the slot keeps while parked
+            if let Some(slot) = slot.filter(|s| s.db_oid == db) {
+                duty_rows(&mut rows, &slot);
             }
         }
         _ => {
@@ -166,6 +164,35 @@ fn status() -> TableIterator<
         }
     }
     TableIterator::new(rows)
+}
+
+/// status()'s `duty:<name>` rows from a worker slot's counters.
+fn duty_rows(rows: &mut Vec<(String, String, String)>, slot: &shmem::DbSlot) {
+    for (i, d) in DUTIES.iter().enumerate() {
+        let st = &slot.duties[i];
+        let state = if st.runs == 0 {
+            "pending"
+        } else if st.consecutive_failures > 0 {
+            "failing"
+        } else {
+            "ok"
+        };
+        let mut detail = format!(
+            "runs={} failures={} last_run={} last_ok={} last_ms={:.3}",
+            st.runs,
+            st.failures,
+            ts_text(st.last_run),
+            ts_text(st.last_ok),
+            st.last_duration_us as f64 / 1000.0
+        );
+        if let Some(e) = st.last_error() {
+            detail.push_str(&format!(
+                " last_error={e:?} at {}",
+                ts_text(st.last_failure)
+            ));
+        }
+        rows.push((format!("duty:{}", d.name), state.into(), detail));
+    }
 }
 
 #[cfg(any(test, feature = "pg_test"))]

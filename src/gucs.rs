@@ -17,6 +17,9 @@ pub static WORKER_RESTART_S: GucSetting<i32> = GucSetting::<i32>::new(1);
 pub static IDLE_AFTER_MS: GucSetting<i32> = GucSetting::<i32>::new(1_000);
 pub static IDLE_CHECK_S: GucSetting<i32> = GucSetting::<i32>::new(5);
 pub static IDLE_MAINT_S: GucSetting<i32> = GucSetting::<i32>::new(60);
+pub static MAX_WORKERS: GucSetting<i32> = GucSetting::<i32>::new(0);
+pub static WORKER_IDLE_EXIT_S: GucSetting<i32> = GucSetting::<i32>::new(60);
+pub static WORKER_TURN_S: GucSetting<i32> = GucSetting::<i32>::new(10);
 
 // ---- event queues -------------------------------------------------------
 pub static TICK_PERIOD_MS: GucSetting<i32> = GucSetting::<i32>::new(100);
@@ -128,6 +131,30 @@ pub fn init() {
         c"pgque.idle_maint_period",
         c"How often an idle worker runs the housekeeping duties whose next run is not known in advance.",
         &IDLE_MAINT_S,
+        1,
+        86_400,
+        GucFlags::UNIT_S,
+    );
+    int(
+        c"pgque.max_workers",
+        c"Most database workers at once (0: as many as max_worker_processes allows); more databases are served in turns.",
+        &MAX_WORKERS,
+        0,
+        crate::shmem::MAX_DBS as i32,
+        GucFlags::default(),
+    );
+    int(
+        c"pgque.worker_idle_exit",
+        c"How long a database worker stays idle before it gives its process back (0: it stays until another database needs the slot).",
+        &WORKER_IDLE_EXIT_S,
+        0,
+        86_400,
+        GucFlags::UNIT_S,
+    );
+    int(
+        c"pgque.worker_turn",
+        c"How long a busy database worker keeps its process while another database waits for one.",
+        &WORKER_TURN_S,
         1,
         86_400,
         GucFlags::UNIT_S,
@@ -294,6 +321,19 @@ pub fn idle_check_interval() -> Duration {
 }
 pub fn idle_maint_period() -> Duration {
     secs(IDLE_MAINT_S.get())
+}
+/// Most database workers at once; None: no bound of pgque's own.
+pub fn max_workers() -> Option<usize> {
+    let v = MAX_WORKERS.get();
+    (v > 0).then_some(v as usize)
+}
+/// How long an idle worker keeps its process; None: until a database waits for one.
+pub fn worker_idle_exit() -> Option<Duration> {
+    let v = WORKER_IDLE_EXIT_S.get();
+    (v > 0).then(|| secs(v))
+}
+pub fn worker_turn() -> Duration {
+    secs(WORKER_TURN_S.get())
 }
 pub fn tick_period() -> Duration {
     ms(TICK_PERIOD_MS.get())

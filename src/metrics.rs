@@ -120,24 +120,28 @@ fn worker_figures(enabled: bool) -> Vec<Figure> {
     put("pgque_preloaded", json!({}), preloaded as u8 as f64);
     put("pgque_worker_enabled", json!({}), enabled as u8 as f64);
     let db = unsafe { pg_sys::MyDatabaseId }.to_u32();
-    let slot = if preloaded {
-        shmem::snapshot(db).filter(|s| s.pid > 0)
-    } else {
-        None
-    };
+    let snap = if preloaded { shmem::snapshot(db) } else { None };
+    let running = snap.filter(|s| s.pid > 0);
+    // A database parked by the worker pool has no process but is served:
+    // the launcher starts one when a duty is due or a producer commits.
+    let parked = preloaded && running.is_none() && shmem::demand_of(db).is_some();
     put(
         "pgque_worker_up",
         json!({}),
-        (slot.is_some() && enabled) as u8 as f64,
+        ((running.is_some() || parked) && enabled) as u8 as f64,
     );
-    let Some(slot) = slot else {
+    put("pgque_worker_parked", json!({}), parked as u8 as f64);
+    if let Some(slot) = running {
+        put(
+            "pgque_worker_start_time_seconds",
+            json!({}),
+            unix_seconds(slot.started_at),
+        );
+    }
+    // While parked, the counters its last worker left in the slot.
+    let Some(slot) = running.or(snap.filter(|s| parked && s.db_oid == db)) else {
         return out;
     };
-    put(
-        "pgque_worker_start_time_seconds",
-        json!({}),
-        unix_seconds(slot.started_at),
-    );
     for (i, d) in DUTIES.iter().enumerate() {
         let st = &slot.duties[i];
         let l = || json!({ "duty": d.name });

@@ -1,5 +1,7 @@
 //! Shared memory of the background workers: which database has a worker,
-//! its pid, stop requests, wake-ups, and each duty's counters for status().
+//! its pid, stop requests, wake-ups, each duty's counters for status(), and
+//! the worker pool's demand (worker::pool): databases without a process that
+//! want one now (a producer committed) or at a known time (their next duty).
 //!
 //! One LWLock guards the whole table. It is taken briefly: by a worker when it
 //! starts, stops or records a duty run, by status(), and by a committing
@@ -28,6 +30,8 @@ const DROPPED: usize = 16;
 const UNWANTED: usize = 256;
 /// How long the launcher leaves an unwanted database alone (10 minutes).
 pub const UNWANTED_TTL_US: i64 = 600 * 1_000_000;
+/// Databases the pool can keep track of without a process (worker::pool).
+pub const DEMAND: usize = 1024;
 
 #[derive(Copy, Clone)]
 pub struct DutyStat {
@@ -79,6 +83,9 @@ pub struct DbSlot {
     /// Set (while idle) by a commit that changed when a duty is due without
     /// being a producer (a dispatch's new lease, a retry): re-read duty_due().
     pub recheck: bool,
+    /// The worker parks (park_worker): it is leaving; commits ask the
+    /// launcher for a new worker, which may take the slot over.
+    pub parking: bool,
     pub duties: [DutyStat; MAX_DUTIES],
 }
 
@@ -91,6 +98,7 @@ impl DbSlot {
         wake_pending: false,
         idle_since: 0,
         recheck: false,
+        parking: false,
         duties: [DutyStat::EMPTY; MAX_DUTIES],
     };
 }
@@ -99,6 +107,11 @@ impl DbSlot {
 pub struct Workers {
     pub launcher_pid: i32,
     pub slots: [DbSlot; MAX_DBS],
+    /// The pool's demand table: one entry per database without a process.
+    pub demand: [crate::worker::pool::Demand; DEMAND],
+    /// TimestampTz since which a database has waited for a worker the pool
+    /// could not start (0: none waits); workers give their process back then.
+    pub pool_waiting_since: i64,
     dropped: [u32; DROPPED],
     dropped_next: usize,
     unwanted: [(u32, i64); UNWANTED],
@@ -110,6 +123,8 @@ impl Default for Workers {
         Workers {
             launcher_pid: 0,
             slots: [DbSlot::EMPTY; MAX_DBS],
+            demand: [crate::worker::pool::Demand::EMPTY; DEMAND],
+            pool_waiting_since: 0,
             dropped: [0; DROPPED],
             dropped_next: 0,
             unwanted: [(0, 0); UNWANTED],
@@ -171,17 +186,27 @@ pub fn send_signal(pid: i32, sig: i32) {
 pub fn claim(db_oid: u32, pid: i32, now: i64) -> Claim {
     let mut w = WORKERS.exclusive();
     if let Some(s) = w.slots.iter().find(|s| s.db_oid == db_oid) {
-        if s.pid != pid && pid_alive(s.pid) {
+        if s.pid != pid && !s.parking && pid_alive(s.pid) {
             return Claim::Busy;
         }
     }
+    // Its own slot (a parked one keeps the duty counters), else a free one,
+    // else the one parked longest (its database has no process).
+    let parked = w
+        .slots
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| s.pid == 0 || !pid_alive(s.pid))
+        .min_by_key(|(_, s)| s.started_at)
+        .map(|(i, _)| i);
     let idx = match w.slots.iter().position(|s| s.db_oid == db_oid) {
         Some(i) => i,
-        None => match w.slots.iter().position(|s| s.db_oid == 0) {
+        None => match w.slots.iter().position(|s| s.db_oid == 0).or(parked) {
             Some(i) => i,
             None => return Claim::Full,
         },
     };
+    crate::worker::pool::forget(&mut w.demand, db_oid);
     let keep = w.slots[idx].db_oid == db_oid;
     let duties = if keep {
         w.slots[idx].duties
@@ -199,12 +224,163 @@ pub fn claim(db_oid: u32, pid: i32, now: i64) -> Claim {
 }
 
 /// Frees the slot if `pid` still holds it (a restarted worker starts its
-/// duty counters afresh).
-pub fn release(idx: usize, pid: i32) {
+/// duty counters afresh). A worker that parked (park_worker) keeps the slot
+/// marked parking, with its pid and the database's counters: the launcher
+/// counts it against the pool's bound until the process is gone
+/// (reap_parked), and the database's next worker takes the slot over.
+/// Returns the launcher's pid then, to look again.
+pub fn release(idx: usize, pid: i32) -> Option<i32> {
     let mut w = WORKERS.exclusive();
-    if w.slots[idx].pid == pid {
-        w.slots[idx] = DbSlot::EMPTY;
+    if w.slots[idx].pid != pid {
+        return None;
     }
+    if w.slots[idx].parking {
+        w.slots[idx].idle_since = 0;
+        Some(w.launcher_pid)
+    } else {
+        w.slots[idx] = DbSlot::EMPTY;
+        None
+    }
+}
+
+/// For the launcher: marks the slots of parked workers whose process has
+/// exited as free of a process (pid 0, counters kept). Returns whether a
+/// parking worker is still exiting (the launcher looks again shortly).
+pub fn reap_parked() -> bool {
+    let mut w = WORKERS.exclusive();
+    let mut exiting = false;
+    for s in w.slots.iter_mut().filter(|s| s.parking && s.pid > 0) {
+        if pid_alive(s.pid) {
+            exiting = true;
+        } else {
+            s.pid = 0;
+            s.parking = false;
+        }
+    }
+    exiting
+}
+
+/// Records that `db_oid` wants a worker at TimestampTz `due_at` (0: none
+/// known) and, with `wanted`, at once. False when the demand table is full.
+pub fn park(db_oid: u32, due_at: i64, wanted: bool, now: i64) -> bool {
+    let mut w = WORKERS.exclusive();
+    crate::worker::pool::put(&mut w.demand, db_oid, due_at, wanted.then_some(now))
+}
+
+/// A worker gives its process back to the pool (worker::pool): in one step
+/// under the lock, its database's next need goes into the demand table (a
+/// worker at `due_at`, or at once with `wanted`) and its slot is marked
+/// parking, so a producer committing from then on asks the launcher for a
+/// worker instead of signalling this one (release() frees the slot as the
+/// process exits). Refused (false) when a wake-up, a recheck or a stop
+/// request is pending and the worker is not `wanted` back anyway, or the
+/// demand table is full: it keeps its process.
+pub fn park_worker(idx: usize, pid: i32, due_at: i64, wanted: bool, now: i64) -> bool {
+    let mut w = WORKERS.exclusive();
+    let s = w.slots[idx];
+    if s.pid != pid || s.stop_requested || (!wanted && (s.wake_pending || s.recheck)) {
+        return false;
+    }
+    if !crate::worker::pool::put(&mut w.demand, s.db_oid, due_at, wanted.then_some(now)) {
+        return false;
+    }
+    let slot = &mut w.slots[idx];
+    slot.parking = true;
+    slot.wake_pending = false;
+    slot.recheck = false;
+    true
+}
+
+/// Whether `db_oid` has a worker process that is not leaving.
+pub fn serving(db_oid: u32) -> bool {
+    WORKERS
+        .share()
+        .slots
+        .iter()
+        .any(|s| s.db_oid == db_oid && s.pid > 0 && !s.parking)
+}
+
+/// The pids of the workers that are idle (they park at once when the pool
+/// waits for a process: the launcher sets their latches).
+pub fn idle_worker_pids() -> Vec<i32> {
+    WORKERS
+        .share()
+        .slots
+        .iter()
+        .filter(|s| s.pid > 0 && s.idle_since > 0)
+        .map(|s| s.pid)
+        .collect()
+}
+
+/// Asks for a worker for `db_oid` (which has none) now: a producer committed
+/// there, or a commit made a duty due sooner. Returns the launcher's pid to
+/// signal when this made the request (not when one was pending already).
+/// The shared lock only, in the common case of a request already pending.
+pub fn want_worker(db_oid: u32, now: i64) -> Option<i32> {
+    {
+        let w = WORKERS.share();
+        if crate::worker::pool::is_wanted(&w.demand, db_oid)
+            || w.unwanted
+                .iter()
+                .any(|u| u.0 == db_oid && now - u.1 < UNWANTED_TTL_US)
+        {
+            return None;
+        }
+    }
+    let mut w = WORKERS.exclusive();
+    if crate::worker::pool::is_wanted(&w.demand, db_oid) {
+        return None;
+    }
+    crate::worker::pool::put(&mut w.demand, db_oid, 0, Some(now));
+    (w.launcher_pid > 0).then_some(w.launcher_pid)
+}
+
+/// Drops the pool's record of `db_oid` (dropped, or found to want no worker).
+pub fn forget_demand(db_oid: u32) {
+    let mut w = WORKERS.exclusive();
+    crate::worker::pool::forget(&mut w.demand, db_oid);
+}
+
+/// The pool's entry for `db_oid`, if it has no process (for status()).
+pub fn demand_of(db_oid: u32) -> Option<crate::worker::pool::Demand> {
+    let w = WORKERS.share();
+    w.demand.iter().find(|d| d.db_oid == db_oid).copied()
+}
+
+/// For the launcher: the demand table, and how many workers run now.
+pub fn pool_view() -> (Vec<crate::worker::pool::Demand>, usize) {
+    let w = WORKERS.share();
+    let running = w
+        .slots
+        .iter()
+        .filter(|s| s.db_oid != 0 && s.pid > 0)
+        .count();
+    (
+        w.demand.iter().filter(|d| d.db_oid != 0).copied().collect(),
+        running,
+    )
+}
+
+/// Notes that the launcher asked PostgreSQL for a worker for `db_oid` at `now`.
+pub fn mark_starting(db_oid: u32, now: i64) {
+    let mut w = WORKERS.exclusive();
+    if let Some(d) = w.demand.iter_mut().find(|d| d.db_oid == db_oid) {
+        d.starting_at = now;
+    }
+}
+
+/// Sets (a TimestampTz) or clears (0) the pool's waiting mark, keeping the
+/// earliest time while databases go on waiting.
+pub fn set_pool_waiting(since: i64) {
+    let mut w = WORKERS.exclusive();
+    if since == 0 || w.pool_waiting_since == 0 {
+        w.pool_waiting_since = since;
+    }
+}
+
+/// Since when (TimestampTz) a database waits for a worker; 0: none waits.
+pub fn pool_waiting_since() -> i64 {
+    WORKERS.share().pool_waiting_since
 }
 
 /// The slot index and pid of the worker of `db_oid`, if one is running.
@@ -245,25 +421,43 @@ pub fn stop_requested(idx: usize) -> bool {
     WORKERS.share().slots[idx].stop_requested
 }
 
-/// Sets the wake flag of the worker of `db_oid`; returns its pid, or None
-/// when there is no such worker or its flag is already set (it will run
-/// anyway: no second signal). Every committing producer calls this, so the
-/// common case (flag already set) takes only the shared lock.
-pub fn set_wake(db_oid: u32) -> Option<i32> {
+/// What set_wake found.
+pub enum Wake {
+    /// The worker's flag was clear and is now set: signal this pid.
+    Signal(i32),
+    /// The flag was set already: the worker will run anyway, no second signal.
+    Pending,
+    /// The database has no worker process.
+    NoWorker,
+}
+
+/// Sets the wake flag of the worker of `db_oid`. Every committing producer
+/// calls this, so the common case (flag already set) takes only the shared
+/// lock.
+pub fn set_wake(db_oid: u32) -> Wake {
     {
         let w = WORKERS.share();
-        let s = w.slots.iter().find(|s| s.db_oid == db_oid && s.pid > 0)?;
+        let Some(s) = w
+            .slots
+            .iter()
+            .find(|s| s.db_oid == db_oid && s.pid > 0 && !s.parking)
+        else {
+            return Wake::NoWorker;
+        };
         if s.wake_pending {
-            return None;
+            return Wake::Pending;
         }
     }
     let mut w = WORKERS.exclusive();
-    let s = w
+    let Some(s) = w
         .slots
         .iter_mut()
-        .find(|s| s.db_oid == db_oid && s.pid > 0)?;
+        .find(|s| s.db_oid == db_oid && s.pid > 0 && !s.parking)
+    else {
+        return Wake::NoWorker;
+    };
     s.wake_pending = true;
-    Some(s.pid)
+    Wake::Signal(s.pid)
 }
 
 /// Reads the wake flag of slot `idx` without clearing it.
@@ -357,6 +551,12 @@ pub fn unmark_unwanted(db_oid: u32) {
             *u = (0, 0);
         }
     }
+}
+
+/// Forgets every mark (the launcher re-reads pgque.databases and looks again).
+pub fn clear_unwanted() {
+    let mut w = WORKERS.exclusive();
+    w.unwanted = [(0, 0); UNWANTED];
 }
 
 /// Whether `db_oid` was found to want no worker less than

@@ -12,8 +12,15 @@
 //! puts it back on the active cadences at once; a dispatch or a retry, which
 //! make a duty due sooner without a send, asks it to read duty_due() again.
 //!
+//! The pool (pool.rs): an idle worker parks (writes when its next duty is
+//! due into shared memory and exits, the launcher starts a worker again
+//! then or at a producer's commit) after pgque.worker_idle_exit, or at once
+//! when another database waits for a process; a busy one parks for its turn
+//! after pgque.worker_turn while another waits. A worker started for a due
+//! duty runs its duties once and goes idle at once.
+//!
 //! Exit status tells the postmaster whether to restart it: 0 (no restart) when
-//! it is not wanted here (no extension, stop(), pgque.enabled off, database
+//! it parks, when it is not wanted here (no extension, stop(), pgque.enabled off, database
 //! being dropped or not in pgque.databases, another worker already serves the
 //! database); 1 (restart after pgque.worker_restart_time) when it was
 //! terminated by a signal, so `pg_terminate_backend` is followed by a restart.
@@ -29,6 +36,12 @@ use std::time::{Duration, Instant};
 const INSTALL_WAIT: Duration = Duration::from_secs(10);
 /// How often the worker re-checks that it is still wanted.
 const RECHECK: Duration = Duration::from_secs(1);
+/// An idle worker parks only when its next duty is at least this far away:
+/// a process started again sooner costs more than one that sleeps.
+const PARK_MIN_SLEEP: Duration = Duration::from_secs(2);
+/// A busy worker parks for its turn only after a database has waited this
+/// long (TimestampTz microseconds): not for a wait the launcher ends itself.
+const TURN_WAIT_US: i64 = 1_000_000;
 
 fn now_ts() -> i64 {
     unsafe { pg_sys::GetCurrentTimestamp() }
@@ -119,7 +132,10 @@ fn database_name() -> String {
 
 unsafe extern "C-unwind" fn release_slot(_code: i32, arg: pg_sys::Datum) {
     let idx = arg.value();
-    shmem::release(idx, unsafe { pg_sys::MyProcPid });
+    if let Some(launcher) = shmem::release(idx, unsafe { pg_sys::MyProcPid }) {
+        // parked: the pool has a process free
+        super::wake::set_latch_of(launcher);
+    }
 }
 
 /// Per-duty scheduling state kept by the worker (the shared counters live in shmem).
@@ -136,6 +152,7 @@ struct Schedule {
 pub extern "C-unwind" fn pgque_db_worker_main(arg: pg_sys::Datum) {
     let db_oid = (arg.value() as u64 & 0xFFFF_FFFF) as u32;
     let await_install = arg.value() as u64 & super::AWAIT_INSTALL != 0;
+    let due_start = arg.value() as u64 & super::DUE_START != 0;
     BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP | SignalWakeFlags::SIGTERM);
     if shmem::is_dropped(db_oid) {
         exit_clean();
@@ -144,6 +161,8 @@ pub extern "C-unwind" fn pgque_db_worker_main(arg: pg_sys::Datum) {
     let pid = unsafe { pg_sys::MyProcPid };
     let idx = match shmem::claim(db_oid, pid, now_ts()) {
         shmem::Claim::Claimed(i) => i,
+        // (a pool-started worker finds its database's slot taken when a
+        // producer's commit got it a worker first)
         shmem::Claim::Busy => exit_clean(),
         shmem::Claim::Full => {
             log!(
@@ -217,8 +236,45 @@ pub extern "C-unwind" fn pgque_db_worker_main(arg: pg_sys::Datum) {
     let mut last_wake = Instant::now();
     let mut idle_since: Option<Instant> = None;
     let mut hints: Vec<Option<Instant>> = vec![None; DUTIES.len()];
+    // Whether the hints were read since the worker went idle (it may park then).
+    let mut idle_checked = false;
+    let claimed_at = Instant::now();
+    let mut first_pass = true;
 
     loop {
+        if let Some(since) = idle_since {
+            if idle_checked {
+                let leave = due_start
+                    || shmem::pool_waiting_since() != 0
+                    || gucs::worker_idle_exit().is_some_and(|d| since.elapsed() >= d);
+                let now = Instant::now();
+                let duty_next = sched
+                    .iter()
+                    .zip(DUTIES)
+                    .zip(&hints)
+                    .filter_map(|((s, d), h)| idle_next(s, d, *h, since))
+                    .min();
+                if leave && duty_next.is_none_or(|t| t >= now + PARK_MIN_SLEEP) {
+                    let after = duty_next.map_or(gucs::idle_maint_period(), |t| t - now);
+                    let ts = now_ts();
+                    if shmem::park_worker(idx, pid, ts + after.as_micros() as i64, false, ts) {
+                        park_exit();
+                    }
+                }
+            }
+        } else {
+            let waiting = shmem::pool_waiting_since();
+            if waiting != 0
+                && now_ts() - waiting >= TURN_WAIT_US
+                && claimed_at.elapsed() >= gucs::worker_turn()
+            {
+                let ts = now_ts();
+                if shmem::park_worker(idx, pid, 0, true, ts) {
+                    log!("pgque worker for database {dbname}: gives its process to a waiting database after its turn of {:?}", claimed_at.elapsed());
+                    park_exit();
+                }
+            }
+        }
         let now = Instant::now();
         let next = match idle_since {
             Some(since) => sched
@@ -267,13 +323,20 @@ pub extern "C-unwind" fn pgque_db_worker_main(arg: pg_sys::Datum) {
                 if gucs::idle_after().is_none() {
                     // idle mode switched off: back on the active cadences
                     idle_since = None;
+                    idle_checked = false;
                     shmem::set_idle(idx, 0);
                     hints = vec![None; DUTIES.len()];
                 }
                 next_check = Instant::now();
             }
         }
-        if shmem::stop_requested(idx) || !gucs::enabled() || !allowed(&dbname, &gucs::databases()) {
+        if shmem::stop_requested(idx) || !gucs::enabled() {
+            exit_clean();
+        }
+        if !allowed(&dbname, &gucs::databases()) {
+            // left alone until the list changes (the launcher forgets the
+            // mark on reload), so commits here do not start workers again
+            shmem::mark_unwanted(db_oid, now_ts());
             exit_clean();
         }
         // The wake flag stays set until an on_wake duty runs for it: while it
@@ -288,6 +351,7 @@ pub extern "C-unwind" fn pgque_db_worker_main(arg: pg_sys::Datum) {
             if idle_since.take().is_some() {
                 // Back on the active cadences: the ticker runs at once for
                 // the commit, the duties that came due meanwhile after it.
+                idle_checked = false;
                 shmem::set_idle(idx, 0);
                 next_check = next_check.min(now + RECHECK);
             }
@@ -309,6 +373,7 @@ pub extern "C-unwind" fn pgque_db_worker_main(arg: pg_sys::Datum) {
                             .iter()
                             .map(|d| d.map(|secs| at + Duration::from_secs_f64(secs.min(1e9))))
                             .collect();
+                        idle_checked = true;
                         wanted
                     }
                     None => {
@@ -379,8 +444,25 @@ pub extern "C-unwind" fn pgque_db_worker_main(arg: pg_sys::Datum) {
         if ran_idle {
             // What it did moves the due times: read them again before sleeping.
             next_check = Instant::now();
+            idle_checked = false;
+        }
+        if std::mem::take(&mut first_pass) && due_start && idle_since.is_none() {
+            // Started for a due duty: every duty ran once; idle from now on
+            // (and parked again at once if nothing else is due soon).
+            if gucs::idle_after().is_some() {
+                idle_since = Some(Instant::now());
+                shmem::set_idle(idx, now_ts());
+                next_check = Instant::now();
+            }
         }
     }
+}
+
+/// Leaves after park_worker, counters flushed (release_slot tells the
+/// launcher a process is free).
+fn park_exit() -> ! {
+    let _ = unsafe { pg_sys::pgstat_report_stat(true) };
+    exit_clean()
 }
 
 /// When an idle worker runs duty `d` next: at its hint (from duty_due()),

@@ -393,7 +393,7 @@ unsafe extern "C-unwind" fn process_utility_with_worker(
         let cname = std::ffi::CString::new(name).unwrap_or_default();
         let oid = unsafe { pg_sys::get_database_oid(cname.as_ptr(), true) };
         if oid != pg_sys::InvalidOid
-            && shmem::find(oid.to_u32()).is_some()
+            && (shmem::find(oid.to_u32()).is_some() || shmem::demand_of(oid.to_u32()).is_some())
             && unsafe { permitted(kind, oid) }
         {
             stopped = Some((oid, restart, drop_db));
@@ -437,12 +437,12 @@ unsafe extern "C-unwind" fn process_utility_with_worker(
                     // a new one would find it taken and leave.)
                     wait_gone(oid.to_u32(), false);
                     shmem::unmark_dropped(oid.to_u32());
-                    super::spawn_db_worker(oid, false);
+                    super::spawn_db_worker(oid, super::Start::Wanted);
                     e.rethrow()
                 })
                 .execute();
             if restart {
-                super::spawn_db_worker(oid, false);
+                super::spawn_db_worker(oid, super::Start::Wanted);
             }
         }
     }

@@ -1,4 +1,6 @@
-//! The launcher: finds the databases that need a pgque worker.
+//! The launcher: finds the databases that need a pgque worker and starts
+//! workers for them within the pool's bound (pool.rs).
+use super::pool;
 use crate::{gucs, shmem};
 use pgrx::bgworkers::{
     BackgroundWorker, BackgroundWorkerBuilder, BgWorkerStartTime, SignalWakeFlags,
@@ -18,7 +20,7 @@ pub fn register() {
         .load();
 }
 
-/// How soon the launcher scans again when it ran out of worker slots.
+/// How soon the launcher tries again while databases wait for a worker.
 const FULL_RETRY: Duration = Duration::from_secs(1);
 
 /// A database the launcher may start a worker for.
@@ -70,29 +72,121 @@ pub fn allowed(name: &str, list: &Option<Vec<String>>) -> bool {
     }
 }
 
-/// Starts a worker in each database that may want one and has none (a
-/// database a worker recently found without the extension, or stopped, is
-/// left alone: shmem::is_unwanted). Returns the database it could not start
-/// one in when PostgreSQL ran out of worker slots before the end of the
-/// list (the caller scans again soon: the workers it started leave their
-/// slots quickly where they are not wanted).
-fn scan() -> Option<String> {
+/// Puts each database that may want a worker and has neither a worker nor
+/// an entry in the pool's demand table into that table, due now: the pool
+/// then starts a worker there (one that leaves at once where it is not
+/// wanted, and parks where it finds nothing to do). A database recently
+/// found without the extension, or stopped, is left alone
+/// (shmem::is_unwanted). Returns how many did not fit in the table.
+fn scan() -> usize {
     let list = gucs::databases();
     let now = unsafe { pg_sys::GetCurrentTimestamp() };
+    let mut left_out = 0;
     for db in list_databases() {
         let oid = db.oid.to_u32();
         if !allowed(&db.name, &list)
             || shmem::is_dropped(oid)
             || shmem::is_unwanted(oid, now)
             || shmem::find(oid).is_some()
+            || shmem::demand_of(oid).is_some()
         {
             continue;
         }
-        if !super::spawn_db_worker(db.oid, false) {
-            return Some(db.name);
+        if !shmem::park(oid, now, false, now) {
+            left_out += 1;
         }
     }
-    None
+    left_out
+}
+
+/// Starts workers for the databases of the demand table that want one now
+/// or whose next duty is due, the longest-waiting first, within
+/// pgque.max_workers and the worker slots PostgreSQL has free. Marks the
+/// pool as waiting when some are left (workers then give their process
+/// back, pool.rs) and wakes the idle ones so they do at once. Returns the
+/// next due time (TimestampTz) the launcher must wake for, if any.
+fn serve_pool() -> Option<i64> {
+    let now = unsafe { pg_sys::GetCurrentTimestamp() };
+    // A parked worker's process counts until it has exited.
+    let exiting = shmem::reap_parked();
+    let (table, running) = shmem::pool_view();
+    let starting = table
+        .iter()
+        .filter(|d| d.starting(now, pool::START_GRACE_US))
+        .count();
+    let room = pool::room(gucs::max_workers(), running, starting);
+    // Databases dropped, or found not to want a worker, leave the table.
+    let picks: Vec<(u32, bool)> = pool::pick(&table, now, usize::MAX)
+        .into_iter()
+        .filter(|&(oid, _)| {
+            // (and those a worker serves already: start() there)
+            let gone =
+                shmem::is_dropped(oid) || shmem::is_unwanted(oid, now) || shmem::serving(oid);
+            if gone {
+                shmem::forget_demand(oid);
+            }
+            !gone
+        })
+        .take(room)
+        .collect();
+    let mut refused = false;
+    for (oid, wanted) in picks {
+        shmem::mark_starting(oid, now);
+        // Wanted now: a producer committed there, or start() ran (the
+        // extension of a CREATE EXTENSION may not be visible yet: the
+        // worker waits for it). Due only: one pass of its duties, then it
+        // parks again if idle.
+        let how = if wanted {
+            super::Start::Wanted
+        } else {
+            super::Start::Due
+        };
+        if !super::spawn_db_worker(pg_sys::Oid::from(oid), how) {
+            shmem::mark_starting(oid, 0);
+            refused = true;
+            break;
+        }
+    }
+    let (table, _) = shmem::pool_view();
+    if pool::any_waiting(&table, now) {
+        if shmem::pool_waiting_since() == 0 {
+            shmem::set_pool_waiting(now);
+            for pid in shmem::idle_worker_pids() {
+                super::wake::set_latch_of(pid);
+            }
+        }
+        if refused {
+            log_full_once();
+        }
+    } else {
+        shmem::set_pool_waiting(0);
+    }
+    let next = pool::next_due(&table, now);
+    if exiting {
+        // look again when the parked process is gone (a few milliseconds)
+        Some(next.map_or(now + EXITING_RECHECK_US, |t| {
+            t.min(now + EXITING_RECHECK_US)
+        }))
+    } else {
+        next
+    }
+}
+
+/// How soon the launcher looks again while a parked worker is exiting.
+const EXITING_RECHECK_US: i64 = 5_000;
+
+thread_local! {
+    static LOGGED_FULL: std::cell::Cell<Option<Instant>> = const { std::cell::Cell::new(None) };
+}
+
+/// Says (once a minute at most) that PostgreSQL had no worker slot free.
+fn log_full_once() {
+    LOGGED_FULL.with(|l| {
+        if l.get().is_none_or(|t| t.elapsed() >= Duration::from_secs(60)) {
+            log!("pgque launcher: no free background worker slot; databases take turns (raise max_worker_processes, or set pgque.max_workers below it)");
+            l.set(Some(Instant::now()));
+        }
+    });
 }
 
 #[pg_guard]
@@ -103,36 +197,44 @@ pub extern "C-unwind" fn pgque_launcher_main(_arg: pg_sys::Datum) {
     shmem::set_launcher_pid(unsafe { pg_sys::MyProcPid });
 
     let mut next_scan = Instant::now();
-    let mut logged_full: Option<Instant> = None;
+    let mut logged_table_full: Option<Instant> = None;
     loop {
-        if gucs::enabled() && Instant::now() >= next_scan {
-            let cut_short = scan();
-            let every = gucs::launcher_rescan();
-            // A rescan interval of 0 means: only at start.
-            next_scan = if every.is_zero() {
-                Instant::now() + Duration::from_secs(86_400 * 365)
-            } else {
-                Instant::now() + every
-            };
-            if let Some(name) = cut_short {
-                // the rest of the list soon, whatever the interval; said
-                // once a minute at most
-                next_scan = Instant::now() + FULL_RETRY;
-                if logged_full.is_none_or(|t| t.elapsed() >= Duration::from_secs(60)) {
-                    log!("pgque launcher: no free background worker slot for database {name}; raise max_worker_processes");
-                    logged_full = Some(Instant::now());
+        let mut wait = Duration::from_secs(10);
+        if gucs::enabled() {
+            if Instant::now() >= next_scan {
+                let left_out = scan();
+                let every = gucs::launcher_rescan();
+                // A rescan interval of 0 means: only at start.
+                next_scan = if every.is_zero() {
+                    Instant::now() + Duration::from_secs(86_400 * 365)
+                } else {
+                    Instant::now() + every
+                };
+                if left_out > 0
+                    && logged_table_full.is_none_or(|t| t.elapsed() >= Duration::from_secs(60))
+                {
+                    log!("pgque launcher: {left_out} databases beyond the {} the worker pool keeps track of get no worker", shmem::DEMAND);
+                    logged_table_full = Some(Instant::now());
                 }
             }
+            if let Some(due) = serve_pool() {
+                let now = unsafe { pg_sys::GetCurrentTimestamp() };
+                wait = wait.min(Duration::from_micros((due - now).max(0) as u64));
+            }
+            if shmem::pool_waiting_since() != 0 {
+                // a worker parking sets our latch; this is the fallback
+                wait = wait.min(FULL_RETRY);
+            }
+            wait = wait.min(next_scan.saturating_duration_since(Instant::now()));
         }
-        let wait = next_scan
-            .saturating_duration_since(Instant::now())
-            .min(Duration::from_secs(10));
-        if !BackgroundWorker::wait_latch(Some(wait.max(Duration::from_millis(10)))) {
+        if !BackgroundWorker::wait_latch(Some(wait.max(Duration::from_millis(1)))) {
             break;
         }
         if BackgroundWorker::sighup_received() {
             unsafe { pg_sys::ProcessConfigFile(pg_sys::GucContext::PGC_SIGHUP) };
-            // A changed database list or a re-enable takes effect at once.
+            // A changed database list or a re-enable takes effect at once:
+            // databases left alone under the old list are looked at again.
+            shmem::clear_unwanted();
             next_scan = Instant::now();
         }
     }

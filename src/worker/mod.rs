@@ -1,19 +1,22 @@
 //! The background workers.
 //!
 //! - `launcher`: one static worker per server. At start, and every
-//!   `pgque.launcher_rescan_interval`, it starts a database worker for each
-//!   connectable database whose worker is missing; a database without the
-//!   extension sees that worker look and leave at once.
-//! - `dbworker`: one per database with the extension. It runs the duties of
-//!   `duties` (each a SQL function) on their cadences in short transactions.
+//!   `pgque.launcher_rescan_interval`, it looks for connectable databases
+//!   whose worker is missing; a database without the extension sees that
+//!   worker look and leave at once. It starts workers within the pool's
+//!   bound (`pool`): any number of databases share pgque.max_workers
+//!   processes, a database holding one only while it has work.
+//! - `dbworker`: one per database with the extension and work to do. It
+//!   runs the duties of `duties` (each a SQL function) on their cadences in
+//!   short transactions.
 //! - `hooks`: DROP / RENAME DATABASE (and CREATE DATABASE ... TEMPLATE) stop
 //!   the database's worker first, since they need it gone.
 //! - `wake`: a committing producer wakes its database's worker; a committing
 //!   start() launches it.
 //!
-//! CREATE EXTENSION calls pgque.start(), which starts the worker when its
-//! transaction commits (wake::spawn_at_commit), so a new database with pgque
-//! gets its worker within a second, not a rescan later.
+//! CREATE EXTENSION calls pgque.start(), which asks the launcher for a
+//! worker when its transaction commits (wake::spawn_at_commit), so a new
+//! database with pgque gets its worker at once, not a rescan later.
 use pgrx::bgworkers::{BackgroundWorkerBuilder, BgWorkerStartTime};
 use pgrx::prelude::*;
 
@@ -22,11 +25,28 @@ pub mod due;
 pub mod duties;
 pub mod hooks;
 pub mod launcher;
+pub mod pool;
 pub mod wake;
 
 /// Bit of the worker's argument (above the 32-bit database oid) that asks it
 /// to wait for the extension to be installed.
 pub const AWAIT_INSTALL: u64 = 1 << 32;
+/// Bit of the worker's argument: started by the pool because a duty of a
+/// database without a process came due: one pass of the duties, then idle.
+pub const DUE_START: u64 = 1 << 33;
+
+/// Why a database worker is started.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Start {
+    /// A producer committed, start() ran (also in CREATE EXTENSION), or the
+    /// database needs its worker back: the worker waits a few seconds for
+    /// the extension to become visible (start()'s transaction may have
+    /// created it).
+    Wanted,
+    /// A duty came due in a database without a process (pool.rs), or the
+    /// launcher looks at a database it does not know yet.
+    Due,
+}
 
 /// Registers the launcher and the utility hook; called from `_PG_init` while
 /// shared_preload_libraries is being processed.
@@ -37,13 +57,17 @@ pub fn init() {
 
 /// Starts a worker for `db_oid` (a dynamic background worker). It is a no-op
 /// for a database that already has one: the newcomer sees the slot taken and
-/// leaves. With `await_install` (start()) the worker waits a few seconds for
-/// the extension to appear; without, a database lacking the extension sees
-/// it leave at once.
+/// leaves. A worker that is wanted waits a few seconds for the extension
+/// to appear; one started for a due duty, in a database lacking the
+/// extension, leaves at once.
 /// Returns false when PostgreSQL has no free worker slot (max_worker_processes).
-pub fn spawn_db_worker(db_oid: pg_sys::Oid, await_install: bool) -> bool {
+pub fn spawn_db_worker(db_oid: pg_sys::Oid, how: Start) -> bool {
     let name = format!("pgque worker {}", db_oid.to_u32());
-    let arg = db_oid.to_u32() as u64 | if await_install { AWAIT_INSTALL } else { 0 };
+    let arg = db_oid.to_u32() as u64
+        | match how {
+            Start::Wanted => AWAIT_INSTALL,
+            Start::Due => DUE_START,
+        };
     BackgroundWorkerBuilder::new(&name)
         .set_type("pgque worker")
         .set_library("pgque")

@@ -29,7 +29,7 @@ pub fn at_commit() {
     PENDING.store(true, Ordering::Relaxed);
 }
 
-/// Starts this database's worker when the current transaction commits
+/// Asks for this database's worker when the current transaction commits
 /// (start(), also run by CREATE EXTENSION): launched before the commit, the
 /// worker could read the setting start() switched on as still off, take it
 /// as a verdict and leave, marking the database unwanted (seen under load in
@@ -54,14 +54,25 @@ pub fn recheck_at_commit() {
     RECHECK_PENDING.store(true, Ordering::Relaxed);
 }
 
-/// Wakes the worker of the current database now: sets its wake flag and its latch.
+/// Wakes the worker of the current database now: sets its wake flag and its
+/// latch; a database without a worker process asks the pool for one.
 pub fn wake_now() {
     if !shmem::available() {
         return;
     }
     let db = unsafe { pg_sys::MyDatabaseId }.to_u32();
-    if let Some(pid) = shmem::set_wake(db) {
-        set_latch_of(pid);
+    match shmem::set_wake(db) {
+        shmem::Wake::Signal(pid) => set_latch_of(pid),
+        shmem::Wake::Pending => {}
+        shmem::Wake::NoWorker => want_worker(db),
+    }
+}
+
+/// Asks the launcher for a worker for `db` (which has no process).
+fn want_worker(db: u32) {
+    let now = unsafe { pg_sys::GetCurrentTimestamp() };
+    if let Some(launcher) = shmem::want_worker(db, now) {
+        set_latch_of(launcher);
     }
 }
 
@@ -85,7 +96,10 @@ unsafe extern "C-unwind" fn on_xact_event(
             if SPAWN_PENDING.swap(false, Ordering::Relaxed) {
                 let db = unsafe { pg_sys::MyDatabaseId };
                 shmem::unmark_unwanted(db.to_u32());
-                super::spawn_db_worker(db, true);
+                // the launcher starts it, within the pool's bound
+                if !shmem::serving(db.to_u32()) {
+                    want_worker(db.to_u32());
+                }
             }
             if PENDING.swap(false, Ordering::Relaxed) {
                 wake_now();
@@ -94,6 +108,9 @@ unsafe extern "C-unwind" fn on_xact_event(
                 let db = unsafe { pg_sys::MyDatabaseId }.to_u32();
                 if let Some(pid) = shmem::request_recheck(db) {
                     set_latch_of(pid);
+                } else if !shmem::serving(db) {
+                    // a parked database: its new due time needs a worker to read it
+                    want_worker(db);
                 }
             }
         }

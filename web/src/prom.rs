@@ -104,7 +104,12 @@ pub const KNOWN: &[(&str, &str, &str)] = &[
     (
         "pgque_worker_up",
         "gauge",
-        "1 when the database's background worker is running.",
+        "1 when the database's background worker runs, or is parked by the worker pool (started again when a duty is due).",
+    ),
+    (
+        "pgque_worker_parked",
+        "gauge",
+        "1 while the worker pool has parked the database's worker (no process; nothing due).",
     ),
     (
         "pgque_worker_start_time_seconds",
@@ -255,7 +260,7 @@ mod tests {
              # HELP pgque_duty_runs_total Runs of the worker duty since the worker started.\n\
              # TYPE pgque_duty_runs_total counter\n\
              pgque_duty_runs_total{duty=\"ticker\"} 12\n\
-             # HELP pgque_worker_up 1 when the database's background worker is running.\n\
+             # HELP pgque_worker_up 1 when the database's background worker runs, or is parked by the worker pool (started again when a duty is due).\n\
              # TYPE pgque_worker_up gauge\n\
              pgque_worker_up 1\n"
         );

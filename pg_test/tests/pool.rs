@@ -1,0 +1,295 @@
+//! The worker pool (issue 23): more databases than worker processes. On a
+//! private cluster with max_worker_processes = 8 (6 for pgque's database
+//! workers beside its launcher and PostgreSQL's logical replication
+//! launcher), 20 databases each get their events
+//! delivered, their delayed events promoted and their scheduled jobs made
+//! ready; with pgque.max_workers = 3, 9 databases sending at once all get
+//! their events delivered while no more than 3 workers ever run.
+use pgque_pg_test::postgres::Client;
+use pgque_pg_test::*;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+fn workers_running(admin: &mut Client) -> i64 {
+    admin
+        .query_one(
+            "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pgque worker'",
+            &[],
+        )
+        .unwrap()
+        .get(0)
+}
+
+/// Receives from queue q as consumer c until `want` events came or
+/// `timeout` passed; the payloads received.
+fn receive_n(c: &mut Client, want: usize, timeout: Duration) -> Vec<String> {
+    let deadline = Instant::now() + timeout;
+    let mut got = Vec::new();
+    while got.len() < want && Instant::now() < deadline {
+        let rows = c
+            .query(
+                "SELECT batch_id, payload FROM pgque.receive('q', 'c', 1000)",
+                &[],
+            )
+            .unwrap();
+        if let Some(r) = rows.first() {
+            let b: i64 = r.get(0);
+            got.extend(rows.iter().map(|r| r.get::<_, String>(1)));
+            c.execute("SELECT pgque.ack($1)", &[&b]).unwrap();
+        } else {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    got
+}
+
+fn setup_db(cl: &Cluster, db: &str) -> Client {
+    let mut c = cl.create_db(db);
+    c.batch_execute(
+        "SELECT pgque.create_queue('q'); SELECT pgque.subscribe('q', 'c');
+         SELECT pgque.create_job_queue('j');",
+    )
+    .unwrap();
+    c
+}
+
+fn worker_state(c: &mut Client) -> String {
+    c.query_one(
+        "SELECT status FROM pgque.status() WHERE component = 'worker'",
+        &[],
+    )
+    .unwrap()
+    .get(0)
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+#[test]
+fn twenty_databases_are_served_by_eight_worker_slots() {
+    let cl = Cluster::start_new(
+        "pool20",
+        "max_worker_processes = 8\npgque.idle_after = 500\npgque.worker_idle_exit = 2",
+    );
+    let n = 20;
+    let names: Vec<String> = (0..n).map(|i| format!("pool_{i:02}")).collect();
+    let mut conns: Vec<Client> = names.iter().map(|d| setup_db(&cl, d)).collect();
+    let mut admin = cl.connect("postgres");
+
+    // Idle databases give their processes back: within a few seconds most
+    // are parked, none holds a slot for long.
+    assert!(
+        wait_until(Duration::from_secs(30), || workers_running(&mut admin) <= 2),
+        "idle databases kept {} workers; log:\n{}",
+        workers_running(&mut admin),
+        cl.log_tail(30)
+    );
+    let mut parked = 0;
+    for c in conns.iter_mut() {
+        parked += (worker_state(c) == "parked") as usize;
+    }
+    assert!(parked >= n - 2, "only {parked} of {n} databases parked");
+
+    // A send in each database, one after another, reaches its consumer: the
+    // commit asks the launcher for a worker, which ticks.
+    let mut lat = Vec::new();
+    for (i, c) in conns.iter_mut().enumerate() {
+        let t0 = Instant::now();
+        c.execute("SELECT pgque.send('q', $1::text)", &[&format!("e{i}")])
+            .unwrap();
+        let got = receive_n(c, 1, Duration::from_secs(10));
+        lat.push(t0.elapsed().as_secs_f64() * 1000.0);
+        assert_eq!(
+            got,
+            vec![format!("e{i}")],
+            "database {} got nothing",
+            names[i]
+        );
+    }
+    // Of the 8 slots the launcher and PostgreSQL's logical replication
+    // launcher hold two: every 7th send found the 6 others held by workers
+    // that had just delivered, and waited for one to go idle
+    // (pgque.idle_after) and park.
+    let (mut free, mut waited): (Vec<f64>, Vec<f64>) = (Vec::new(), Vec::new());
+    for (i, l) in lat.iter().enumerate() {
+        if i % 6 == 5 {
+            waited.push(*l)
+        } else {
+            free.push(*l)
+        }
+    }
+    free.sort_by(f64::total_cmp);
+    waited.sort_by(f64::total_cmp);
+    eprintln!(
+        "send -> receive in a parked database, {n} databases, 8 worker slots: \
+         with a slot free p50 {:.1} ms, max {:.1} ms; \
+         waiting for a slot p50 {:.1} ms, max {:.1} ms",
+        percentile(&free, 0.5),
+        percentile(&free, 1.0),
+        percentile(&waited, 0.5),
+        percentile(&waited, 1.0)
+    );
+
+    // The same with every database sending at once (more than the 7 slots
+    // PostgreSQL has left): each database's event arrives.
+    for (i, c) in conns.iter_mut().enumerate() {
+        c.execute("SELECT pgque.send('q', $1::text)", &[&format!("f{i}")])
+            .unwrap();
+    }
+    for (i, c) in conns.iter_mut().enumerate() {
+        let got = receive_n(c, 1, Duration::from_secs(30));
+        assert_eq!(
+            got,
+            vec![format!("f{i}")],
+            "database {} got nothing; log:\n{}",
+            names[i],
+            cl.log_tail(30)
+        );
+    }
+
+    // Duties whose time is known in advance run in parked databases: a
+    // delayed event and a scheduled job, due in 3 s, with no commit then.
+    for c in conns.iter_mut() {
+        c.batch_execute(
+            "SELECT pgque.send_at('q', 't', 'later'::text, clock_timestamp() + interval '3 seconds');
+             SELECT pgque.enqueue('j', 'k', '{}'::jsonb, run_at => clock_timestamp() + interval '3 seconds');",
+        )
+        .unwrap();
+    }
+    std::thread::sleep(Duration::from_secs(3));
+    for (i, c) in conns.iter_mut().enumerate() {
+        let got = receive_n(c, 1, Duration::from_secs(20));
+        assert_eq!(
+            got,
+            vec!["later".to_string()],
+            "delayed event of {} not delivered",
+            names[i]
+        );
+        assert!(
+            wait_until(Duration::from_secs(20), || c
+                .query_one(
+                    "SELECT count(*) FROM pgque.dispatch(ARRAY['j'], 10, 'w')",
+                    &[]
+                )
+                .unwrap()
+                .get::<_, i64>(0)
+                == 1),
+            "scheduled job of {} never became ready",
+            names[i]
+        );
+    }
+    // Every database's duties ran: status() shows the counters its last
+    // worker left, parked or not.
+    for (i, c) in conns.iter_mut().enumerate() {
+        let runs: i64 = c
+            .query_one(
+                "SELECT count(*) FROM pgque.status()
+                  WHERE component = 'duty:ticker' AND detail NOT LIKE 'runs=0 %'",
+                &[],
+            )
+            .unwrap()
+            .get(0);
+        assert_eq!(runs, 1, "no ticker runs recorded in {}", names[i]);
+    }
+    assert!(
+        !cl.log_tail(400)
+            .contains("no free background worker slot for database"),
+        "a database was refused a worker instead of waiting its turn"
+    );
+}
+
+#[test]
+fn busy_databases_take_turns_within_max_workers() {
+    let cl = Cluster::start_new(
+        "pool_busy",
+        "pgque.max_workers = 3\npgque.idle_after = 500\npgque.worker_idle_exit = 2\npgque.worker_turn = 2",
+    );
+    let n = 9;
+    let names: Vec<String> = (0..n).map(|i| format!("busy_{i}")).collect();
+    // Counts the worker processes from the start, installs included.
+    let stop = Arc::new(AtomicBool::new(false));
+    let most = Arc::new(AtomicI64::new(0));
+    let sampler = {
+        let (stop, most) = (stop.clone(), most.clone());
+        let mut admin = cl.connect("postgres");
+        std::thread::spawn(move || {
+            let mut worst = String::new();
+            while !stop.load(Ordering::Relaxed) {
+                let n = workers_running(&mut admin);
+                if n > most.fetch_max(n, Ordering::Relaxed) {
+                    worst = format!(
+                        "{:?}",
+                        admin
+                            .query(
+                                "SELECT pid, datname FROM pg_stat_activity
+                                  WHERE backend_type = 'pgque worker'",
+                                &[]
+                            )
+                            .unwrap()
+                            .iter()
+                            .map(|r| (r.get::<_, i32>(0), r.get::<_, Option<String>>(1)))
+                            .collect::<Vec<_>>()
+                    );
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            worst
+        })
+    };
+    for d in &names {
+        setup_db(&cl, d);
+    }
+    // Every database sends an event every 50 ms for 12 s: all of them busy.
+    let sent_per_db = 240;
+    let producers: Vec<_> = names
+        .iter()
+        .map(|d| {
+            let mut p = cl.connect(d);
+            std::thread::spawn(move || {
+                for k in 0..sent_per_db {
+                    p.execute("SELECT pgque.send('q', $1::text)", &[&k.to_string()])
+                        .unwrap();
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            })
+        })
+        .collect();
+    let consumers: Vec<_> = names
+        .iter()
+        .map(|d| {
+            let mut c = cl.connect(d);
+            std::thread::spawn(move || receive_n(&mut c, sent_per_db, Duration::from_secs(90)))
+        })
+        .collect();
+    for p in producers {
+        p.join().unwrap();
+    }
+    for (i, c) in consumers.into_iter().enumerate() {
+        let got = c.join().unwrap();
+        let want: Vec<String> = (0..sent_per_db).map(|k| k.to_string()).collect();
+        assert_eq!(
+            got.len(),
+            want.len(),
+            "database {} received {} of {sent_per_db}; log:\n{}",
+            names[i],
+            got.len(),
+            cl.log_tail(30)
+        );
+        assert_eq!(got, want, "database {}: order or content", names[i]);
+    }
+    stop.store(true, Ordering::Relaxed);
+    let worst = sampler.join().unwrap();
+    let most = most.load(Ordering::Relaxed);
+    eprintln!("{n} busy databases, pgque.max_workers = 3: at most {most} workers ran");
+    assert!(
+        most <= 3,
+        "{most} workers ran at once with pgque.max_workers = 3: {worst}"
+    );
+    assert!(
+        cl.log_tail(2000)
+            .contains("gives its process to a waiting database"),
+        "no busy worker gave its turn"
+    );
+}
