@@ -283,11 +283,11 @@ def w3(res, cfg, conn):
     has_pgque = not miss
     if miss:
         w.skip(f"pgque: function {', '.join(miss)} not installed")
-    coop_miss = db.missing_functions(conn, ["pgque.subscribe_subconsumer(text,text,text)"])
+    coop_miss = db.missing_functions(conn, ["pgque.subscribe_subconsumer(text,text,text,boolean)"])
     has_coop = has_pgque and not coop_miss and db.scalar(
         conn, "SELECT count(*) FROM pg_proc WHERE proname = 'receive_coop' AND pronamespace = 'pgque'::regnamespace") > 0
     if has_pgque and not has_coop:
-        w.skip("pgque cooperative consumers x2: function pgque.receive_coop / pgque.subscribe_subconsumer(text,text,text) not installed")
+        w.skip("pgque cooperative consumers x2: function pgque.receive_coop / pgque.subscribe_subconsumer(text,text,text,boolean) not installed")
     if has_pgque:
         pgque_worker(conn, False)
     try:

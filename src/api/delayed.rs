@@ -34,7 +34,7 @@ fn send_at_impl(
             "deliver_at must be a finite time",
         );
     }
-    let ev_type = super::type_arg(type_name);
+    let ev_type = super::send::type_arg(type_name);
     Spi::connect_mut(|c| {
         let q = log::queue_by_name(c, queue_name);
         let t = exec(

@@ -98,7 +98,7 @@ fn send_idem_impl(
 ) -> (i64, bool) {
     let key = valid_key(idem_key);
     let ttl = valid_ttl(ttl);
-    let ev_type = super::type_arg(type_name);
+    let ev_type = super::send::type_arg(type_name);
     Spi::connect_mut(|c| {
         let q = log::queue_by_name(c, queue_name);
         // Pins the current piece until commit: a switch waits for us.

@@ -324,7 +324,7 @@ fn nack_partitioned(
 ) -> i32 {
     let msg = required(msg, "msg");
     let retry_after = required(retry_after, "retry_after");
-    super::check_retry_after(&retry_after);
+    super::consume::check_retry_after(&retry_after);
     let msg_id: i64 = required(
         msg.get_by_index(1.try_into().unwrap()).unwrap(),
         "msg.msg_id",
@@ -350,8 +350,8 @@ fn nack_partitioned(
                 ),
             );
         }
-        let ev = super::find_in_batch(c, &q, &b, msg_id);
-        super::retry_event(c, &q, &b, &name, &ev, &retry_after, reason, true)
+        let ev = super::consume::find_in_batch(c, &q, &b, msg_id);
+        super::consume::retry_event(c, &q, &b, &name, &ev, &retry_after, reason, true)
     })
 }
 

@@ -1,0 +1,377 @@
+//! Consuming events: subscribing consumers, receive and ack, and giving
+//! events back (nack, event_retry, batch_retry).
+#![allow(clippy::type_complexity)] // pgrx needs TableIterator row types spelled out inline
+use super::srf::Messages;
+use super::types;
+use crate::error::{self, raise, required};
+use crate::log::{self, batch, Queue};
+use pgrx::datum::{Interval, TimestampWithTimeZone};
+use pgrx::prelude::*;
+use pgrx::spi::SpiClient;
+
+fn do_register(queue_name: Option<&str>, consumer: Option<&str>, at: Option<i64>) -> i32 {
+    Spi::connect_mut(|c| {
+        let q = log::queue_by_name(c, queue_name);
+        let name = log::valid_consumer(consumer, "consumer");
+        log::register(c, &q, name, at) as i32
+    })
+}
+
+/// Unsubscribes a plain consumer: 1, or 0 when it is not subscribed (PgQue:
+/// the number of subscriptions removed). An unknown queue is still 42704.
+fn do_unregister(queue_name: Option<&str>, consumer: Option<&str>) -> i32 {
+    Spi::connect_mut(|c| {
+        let q = log::queue_by_name(c, queue_name);
+        let name = log::valid_consumer(consumer, "consumer");
+        match log::find_sub(c, &q, name) {
+            Some(sub) => {
+                log::unregister(c, &q, &sub);
+                1
+            }
+            None => 0,
+        }
+    })
+}
+
+/// subscribe(queue_name, consumer) → 1 new, 0 already subscribed.
+#[pg_extern(security_definer)]
+#[search_path(pg_catalog, pgque, pg_temp)]
+fn subscribe(queue_name: Option<&str>, consumer: Option<&str>) -> i32 {
+    do_register(queue_name, consumer, None)
+}
+
+/// unsubscribe(queue_name, consumer) → 1 removed, 0 when not subscribed.
+#[pg_extern(security_definer)]
+#[search_path(pg_catalog, pgque, pg_temp)]
+fn unsubscribe(queue_name: Option<&str>, consumer: Option<&str>) -> i32 {
+    do_unregister(queue_name, consumer)
+}
+
+/// PgQ: register_consumer(x_queue_name, x_consumer_id).
+#[pg_extern(security_definer)]
+#[search_path(pg_catalog, pgque, pg_temp)]
+fn register_consumer(x_queue_name: Option<&str>, x_consumer_id: Option<&str>) -> i32 {
+    do_register(x_queue_name, x_consumer_id, None)
+}
+
+/// PgQ: register_consumer_at(x_queue_name, x_consumer_name, x_tick_pos).
+#[pg_extern(security_definer)]
+#[search_path(pg_catalog, pgque, pg_temp)]
+fn register_consumer_at(
+    x_queue_name: Option<&str>,
+    x_consumer_name: Option<&str>,
+    x_tick_pos: Option<i64>,
+) -> i32 {
+    let at = required(x_tick_pos, "x_tick_pos");
+    do_register(x_queue_name, x_consumer_name, Some(at))
+}
+
+/// PgQ: unregister_consumer(x_queue_name, x_consumer_name).
+#[pg_extern(security_definer)]
+#[search_path(pg_catalog, pgque, pg_temp)]
+fn unregister_consumer(x_queue_name: Option<&str>, x_consumer_name: Option<&str>) -> i32 {
+    do_unregister(x_queue_name, x_consumer_name)
+}
+
+pub(crate) fn max_return_arg(max_return: Option<i32>) -> i64 {
+    let n = required(max_return, "max_return");
+    if n < 1 {
+        raise(
+            error::INVALID_PARAMETER_VALUE,
+            format!("max_return must be at least 1, not {n}"),
+        );
+    }
+    // PgQue's clients pass i32::MAX for "as many as there are": above the
+    // cap a call returns at most MAX_RETURN events, as a batch cut would.
+    n.min(error::MAX_RETURN) as i64
+}
+
+/// Turns an opened batch into its events; an empty new batch is finished at
+/// once (the consumer moves on), and nothing is returned.
+pub(crate) fn deliver(
+    c: &mut SpiClient<'_>,
+    q: &Queue,
+    opened: Option<batch::Opened>,
+) -> Option<(i64, Vec<batch::Event>)> {
+    let opened = opened?;
+    let b = opened.batch;
+    let evs = match opened.events {
+        Some(evs) => {
+            if evs.is_empty() {
+                batch::mark_done(c, b.batch_id, false);
+                return None;
+            }
+            evs
+        }
+        None => batch::batch_events(c, q, &b, false),
+    };
+    Some((b.batch_id, evs))
+}
+
+/// receive(queue_name, consumer, max_return default 100) → setof pgque.message.
+///
+/// Opens the consumer's next batch (at most max_return events: a bigger
+/// range is cut into several batches) or returns its open batch, whole: an
+/// open batch is always delivered entirely, so ack never drops unseen rows.
+#[pg_extern(security_definer)]
+#[search_path(pg_catalog, pgque, pg_temp)]
+fn receive(
+    queue_name: Option<&str>,
+    consumer: Option<&str>,
+    max_return: default!(Option<i32>, 100),
+) -> Messages {
+    let limit = max_return_arg(max_return);
+    Messages::new(Spi::connect_mut(|c| {
+        let q = log::queue_by_name(c, queue_name);
+        let sub = log::sub_by_name(c, &q, consumer);
+        let opened = batch::next_batch(c, &q, sub.id, limit);
+        deliver(c, &q, opened)
+    }))
+}
+
+/// ack(batch_id) → 1: finishes the batch; 0 (and a WARNING) when the batch
+/// is unknown or already finished, as PgQue's ack.
+#[pg_extern(security_definer)]
+#[search_path(pg_catalog, pgque, pg_temp)]
+fn ack(batch_id: Option<i64>) -> i32 {
+    Spi::connect_mut(|c| batch::finish(c, batch_id))
+}
+
+/// PgQ: finish_batch(x_batch_id).
+#[pg_extern(security_definer)]
+#[search_path(pg_catalog, pgque, pg_temp)]
+fn finish_batch(x_batch_id: Option<i64>) -> i32 {
+    Spi::connect_mut(|c| batch::finish(c, x_batch_id))
+}
+
+/// Schedules one event of an open batch for redelivery to its consumer, or
+/// dead-letters it once its retries reached the queue's max_retries.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn retry_event(
+    c: &mut SpiClient<'_>,
+    q: &Queue,
+    b: &batch::Batch,
+    consumer: &str,
+    ev: &batch::Event,
+    retry_after: &Interval,
+    reason: Option<&str>,
+    dead_letter: bool,
+) -> i32 {
+    // maint moves it back at ev_retry_after: an idle worker must learn that time.
+    crate::worker::wake::recheck_at_commit();
+    let count = ev.retry.unwrap_or(0);
+    let [e1, e2, e3, e4] = &ev.extra;
+    // The 0.7.0 schema records the event's transaction id (NULL where it was
+    // not read: 0); an older schema, between a library install and ALTER
+    // EXTENSION UPDATE, has no such column.
+    let with_txid = log::dead_letter_store_installed();
+    if dead_letter && count >= q.max_retries {
+        // Once per (consumer, event): a repeated nack of a dead-lettered
+        // event adds no second row (PgQue's contract), and still returns 1.
+        let sql = if with_txid {
+            "INSERT INTO pgque.dead_letter_store (dl_queue, dl_consumer, dl_owner, dl_reason, ev_id, ev_time, ev_retry, \
+                                                  ev_type, ev_data, ev_extra1, ev_extra2, ev_extra3, ev_extra4, ev_txid) \
+             SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, nullif($14, 0)::text::xid8 \
+              WHERE NOT EXISTS (SELECT 1 FROM pgque.dead_letter_store d WHERE d.dl_owner = $3 AND d.ev_id = $5)"
+        } else {
+            "INSERT INTO pgque.dead_letter (dl_queue, dl_consumer, dl_owner, dl_reason, ev_id, ev_time, ev_retry, \
+                                            ev_type, ev_data, ev_extra1, ev_extra2, ev_extra3, ev_extra4) \
+             SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13 \
+              WHERE $14::int8 IS NOT NULL \
+                AND NOT EXISTS (SELECT 1 FROM pgque.dead_letter d WHERE d.dl_owner = $3 AND d.ev_id = $5)"
+        };
+        log::exec(
+            c,
+            sql,
+            &[
+                q.id.into(),
+                consumer.into(),
+                b.sub_id.into(),
+                reason.into(),
+                ev.id.into(),
+                ev.time.into(),
+                ev.retry.into(),
+                ev.ev_type.into(),
+                ev.data.into(),
+                (*e1).into(),
+                (*e2).into(),
+                (*e3).into(),
+                (*e4).into(),
+                ev.txid.into(),
+            ],
+        );
+        return 1;
+    }
+    let sql = if with_txid {
+        "INSERT INTO pgque.retry_queue (ev_retry_after, ev_queue, ev_owner, ev_id, ev_time, ev_retry, \
+                                        ev_type, ev_data, ev_extra1, ev_extra2, ev_extra3, ev_extra4, ev_txid) \
+         VALUES (now() + $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, nullif($13, 0)::text::xid8) \
+         ON CONFLICT (ev_owner, ev_id) DO NOTHING RETURNING 1"
+    } else {
+        "INSERT INTO pgque.retry_queue (ev_retry_after, ev_queue, ev_owner, ev_id, ev_time, ev_retry, \
+                                        ev_type, ev_data, ev_extra1, ev_extra2, ev_extra3, ev_extra4) \
+         SELECT now() + $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12 WHERE $13::int8 IS NOT NULL \
+         ON CONFLICT (ev_owner, ev_id) DO NOTHING RETURNING 1"
+    };
+    let t = log::exec(
+        c,
+        sql,
+        &[
+            (*retry_after).into(),
+            q.id.into(),
+            b.sub_id.into(),
+            ev.id.into(),
+            ev.time.into(),
+            (count + 1).into(),
+            ev.ev_type.into(),
+            ev.data.into(),
+            (*e1).into(),
+            (*e2).into(),
+            (*e3).into(),
+            (*e4).into(),
+            ev.txid.into(),
+        ],
+    );
+    t.len() as i32
+}
+
+pub(crate) fn find_in_batch(
+    c: &mut SpiClient<'_>,
+    q: &Queue,
+    b: &batch::Batch,
+    ev_id: i64,
+) -> batch::Event {
+    // With its transaction id: a dead letter records it (ev_txid).
+    batch::read_events_ext(
+        c,
+        q,
+        b.sub_id,
+        b.slot,
+        b.prev_tick,
+        b.tick,
+        b.floor,
+        b.ceiling,
+        1,
+        Some(ev_id),
+        true,
+    )
+    .pop()
+    .unwrap_or_else(|| {
+        raise(
+            error::UNDEFINED_OBJECT,
+            format!("msg_id {ev_id} not found in batch {}", b.batch_id),
+        )
+    })
+}
+
+pub(crate) fn check_retry_after(iv: &Interval) {
+    types::check_nonnegative_interval(iv, "retry_after");
+}
+
+/// nack(batch_id, msg, retry_after default '60 seconds', reason default NULL)
+/// → 1 scheduled (or dead-lettered), 0 when already scheduled in this batch.
+#[pg_extern(security_definer)]
+#[search_path(pg_catalog, pgque, pg_temp)]
+fn nack(
+    batch_id: Option<i64>,
+    msg: Option<pgrx::composite_type!("pgque.message")>,
+    retry_after: default!(Option<Interval>, "'60 seconds'"),
+    reason: default!(Option<&str>, "NULL"),
+) -> i32 {
+    let msg = required(msg, "msg");
+    let retry_after = required(retry_after, "retry_after");
+    check_retry_after(&retry_after);
+    let msg_id: i64 = required(
+        msg.get_by_index(1.try_into().unwrap()).unwrap(),
+        "msg.msg_id",
+    );
+    let msg_batch: Option<i64> = msg.get_by_index(2.try_into().unwrap()).unwrap();
+    Spi::connect_mut(|c| {
+        let (b, q, consumer) = batch::plain_open_batch(c, batch_id);
+        if msg_batch.is_some_and(|mb| mb != b.batch_id) {
+            raise(
+                error::INVALID_PARAMETER_VALUE,
+                format!(
+                    "msg belongs to batch {}, not to batch {}",
+                    msg_batch.unwrap(),
+                    b.batch_id
+                ),
+            );
+        }
+        let ev = find_in_batch(c, &q, &b, msg_id);
+        retry_event(c, &q, &b, &consumer, &ev, &retry_after, reason, true)
+    })
+}
+
+/// PgQ: event_retry(x_batch_id, x_event_id, x_retry_time timestamptz).
+#[pg_extern(name = "event_retry", security_definer)]
+#[search_path(pg_catalog, pgque, pg_temp)]
+fn event_retry_at(
+    x_batch_id: Option<i64>,
+    x_event_id: Option<i64>,
+    x_retry_time: Option<TimestampWithTimeZone>,
+) -> i32 {
+    let ev_id = required(x_event_id, "x_event_id");
+    let at = required(x_retry_time, "x_retry_time");
+    if at.is_infinity() || at.is_neg_infinity() {
+        raise(
+            error::INVALID_PARAMETER_VALUE,
+            "x_retry_time must be finite",
+        );
+    }
+    Spi::connect_mut(|c| {
+        let t = log::exec(c, "SELECT greatest($1 - now(), interval '0')", &[at.into()]);
+        let iv: Interval = log::col(&log::first_row(t).unwrap(), 1).unwrap();
+        let (b, q, consumer) = batch::plain_open_batch(c, x_batch_id);
+        let ev = find_in_batch(c, &q, &b, ev_id);
+        retry_event(c, &q, &b, &consumer, &ev, &iv, None, false)
+    })
+}
+
+fn seconds_interval(c: &mut SpiClient<'_>, secs: i32) -> Interval {
+    if secs < 0 {
+        raise(
+            error::INVALID_PARAMETER_VALUE,
+            "retry seconds must not be negative",
+        );
+    }
+    let t = log::exec(
+        c,
+        "SELECT make_interval(secs => $1)",
+        &[(secs as f64).into()],
+    );
+    log::col(&log::first_row(t).unwrap(), 1).unwrap()
+}
+
+/// PgQ: event_retry(x_batch_id, x_event_id, x_retry_seconds int4).
+#[pg_extern(name = "event_retry", security_definer)]
+#[search_path(pg_catalog, pgque, pg_temp)]
+fn event_retry_secs(
+    x_batch_id: Option<i64>,
+    x_event_id: Option<i64>,
+    x_retry_seconds: Option<i32>,
+) -> i32 {
+    let ev_id = required(x_event_id, "x_event_id");
+    let secs = required(x_retry_seconds, "x_retry_seconds");
+    Spi::connect_mut(|c| {
+        let iv = seconds_interval(c, secs);
+        let (b, q, consumer) = batch::plain_open_batch(c, x_batch_id);
+        let ev = find_in_batch(c, &q, &b, ev_id);
+        retry_event(c, &q, &b, &consumer, &ev, &iv, None, false)
+    })
+}
+
+/// PgQ: batch_retry(i_batch_id, i_retry_seconds) → events scheduled.
+#[pg_extern(security_definer)]
+#[search_path(pg_catalog, pgque, pg_temp)]
+fn batch_retry(i_batch_id: Option<i64>, i_retry_seconds: Option<i32>) -> i32 {
+    let secs = required(i_retry_seconds, "i_retry_seconds");
+    Spi::connect_mut(|c| {
+        let iv = seconds_interval(c, secs);
+        let (b, q, consumer) = batch::plain_open_batch(c, i_batch_id);
+        let evs = batch::batch_events(c, &q, &b, false);
+        evs.iter()
+            .map(|ev| retry_event(c, &q, &b, &consumer, ev, &iv, None, false))
+            .sum()
+    })
+}

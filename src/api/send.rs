@@ -1,0 +1,230 @@
+//! Sending events: send (plain, typed, keyed; jsonb and text payloads),
+//! send_batch, and PgQ's insert_event. These run as SECURITY INVOKER and
+//! switch to the schema owner themselves (owner.rs says why).
+#![allow(clippy::type_complexity)]
+use super::owner;
+use super::types::{ArrayDatum, JsonbArray, JsonbText, TextArray};
+use crate::error::{self, raise, required};
+use crate::log::{self, NewEvent};
+use pgrx::prelude::*;
+
+fn send_one(
+    queue_name: Option<&str>,
+    type_name: Option<&str>,
+    payload: Option<&str>,
+    extra: [Option<&str>; 4],
+) -> i64 {
+    owner::as_owner(|| {
+        Spi::connect_mut(|c| {
+            let q = log::queue_by_name(c, queue_name);
+            log::insert_event(
+                c,
+                &q,
+                &NewEvent {
+                    ev_type: type_name,
+                    ev_data: payload,
+                    extra,
+                },
+            )
+        })
+    })
+}
+
+/// A required, non-empty event type (22004 / 42602).
+pub(crate) fn type_arg(type_name: Option<&str>) -> &str {
+    let t = required(type_name, "type_name");
+    if t.is_empty() {
+        raise(error::INVALID_NAME, "type_name must not be empty");
+    }
+    t
+}
+
+/// send(queue_name, payload jsonb): publishes one event of type 'default'.
+#[pg_extern(name = "send")]
+fn send_jsonb(queue_name: Option<&str>, payload: Option<JsonbText>) -> i64 {
+    let p = payload.map(|p| p.0);
+    send_one(queue_name, Some("default"), p.as_deref(), [None; 4])
+}
+
+/// send(queue_name, payload text): publishes one event of type 'default'.
+#[pg_extern(name = "send")]
+fn send_text(queue_name: Option<&str>, payload: Option<&str>) -> i64 {
+    send_one(queue_name, Some("default"), payload, [None; 4])
+}
+
+/// send(queue_name, type_name, payload jsonb).
+#[pg_extern(name = "send")]
+fn send_typed_jsonb(
+    queue_name: Option<&str>,
+    type_name: Option<&str>,
+    payload: Option<JsonbText>,
+) -> i64 {
+    let t = type_arg(type_name);
+    let p = payload.map(|p| p.0);
+    send_one(queue_name, Some(t), p.as_deref(), [None; 4])
+}
+
+/// send(queue_name, type_name, payload text).
+#[pg_extern(name = "send")]
+fn send_typed_text(
+    queue_name: Option<&str>,
+    type_name: Option<&str>,
+    payload: Option<&str>,
+) -> i64 {
+    let t = type_arg(type_name);
+    send_one(queue_name, Some(t), payload, [None; 4])
+}
+
+fn send_many(
+    queue_name: Option<&str>,
+    type_name: &str,
+    payloads: ArrayDatum,
+    keys: Option<TextArray>,
+) -> Vec<i64> {
+    if let Some(k) = &keys {
+        if k.0.len != payloads.len {
+            raise(
+                error::INVALID_PARAMETER_VALUE,
+                format!(
+                    "partition_keys has {} elements, payloads has {}: they must align",
+                    k.0.len, payloads.len
+                ),
+            );
+        }
+    }
+    owner::as_owner(|| {
+        Spi::connect_mut(|c| {
+            let q = log::queue_by_name(c, queue_name);
+            log::insert_events(c, &q, type_name, &payloads, keys.map(|k| k.0).as_ref())
+        })
+    })
+}
+
+/// send_batch(queue_name, payloads jsonb[]) → ids aligned with the input.
+#[pg_extern(name = "send_batch")]
+fn send_batch_jsonb(queue_name: Option<&str>, payloads: Option<JsonbArray>) -> Vec<i64> {
+    let p = required(payloads, "payloads").0;
+    send_many(queue_name, "default", p, None)
+}
+
+/// send_batch(queue_name, payloads text[]).
+#[pg_extern(name = "send_batch")]
+fn send_batch_text(queue_name: Option<&str>, payloads: Option<TextArray>) -> Vec<i64> {
+    let p = required(payloads, "payloads").0;
+    send_many(queue_name, "default", p, None)
+}
+
+/// send_batch(queue_name, type_name, payloads jsonb[]).
+#[pg_extern(name = "send_batch")]
+fn send_batch_typed_jsonb(
+    queue_name: Option<&str>,
+    type_name: Option<&str>,
+    payloads: Option<JsonbArray>,
+) -> Vec<i64> {
+    let t = type_arg(type_name).to_string();
+    let p = required(payloads, "payloads").0;
+    send_many(queue_name, &t, p, None)
+}
+
+/// send_batch(queue_name, type_name, payloads text[]).
+#[pg_extern(name = "send_batch")]
+fn send_batch_typed_text(
+    queue_name: Option<&str>,
+    type_name: Option<&str>,
+    payloads: Option<TextArray>,
+) -> Vec<i64> {
+    let t = type_arg(type_name).to_string();
+    let p = required(payloads, "payloads").0;
+    send_many(queue_name, &t, p, None)
+}
+
+/// send(queue_name, type_name, payload jsonb, partition_key): a keyed event;
+/// the key rides ev_extra1 and picks the event's partition slot (NULL: slot 0).
+#[pg_extern(name = "send")]
+fn send_keyed_jsonb(
+    queue_name: Option<&str>,
+    type_name: Option<&str>,
+    payload: Option<JsonbText>,
+    partition_key: Option<&str>,
+) -> i64 {
+    let t = type_arg(type_name);
+    let p = payload.map(|p| p.0);
+    send_one(
+        queue_name,
+        Some(t),
+        p.as_deref(),
+        [partition_key, None, None, None],
+    )
+}
+
+/// send(queue_name, type_name, payload text, partition_key).
+#[pg_extern(name = "send")]
+fn send_keyed_text(
+    queue_name: Option<&str>,
+    type_name: Option<&str>,
+    payload: Option<&str>,
+    partition_key: Option<&str>,
+) -> i64 {
+    let t = type_arg(type_name);
+    send_one(
+        queue_name,
+        Some(t),
+        payload,
+        [partition_key, None, None, None],
+    )
+}
+
+/// send_batch(queue_name, type_name, payloads jsonb[], partition_keys text[]):
+/// keyed events in one statement, keys aligned with payloads (22023 when the
+/// lengths differ); ids aligned with the input.
+#[pg_extern(name = "send_batch")]
+fn send_batch_keyed_jsonb(
+    queue_name: Option<&str>,
+    type_name: Option<&str>,
+    payloads: Option<JsonbArray>,
+    partition_keys: Option<TextArray>,
+) -> Vec<i64> {
+    let t = type_arg(type_name).to_string();
+    let p = required(payloads, "payloads").0;
+    let k = required(partition_keys, "partition_keys");
+    send_many(queue_name, &t, p, Some(k))
+}
+
+/// send_batch(queue_name, type_name, payloads text[], partition_keys text[]).
+#[pg_extern(name = "send_batch")]
+fn send_batch_keyed_text(
+    queue_name: Option<&str>,
+    type_name: Option<&str>,
+    payloads: Option<TextArray>,
+    partition_keys: Option<TextArray>,
+) -> Vec<i64> {
+    let t = type_arg(type_name).to_string();
+    let p = required(payloads, "payloads").0;
+    let k = required(partition_keys, "partition_keys");
+    send_many(queue_name, &t, p, Some(k))
+}
+
+/// insert_event(queue_name, ev_type, ev_data): PgQ's raw entry point.
+#[pg_extern(name = "insert_event")]
+fn insert_event3(queue_name: Option<&str>, ev_type: Option<&str>, ev_data: Option<&str>) -> i64 {
+    send_one(queue_name, ev_type, ev_data, [None; 4])
+}
+
+/// insert_event(queue_name, ev_type, ev_data, ev_extra1, ev_extra2, ev_extra3, ev_extra4).
+#[pg_extern(name = "insert_event")]
+fn insert_event7(
+    queue_name: Option<&str>,
+    ev_type: Option<&str>,
+    ev_data: Option<&str>,
+    ev_extra1: Option<&str>,
+    ev_extra2: Option<&str>,
+    ev_extra3: Option<&str>,
+    ev_extra4: Option<&str>,
+) -> i64 {
+    send_one(
+        queue_name,
+        ev_type,
+        ev_data,
+        [ev_extra1, ev_extra2, ev_extra3, ev_extra4],
+    )
+}
