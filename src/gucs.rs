@@ -18,7 +18,7 @@ pub static IDLE_AFTER_MS: GucSetting<i32> = GucSetting::<i32>::new(1_000);
 pub static IDLE_CHECK_S: GucSetting<i32> = GucSetting::<i32>::new(5);
 pub static IDLE_MAINT_S: GucSetting<i32> = GucSetting::<i32>::new(60);
 pub static MAX_WORKERS: GucSetting<i32> = GucSetting::<i32>::new(0);
-pub static WORKER_IDLE_EXIT_S: GucSetting<i32> = GucSetting::<i32>::new(60);
+pub static WORKER_IDLE_EXIT_S: GucSetting<i32> = GucSetting::<i32>::new(0);
 pub static WORKER_TURN_S: GucSetting<i32> = GucSetting::<i32>::new(10);
 
 // ---- event queues -------------------------------------------------------
@@ -145,7 +145,7 @@ pub fn init() {
     );
     int(
         c"pgque.worker_idle_exit",
-        c"How long a database worker stays idle before it gives its process back (0: it stays until another database needs the slot).",
+        c"How long a database worker stays idle before it gives its process back (0, the default: until another database needs the slot).",
         &WORKER_IDLE_EXIT_S,
         0,
         86_400,

@@ -204,7 +204,7 @@ fn twenty_databases_are_served_by_eight_worker_slots() {
 fn busy_databases_take_turns_within_max_workers() {
     let cl = Cluster::start_new(
         "pool_busy",
-        "pgque.max_workers = 3\npgque.idle_after = 500\npgque.worker_idle_exit = 2\npgque.worker_turn = 2",
+        "pgque.max_workers = 3\npgque.idle_after = 500\npgque.worker_turn = 2",
     );
     let n = 9;
     let names: Vec<String> = (0..n).map(|i| format!("busy_{i}")).collect();
@@ -292,4 +292,46 @@ fn busy_databases_take_turns_within_max_workers() {
             .contains("gives its process to a waiting database"),
         "no busy worker gave its turn"
     );
+}
+
+/// DROP / RENAME / CREATE DATABASE ... TEMPLATE need a database unused:
+/// for a parked one the pool must not start a worker there meanwhile, and
+/// afterwards the renamed database and the copy are served again.
+#[test]
+fn a_parked_database_can_be_copied_renamed_and_dropped() {
+    let cl = Cluster::start_new(
+        "pool_ddl",
+        "pgque.idle_after = 300\npgque.worker_idle_exit = 1",
+    );
+    let mut c = setup_db(&cl, "ddl_src");
+    assert!(
+        wait_until(Duration::from_secs(20), || worker_state(&mut c) == "parked"),
+        "ddl_src never parked: {}",
+        worker_state(&mut c)
+    );
+    drop(c);
+    let mut admin = cl.connect("postgres");
+    // (one statement at a time: CREATE DATABASE refuses a transaction block)
+    let run = |admin: &mut Client, sql: &str| {
+        admin
+            .batch_execute(sql)
+            .unwrap_or_else(|e| panic!("{sql}: {e:?}; log:\n{}", cl.log_tail(20)))
+    };
+    for _ in 0..3 {
+        run(&mut admin, "CREATE DATABASE ddl_copy TEMPLATE ddl_src");
+        run(&mut admin, "ALTER DATABASE ddl_src RENAME TO ddl_moved");
+        run(&mut admin, "ALTER DATABASE ddl_moved RENAME TO ddl_src");
+        run(&mut admin, "DROP DATABASE ddl_copy");
+    }
+    run(&mut admin, "CREATE DATABASE ddl_copy TEMPLATE ddl_src");
+    run(&mut admin, "ALTER DATABASE ddl_src RENAME TO ddl_moved");
+    // Both are served: a send in each reaches its consumer.
+    for db in ["ddl_copy", "ddl_moved"] {
+        let mut c = cl.connect(db);
+        c.execute("SELECT pgque.send('q', $1::text)", &[&db])
+            .unwrap();
+        let got = receive_n(&mut c, 1, Duration::from_secs(10));
+        assert_eq!(got, vec![db.to_string()], "{db} was not served");
+    }
+    admin.batch_execute("DROP DATABASE ddl_copy").unwrap();
 }

@@ -14,10 +14,11 @@
 //!
 //! The pool (pool.rs): an idle worker parks (writes when its next duty is
 //! due into shared memory and exits, the launcher starts a worker again
-//! then or at a producer's commit) after pgque.worker_idle_exit, or at once
-//! when another database waits for a process; a busy one parks for its turn
-//! after pgque.worker_turn while another waits. A worker started for a due
-//! duty runs its duties once and goes idle at once.
+//! then or at a producer's commit) when another database waits for a
+//! process, or after pgque.worker_idle_exit if that is set; a busy one
+//! parks for its turn after pgque.worker_turn while another waits. A worker
+//! started for a due duty is idle from the start: it runs what is due and
+//! parks again.
 //!
 //! Exit status tells the postmaster whether to restart it: 0 (no restart) when
 //! it parks, when it is not wanted here (no extension, stop(), pgque.enabled off, database
@@ -175,6 +176,14 @@ pub extern "C-unwind" fn pgque_db_worker_main(arg: pg_sys::Datum) {
     };
     unsafe {
         pg_sys::before_shmem_exit(Some(release_slot), pg_sys::Datum::from(idx));
+    }
+    // DROP / RENAME / CREATE DATABASE ... TEMPLATE marks the database while
+    // it needs it unused (hooks.rs): a worker that was starting then leaves
+    // (PostgreSQL waits a few seconds for other sessions to go).
+    if shmem::is_dropped(db_oid) {
+        exit_clean();
+    }
+    unsafe {
         pg_sys::pgstat_report_appname(c"pgque worker".as_ptr());
     }
 
@@ -189,6 +198,9 @@ pub extern "C-unwind" fn pgque_db_worker_main(arg: pg_sys::Datum) {
             Duration::ZERO
         };
     loop {
+        if shmem::is_dropped(db_oid) {
+            exit_clean();
+        }
         match wanted_here() {
             Some(true) => break,
             Some(false) => {
@@ -221,11 +233,17 @@ pub extern "C-unwind" fn pgque_db_worker_main(arg: pg_sys::Datum) {
         );
     }
 
+    // A worker started for a due duty of a parked database takes each
+    // duty's last run from the counters its slot kept, so it runs only what
+    // is due (and housekeeping on its idle period) rather than every duty;
+    // without them (the slot went to another database) every duty runs once.
+    let kept = due_start.then(|| kept_last_runs(db_oid)).flatten();
     let mut sched: Vec<Schedule> = DUTIES
         .iter()
-        .map(|_| Schedule {
+        .enumerate()
+        .map(|(i, _)| Schedule {
             next_due: Instant::now(),
-            last_start: None,
+            last_start: kept.as_ref().and_then(|k| k[i]),
             consecutive_failures: 0,
             last_logged_error: None,
         })
@@ -240,6 +258,13 @@ pub extern "C-unwind" fn pgque_db_worker_main(arg: pg_sys::Datum) {
     let mut idle_checked = false;
     let claimed_at = Instant::now();
     let mut first_pass = true;
+    if kept.is_some() && gucs::idle_after().is_some() {
+        // idle from the start: read duty_due() first
+        idle_since = Some(Instant::now());
+        shmem::set_idle(idx, now_ts());
+        next_check = Instant::now();
+        first_pass = false;
+    }
 
     loop {
         if let Some(since) = idle_since {
@@ -330,7 +355,7 @@ pub extern "C-unwind" fn pgque_db_worker_main(arg: pg_sys::Datum) {
                 next_check = Instant::now();
             }
         }
-        if shmem::stop_requested(idx) || !gucs::enabled() {
+        if shmem::stop_requested(idx) || !gucs::enabled() || shmem::is_dropped(db_oid) {
             exit_clean();
         }
         if !allowed(&dbname, &gucs::databases()) {
@@ -456,6 +481,23 @@ pub extern "C-unwind" fn pgque_db_worker_main(arg: pg_sys::Datum) {
             }
         }
     }
+}
+
+/// When each duty last ran, as Instants, from the counters the slot of
+/// `db_oid` kept while it was parked; None unless every duty has run.
+fn kept_last_runs(db_oid: u32) -> Option<Vec<Option<Instant>>> {
+    let slot = shmem::snapshot(db_oid)?;
+    let now_i = Instant::now();
+    let now = now_ts();
+    let runs: Vec<Option<Instant>> = slot.duties[..DUTIES.len()]
+        .iter()
+        .map(|d| {
+            (d.last_run != 0)
+                .then(|| now_i.checked_sub(Duration::from_micros((now - d.last_run).max(0) as u64)))
+                .flatten()
+        })
+        .collect();
+    runs.iter().all(|r| r.is_some()).then_some(runs)
 }
 
 /// Leaves after park_worker, counters flushed (release_slot tells the

@@ -423,10 +423,10 @@ unsafe extern "C-unwind" fn process_utility_with_worker(
             // command's own, and must not leave the database marked as
             // dropped, with no worker until the server restarts.
             let stop_and_run = || {
-                if drop_db {
-                    // Keep the postmaster from restarting it into a database that is gone.
-                    shmem::mark_dropped(oid.to_u32());
-                }
+                // Keeps the postmaster from restarting the worker into a
+                // database that is gone, and the pool from starting one in
+                // a parked database while the command needs it unused.
+                shmem::mark_dropped(oid.to_u32());
                 stop_worker(oid.to_u32());
                 run()
             };
@@ -441,6 +441,9 @@ unsafe extern "C-unwind" fn process_utility_with_worker(
                     e.rethrow()
                 })
                 .execute();
+            if !drop_db {
+                shmem::unmark_dropped(oid.to_u32());
+            }
             if restart {
                 super::spawn_db_worker(oid, super::Start::Wanted);
             }
