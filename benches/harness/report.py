@@ -112,6 +112,9 @@ def targets(res):
 
     r = ratio_of_medians("w1", "batch=1", "pgque", "pgq")
     add("w1 send ≥ 1.0x PgQ insert_event", r, None if r is None else r >= 1.0, skipped("w1") if r is None else "median pgque / median pgq")
+    r = ratio_of_medians("w1", "batch=1", "pgque_text", "pgq")
+    if r is not None:
+        add("w1 send, text payload, ≥ 1.0x PgQ insert_event", r, r >= 1.0, "median pgque_text / median pgq")
     r = ratio_of_medians("w2", "batch=100", "pgque", "plain")
     add("w2 batch send 100 ≥ 0.8x plain INSERT", r, None if r is None else r >= 0.8, skipped("w2") if r is None else "median pgque / median plain")
     for v in ("batch=100", "batch=500"):

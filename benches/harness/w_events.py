@@ -78,6 +78,8 @@ def send_script(system, batch):
         p1 = db.payload_sql("1")
         return {
             "pgque": f"SELECT pgque.send(:q, {p1});\n",
+            # the same payload as text (pgque.send(text, text)), as PgQ takes it
+            "pgque_text": f"SELECT pgque.send(:q, ({p1})::text);\n",
             "pgq": f"SELECT pgq.insert_event(:q, 'default', ({p1})::text);\n",
             "plain": f"INSERT INTO bench.plain_events(payload) VALUES ({p1});\n",
         }[system]
@@ -109,13 +111,15 @@ def w1(res, cfg, conn):
     w = res.workload("w1", "Single-event send, one event per transaction, 2 clients",
                      [("rate", "events/s"), ("wal_per", "WAL B/event")],
                      about="pgbench -c 2 -j 2 -M prepared, one statement per transaction: "
-                           "`pgque.send(q, payload jsonb)` / `pgq.insert_event(q, 'default', payload::text)` / "
+                           "`pgque.send(q, payload jsonb)` / pgque_text: `pgque.send(q, payload::text)` / "
+                           "`pgq.insert_event(q, 'default', payload::text)` / "
                            "`INSERT INTO bench.plain_events(payload) VALUES (...)`; payload ~200-byte JSON built server-side.")
-    systems = ["pgque", "pgq", "plain"]
-    miss = db.missing_functions(conn, PGQUE_SEND)
+    systems = ["pgque", "pgque_text", "pgq", "plain"]
+    miss = db.missing_functions(conn, PGQUE_SEND + ["pgque.send(text,text)"])
     if miss:
         w.skip(f"pgque: function {', '.join(miss)} not installed")
         systems.remove("pgque")
+        systems.remove("pgque_text")
     run_rounds(cfg.rounds, systems, lambda s, r: send_cell(w, conn, cfg, "batch=1", s, r, 1, 2))
 
 
@@ -169,8 +173,6 @@ def _drain_proc(system, q, consumer, n, batch, barrier, out):
     """One consumer process: drains until n events are seen in total (or nothing is left)."""
     conn = db.connect()
     cur = conn.cursor()
-    if system == "pgque_coop":
-        cur.execute("SELECT pgque.subscribe_subconsumer(%s, %s, %s)", (q, "c1", consumer))
     barrier.wait()
     t0 = time.perf_counter()
     consumed = batches = empties = 0
@@ -237,6 +239,11 @@ def drain_cell(w, conn, cfg, system, rnd, batch, nconsumers):
     n = cfg.backlog
     subs = [f"s{i}" for i in range(nconsumers)]
     fill_backlog(conn, system, q, n, batch)
+    if system == "pgque_coop":
+        # c1 was subscribed before the sends (its position is before them);
+        # its members join it, converting it to a cooperative consumer
+        for sub in subs:
+            db.execute(conn, "SELECT pgque.subscribe_subconsumer(%s, 'c1', %s, true)", (q, sub))
     db.pgss_reset(conn)
     lsn = db.wal_lsn(conn)
     barrier = MP.Barrier(nconsumers, timeout=300)
