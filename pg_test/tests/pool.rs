@@ -317,13 +317,35 @@ fn a_parked_database_can_be_copied_renamed_and_dropped() {
             .batch_execute(sql)
             .unwrap_or_else(|e| panic!("{sql}: {e:?}; log:\n{}", cl.log_tail(20)))
     };
+    // After a command that restarts the database's worker, the next one
+    // waits for that worker to have connected: a session that is still
+    // connecting when RENAME or DROP takes the database's lock waits for
+    // that lock while being counted as a user, so the command fails after
+    // 5 s ('being accessed by other users'), for any connecting client.
+    let settled = |admin: &mut Client, db: &str| {
+        wait_until(Duration::from_secs(3), || {
+            admin
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity
+                      WHERE backend_type = 'pgque worker' AND datname = $1",
+                    &[&db],
+                )
+                .unwrap()
+                .get::<_, i64>(0)
+                > 0
+        });
+    };
     for _ in 0..3 {
         run(&mut admin, "CREATE DATABASE ddl_copy TEMPLATE ddl_src");
+        settled(&mut admin, "ddl_src");
         run(&mut admin, "ALTER DATABASE ddl_src RENAME TO ddl_moved");
+        settled(&mut admin, "ddl_moved");
         run(&mut admin, "ALTER DATABASE ddl_moved RENAME TO ddl_src");
+        settled(&mut admin, "ddl_src");
         run(&mut admin, "DROP DATABASE ddl_copy");
     }
     run(&mut admin, "CREATE DATABASE ddl_copy TEMPLATE ddl_src");
+    settled(&mut admin, "ddl_src");
     run(&mut admin, "ALTER DATABASE ddl_src RENAME TO ddl_moved");
     // Both are served: a send in each reaches its consumer.
     for db in ["ddl_copy", "ddl_moved"] {
