@@ -260,11 +260,11 @@ pub fn reap_parked() -> bool {
     exiting
 }
 
-/// Records that `db_oid` wants a worker at TimestampTz `due_at` (0: none
-/// known) and, with `wanted`, at once. False when the demand table is full.
-pub fn park(db_oid: u32, due_at: i64, wanted: bool, now: i64) -> bool {
+/// Records that `db_oid` wants a worker at TimestampTz `due_at` (the
+/// launcher's first look at a database). False when the demand table is full.
+pub fn want_at(db_oid: u32, due_at: i64) -> bool {
     let mut w = WORKERS.exclusive();
-    crate::worker::pool::put(&mut w.demand, db_oid, due_at, wanted.then_some(now))
+    crate::worker::pool::put(&mut w.demand, db_oid, due_at, None)
 }
 
 /// A worker gives its process back to the pool (worker::pool): in one step

@@ -242,26 +242,14 @@ pub(crate) fn find_in_batch(
     ev_id: i64,
 ) -> batch::Event {
     // With its transaction id: a dead letter records it (ev_txid).
-    batch::read_events_ext(
-        c,
-        q,
-        b.sub_id,
-        b.slot,
-        b.prev_tick,
-        b.tick,
-        b.floor,
-        b.ceiling,
-        1,
-        Some(ev_id),
-        true,
-    )
-    .pop()
-    .unwrap_or_else(|| {
-        raise(
-            error::UNDEFINED_OBJECT,
-            format!("msg_id {ev_id} not found in batch {}", b.batch_id),
-        )
-    })
+    batch::read_batch(c, q, b, 1, Some(ev_id), true)
+        .pop()
+        .unwrap_or_else(|| {
+            raise(
+                error::UNDEFINED_OBJECT,
+                format!("msg_id {ev_id} not found in batch {}", b.batch_id),
+            )
+        })
 }
 
 pub(crate) fn check_retry_after(iv: &Interval) {

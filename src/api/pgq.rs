@@ -260,19 +260,7 @@ fn get_batch_cursor(
     error::check_return_count(quick, "i_quick_limit");
     let evs = Spi::connect_mut(|c| {
         let (b, q, _) = batch::open_batch_by_id(c, i_batch_id);
-        let mut evs = batch::read_events_ext(
-            c,
-            &q,
-            b.sub_id,
-            b.slot,
-            b.prev_tick,
-            b.tick,
-            b.floor,
-            b.ceiling,
-            quick as i64 + 1,
-            None,
-            true,
-        );
+        let mut evs = batch::read_batch(c, &q, &b, quick as i64 + 1, None, true);
         if evs.len() as i64 > quick as i64 {
             evs.truncate(quick as usize);
             let after = evs.last().map(|e| e.id).unwrap_or(b.floor);

@@ -213,6 +213,31 @@ pub fn read_events(
     )
 }
 
+/// The events of batch `b` (its range, slot and cut bounds), at most
+/// `limit`, optionally one id, with `Event::txid` when `with_txid`.
+pub fn read_batch(
+    client: &mut SpiClient<'_>,
+    q: &Queue,
+    b: &Batch,
+    limit: i64,
+    only: Option<i64>,
+    with_txid: bool,
+) -> Vec<Event> {
+    read_events_ext(
+        client,
+        q,
+        b.sub_id,
+        b.slot,
+        b.prev_tick,
+        b.tick,
+        b.floor,
+        b.ceiling,
+        limit,
+        only,
+        with_txid,
+    )
+}
+
 /// [`read_events`], with `Event::txid` filled in when `with_txid` (else 0).
 ///
 /// The snapshots come in as text and are cast inside scalar subqueries, which
@@ -398,19 +423,7 @@ pub fn batch_events(
             return c.events;
         }
     }
-    read_events_ext(
-        client,
-        q,
-        b.sub_id,
-        b.slot,
-        b.prev_tick,
-        b.tick,
-        b.floor,
-        b.ceiling,
-        i64::MAX,
-        None,
-        with_txid,
-    )
+    read_batch(client, q, b, i64::MAX, None, with_txid)
 }
 
 fn insert_batch(client: &mut SpiClient<'_>, b: &Batch) -> i64 {

@@ -92,7 +92,7 @@ fn scan() -> usize {
         {
             continue;
         }
-        if !shmem::park(oid, now, false, now) {
+        if !shmem::want_at(oid, now) {
             left_out += 1;
         }
     }
