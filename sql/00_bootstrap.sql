@@ -93,25 +93,35 @@ $trust$;
 
 -- Roles. Created if missing (they are cluster-wide and outlive the extension).
 -- pgque_admin is a member of both others, so it can do all they can.
--- Two databases creating the extension at the same moment race on these
--- cluster-wide names: the loser's duplicate is not an error.
+-- When they are all there (every install but a cluster's first) this block
+-- only reads: GRANT takes locks on the roles it names, and installs in other
+-- databases (or an application granting pgque's roles) taking those locks in
+-- another order deadlocked. A cluster's first installs, which must create,
+-- take turns on a lock of pg_authid (held to commit; it also holds off other
+-- role DDL for that moment): the next one then finds what the first made.
 DO $roles$
 DECLARE r text;
 BEGIN
+    IF (SELECT pg_catalog.count(*) FROM pg_catalog.pg_roles
+         WHERE rolname IN ('pgque_reader', 'pgque_writer', 'pgque_admin')) = 3
+       AND (SELECT pg_catalog.count(*) FROM pg_catalog.pg_auth_members am
+              JOIN pg_catalog.pg_roles g ON g.oid = am.roleid
+              JOIN pg_catalog.pg_roles m ON m.oid = am.member
+             WHERE m.rolname = 'pgque_admin' AND g.rolname IN ('pgque_reader', 'pgque_writer')) = 2
+    THEN
+        RETURN;
+    END IF;
+    LOCK TABLE pg_catalog.pg_authid IN SHARE ROW EXCLUSIVE MODE;
     FOREACH r IN ARRAY ARRAY['pgque_reader', 'pgque_writer', 'pgque_admin'] LOOP
         IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = r) THEN
-            BEGIN
-                EXECUTE format('CREATE ROLE %I NOLOGIN', r);
-            EXCEPTION WHEN duplicate_object OR unique_violation THEN
-                NULL;
-            END;
+            EXECUTE pg_catalog.format('CREATE ROLE %I NOLOGIN', r);
         END IF;
     END LOOP;
-    BEGIN
-        GRANT pgque_reader, pgque_writer TO pgque_admin;
-    EXCEPTION WHEN duplicate_object OR unique_violation THEN
-        NULL;
-    END;
+    FOREACH r IN ARRAY ARRAY['pgque_reader', 'pgque_writer'] LOOP
+        IF NOT pg_catalog.pg_has_role('pgque_admin', r, 'MEMBER') THEN
+            EXECUTE pg_catalog.format('GRANT %I TO pgque_admin', r);
+        END IF;
+    END LOOP;
 END
 $roles$;
 GRANT USAGE ON SCHEMA pgque TO pgque_reader, pgque_writer, pgque_admin;
