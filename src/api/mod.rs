@@ -8,7 +8,6 @@
 //!
 //! `send` sends, `consume` subscribes, receives, acks and retries, `pgq`
 //! holds PgQ's batch primitives; the other modules one concern each.
-use pgrx::prelude::*;
 
 pub mod admin;
 pub mod consume;
@@ -30,7 +29,7 @@ pub mod types;
 pub(crate) use consume::{deliver, max_return_arg};
 
 #[cfg(any(test, feature = "pg_test"))]
-#[pg_schema]
+#[pgrx::pg_schema]
 mod tests {
     use pgrx::prelude::*;
 
