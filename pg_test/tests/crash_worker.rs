@@ -1,13 +1,14 @@
 //! A worker killed with SIGKILL: PostgreSQL treats it as a crash, resets shared
 //! memory and restarts every process; the launcher then finds the database
-//! again and its worker comes back. In a file of its own because the crash
-//! restart drops every other connection to the server.
+//! again and its worker comes back. On a private cluster: the crash restart
+//! drops every connection to its server, and the other test binaries share
+//! the test server at the same time.
 use pgque_pg_test::*;
 use std::time::Duration;
 
-fn worker_pid(db: &str) -> Option<i32> {
+fn worker_pid(cl: &Cluster, db: &str) -> Option<i32> {
     let mut admin = match pgque_pg_test::postgres::Client::connect(
-        &conninfo("postgres", "postgres"),
+        &cl.conninfo("postgres"),
         pgque_pg_test::postgres::NoTls,
     ) {
         Ok(c) => c,
@@ -25,28 +26,32 @@ fn worker_pid(db: &str) -> Option<i32> {
 
 #[test]
 fn sigkilled_worker_comes_back_after_crash_recovery() {
-    let db = TestDb::new("crash_worker");
+    let cl = Cluster::start_new("crash_worker", "");
+    drop(cl.create_db("crash_worker"));
     let mut pid = None;
     assert!(wait_until(Duration::from_secs(5), || {
-        pid = worker_pid(&db.name);
+        pid = worker_pid(&cl, "crash_worker");
         pid.is_some()
     }));
     let pid = pid.unwrap();
-    let st = std::process::Command::new("kill")
-        .args(["-9", &pid.to_string()])
-        .status()
-        .unwrap();
-    assert!(st.success());
+    kill9(pid);
     let mut new_pid = None;
     assert!(
         wait_until(Duration::from_secs(30), || {
-            new_pid = worker_pid(&db.name);
+            new_pid = worker_pid(&cl, "crash_worker");
             new_pid.is_some_and(|p| p != pid)
         }),
-        "no worker within 30 s of kill -9 of the old one"
+        "no worker within 30 s of kill -9 of the old one:\n{}",
+        cl.log_tail(30)
+    );
+    let log = std::fs::read_to_string(format!("{}/server.log", cl.dir)).unwrap_or_default();
+    assert!(
+        log.contains("terminated by signal 9") && log.contains("reinitializing"),
+        "the kill was not a crash restart:\n{}",
+        cl.log_tail(30)
     );
     // And the database works after recovery.
-    let mut c = db.connect();
+    let mut c = cl.connect("crash_worker");
     let same: bool = c
         .query_one(
             "SELECT pgque.version() = extversion FROM pg_extension WHERE extname = 'pgque'",

@@ -26,7 +26,7 @@ fn new_db(name: &str, ext: bool) -> TestDb {
 
 fn ensure_role(c: &mut Client, role: &str) {
     c.batch_execute(&format!(
-        "DO $r$ BEGIN CREATE ROLE {role} LOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END $r$"
+        "DO $r$ BEGIN CREATE ROLE {role} LOGIN; EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL; END $r$"
     ))
     .unwrap();
 }

@@ -13,7 +13,7 @@ fn one_i64(c: &mut Client, sql: &str) -> i64 {
 /// A login role of this database's test, member of `grant`.
 fn role(c: &mut Client, name: &str, grant: &str) {
     c.batch_execute(&format!(
-        "DO $$ BEGIN CREATE ROLE {name} LOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END $$; \
+        "DO $$ BEGIN CREATE ROLE {name} LOGIN; EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL; END $$; \
          GRANT {grant} TO {name}"
     ))
     .unwrap();

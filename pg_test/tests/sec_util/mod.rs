@@ -12,10 +12,12 @@ pub fn serial() -> MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Creates role `name` (with `attrs`) unless it exists.
+/// Creates role `name` (with `attrs`) unless it exists. Roles are cluster-wide
+/// and test binaries run side by side: a concurrent CREATE ROLE of the same
+/// name fails with unique_violation, which means the role is there too.
 pub fn ensure_role(c: &mut Client, name: &str, attrs: &str) {
     c.batch_execute(&format!(
-        "DO $$ BEGIN CREATE ROLE {name} {attrs}; EXCEPTION WHEN duplicate_object THEN NULL; END $$"
+        "DO $$ BEGIN CREATE ROLE {name} {attrs}; EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL; END $$"
     ))
     .unwrap();
 }
