@@ -130,7 +130,8 @@ pub fn batch_by_id(client: &mut SpiClient<'_>, batch_id: i64) -> Option<(Batch, 
     };
     let sql = format!(
         "SELECT {BATCH_COLS}, q.queue_id, q.queue_name, q.queue_cur_table, q.queue_ntables, \
-                q.queue_max_retries, s.sub_consumer, {slot_cols} \
+                q.queue_max_retries, s.sub_consumer, {slot_cols}, \
+                q.queue_event_seq::pg_catalog.oid \
            FROM pgque.batch b JOIN pgque.subscription s ON s.sub_id = b.sub_id \
            JOIN pgque.queue q ON q.queue_id = s.sub_queue \
            {slot_join} \
@@ -149,6 +150,7 @@ pub fn batch_by_id(client: &mut SpiClient<'_>, batch_id: i64) -> Option<(Batch, 
             cur_table: col(&r, 11).unwrap(),
             ntables: col(&r, 12).unwrap(),
             max_retries: col(&r, 13).unwrap(),
+            seq: col(&r, 17).unwrap(),
         };
         (b, q, col(&r, 14).unwrap())
     })

@@ -197,6 +197,8 @@ pub struct Queue {
     pub cur_table: i32,
     pub ntables: i32,
     pub max_retries: i32,
+    /// The queue's event id sequence (send_batch draws its ids from it).
+    pub seq: pg_sys::Oid,
 }
 
 impl Queue {
@@ -233,7 +235,8 @@ pub fn queue_by_name(client: &mut SpiClient<'_>, name: Option<&str>) -> Queue {
 pub fn find_queue(client: &mut SpiClient<'_>, name: &str) -> Option<Queue> {
     let t = exec(
         client,
-        "SELECT queue_id, queue_cur_table, queue_ntables, queue_max_retries \
+        "SELECT queue_id, queue_cur_table, queue_ntables, queue_max_retries, \
+                queue_event_seq::pg_catalog.oid \
            FROM pgque.queue WHERE queue_name OPERATOR(pg_catalog.=) $1",
         &[name.into()],
     );
@@ -243,6 +246,7 @@ pub fn find_queue(client: &mut SpiClient<'_>, name: &str) -> Option<Queue> {
         cur_table: col(&r, 2).unwrap(),
         ntables: col(&r, 3).unwrap(),
         max_retries: col(&r, 4).unwrap(),
+        seq: col(&r, 5).unwrap(),
     })
 }
 
@@ -284,11 +288,10 @@ pub fn insert_event(client: &mut SpiClient<'_>, q: &Queue, ev: &NewEvent) -> i64
 /// (cast to text by the statement); `keys` (partition keys, into ev_extra1)
 /// must be as long as `payloads` (the caller checks).
 ///
-/// The statement is a bare INSERT ... SELECT over unnest: nextval runs in the
-/// scan's order, which is the array's, so the ids ascend with the input
-/// position; the ids are sorted here rather than trusting the order of
-/// RETURNING. (A CTE numbering and sorting the input, then aggregating the
-/// ids, cost ~1 us per event more.)
+/// The ids are drawn from the queue's sequence here, one nextval per event
+/// in input order as the statement would draw them, and handed to the INSERT
+/// as a third array: the statement returns nothing, so no RETURNING rows are
+/// projected, stored by SPI and read back (about a tenth of a 100-event call).
 pub fn insert_events(
     client: &mut SpiClient<'_>,
     q: &Queue,
@@ -310,22 +313,32 @@ pub fn insert_events(
     // (crate::api::owner); so is find_queue's and insert_event's.
     let sql = format!(
         "INSERT INTO {tbl} (ev_id, ev_type, ev_data, ev_extra1) \
-         SELECT pg_catalog.nextval('{seq}'::pg_catalog.regclass), $1, u.p::pg_catalog.text, u.k \
-           FROM ROWS FROM (pg_catalog.unnest($2::pg_catalog.{cast}), \
-                           pg_catalog.unnest($3::pg_catalog.text[])) AS u(p, k) \
-         RETURNING ev_id",
-        seq = event_seq(q.id),
+         SELECT u.i, $1, u.p::pg_catalog.text, u.k \
+           FROM ROWS FROM (pg_catalog.unnest($4::pg_catalog.int8[]), \
+                           pg_catalog.unnest($2::pg_catalog.{cast}), \
+                           pg_catalog.unnest($3::pg_catalog.text[])) AS u(i, p, k)",
         tbl = q.current_table()
     );
+    let ids: Vec<i64> = (0..payloads.len).map(|_| nextval(q.seq)).collect();
     let keys = keys.map_or(
         pgrx::datum::DatumWithOid::null_oid(pg_sys::TEXTARRAYOID),
         |k| k.arg(),
     );
-    let t = exec(client, &sql, &[ev_type.into(), payloads.arg(), keys]);
-    let mut ids: Vec<i64> = t.map(|r| col(&r, 1).expect("ev_id")).collect();
+    let id_arg = pgrx::datum::DatumWithOid::from(ids.clone());
+    exec(
+        client,
+        &sql,
+        &[ev_type.into(), payloads.arg(), keys, id_arg],
+    );
     crate::worker::wake::at_commit();
-    ids.sort_unstable();
     ids
+}
+
+/// The next value of sequence `seq` (the caller owns it: the send path runs
+/// as the extension's owner).
+fn nextval(seq: pg_sys::Oid) -> i64 {
+    unsafe { pgrx::direct_function_call::<i64>(pg_sys::nextval_oid, &[seq.into_datum()]) }
+        .expect("nextval returned NULL")
 }
 
 /// Creates a queue with its event tables and first tick; false if it exists.
