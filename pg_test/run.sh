@@ -77,7 +77,13 @@ echo "[pgtest] reinstalled under the running server: library replaced (inode $be
 export PGQUE_TEST_HOST=$DATA PGQUE_TEST_PORT=$PORT PGQUE_TEST_BINDIR=$BINDIR PGQUE_TEST_PGDATA=$DATA PGQUE_TEST_PGVER=$VER
 echo "[pgtest] PostgreSQL $VER on port $PORT (data $DATA)"
 set +e
-cargo test --no-fail-fast --manifest-path "$ROOT/pg_test/Cargo.toml" ${PGTEST_CARGO_ARGS:-} -- "$@"
+# The test binaries run side by side, PGTEST_JOBS at a time (default 4): they
+# are mostly waiting (for ticks, leases, workers, crash restarts), and each
+# test owns its databases, roles and private clusters, so they share the
+# server as the tests inside one binary already do. Longest first, so the
+# long ones do not end the run alone. PGTEST_JOBS=1 runs them one by one and
+# adds each binary's busy CPU (the whole machine's, from /proc/stat).
+bash "$ROOT/pg_test/parallel.sh" "$ROOT/pg_test" "${PGTEST_JOBS:-4}" ${PGTEST_CARGO_ARGS:-} -- "$@"
 rc=$?
 set -e
 if [ $rc -ne 0 ]; then
