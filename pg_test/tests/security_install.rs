@@ -57,16 +57,19 @@ fn security_install_refuses_a_pgque_schema_others_control() {
     assert!(extension_installed(&mut su));
 }
 
+/// On a private cluster: the roles are the cluster's, and while this test
+/// lets one log in, an install in any database of that server is refused.
 #[test]
 fn security_install_refuses_pgque_roles_that_log_in_or_others_administer() {
-    let _g = serial();
+    let cl = Cluster::start_new("sec_roles", "");
     // the roles exist (created by the first install of the cluster)
-    drop(TestDb::new("sec_roles_first"));
-    let db = TestDb::without_extension("sec_roles");
-    let mut su = db.connect();
+    drop(cl.create_db("sec_roles_first"));
+    cl.connect("postgres")
+        .batch_execute("CREATE DATABASE sec_roles")
+        .unwrap();
+    let mut su = cl.connect("sec_roles");
     ensure_role(&mut su, "sec_lead", "LOGIN");
 
-    // Restore the roles before any assertion: they are the cluster's.
     su.batch_execute("ALTER ROLE pgque_writer LOGIN").unwrap();
     let login = failure(su.batch_execute("CREATE EXTENSION pgque"));
     su.batch_execute("ALTER ROLE pgque_writer NOLOGIN").unwrap();
