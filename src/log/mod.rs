@@ -324,7 +324,7 @@ pub fn insert_events(
         pgrx::datum::DatumWithOid::null_oid(pg_sys::TEXTARRAYOID),
         |k| k.arg(),
     );
-    let id_arg = pgrx::datum::DatumWithOid::from(ids.clone());
+    let id_arg = pgrx::datum::DatumWithOid::from(ids.as_slice());
     exec(
         client,
         &sql,
