@@ -312,8 +312,11 @@ fn cached_plans_survive_drop_and_create_extension() {
 
 #[test]
 fn worker_ticks_a_sent_event_promptly_and_leaves_idle_queues_alone() {
-    let db = new_db("ev_worker_tick");
-    let mut c = db.connect();
+    // On a private cluster: the follow-up tick waits for every transaction
+    // in the cluster that was running at the event's tick, and on the shared
+    // server other tests' (CREATE DATABASE among them) can postpone it past
+    // the settling window below.
+    let (_cl, mut c) = private_db("ev_worker_tick", false);
     c.batch_execute("SELECT pgque.create_queue('w'); SELECT pgque.subscribe('w', 'c')")
         .unwrap();
     let id = send(&mut c, "w", "hello");
@@ -329,8 +332,8 @@ fn worker_ticks_a_sent_event_promptly_and_leaves_idle_queues_alone() {
     assert!(ok, "the worker did not tick the event in 5 s: {got:?}");
     // Quiet queue: once settled, no ticks for a while (idle period 1 min).
     // The one follow-up tick after a send comes when the transactions that
-    // were running at the event's tick have ended (a parallel test's may
-    // take a moment); ticker_max_lag is raised so it cannot come earlier.
+    // were running at the event's tick have ended; ticker_max_lag is raised
+    // so it cannot come earlier.
     c.batch_execute("SELECT pgque.set_queue_config('w', 'ticker_max_lag', '1 hour')")
         .unwrap();
     let last = |c: &mut pgque_pg_test::postgres::Client| {

@@ -203,8 +203,8 @@ fn moved_retries_are_ticked_with_the_move() {
     assert_eq!(i64s(&mut c, "SELECT pgque.maint_retry_events()::int8"), 1);
     // No force_tick: plain ticker() calls tick the queue, although the retry
     // took no new event id (as soon as the transactions running at the move
-    // have ended -- a parallel test's may delay it a little).
-    let ticked = wait_until(std::time::Duration::from_secs(5), || {
+    // have ended -- a parallel test's may delay it, hence the wide bound).
+    let ticked = wait_until(std::time::Duration::from_secs(30), || {
         i64s(&mut c, "SELECT pgque.ticker()") >= 1
     });
     assert!(ticked, "the moved retry was never ticked");

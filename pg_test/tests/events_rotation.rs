@@ -18,8 +18,7 @@ fn cur_table(c: &mut Client, q: &str) -> i32 {
 
 #[test]
 fn lagging_consumer_blocks_truncation_and_rotation_repeats_in_manual_mode() {
-    let db = manual_db("ev_rotation");
-    let mut c = db.connect();
+    let (_cl, mut c) = private_db("ev_rotation", true);
     c.batch_execute(
         "SELECT pgque.create_queue('rot'); SELECT pgque.subscribe('rot', 'fast'); \
          SELECT pgque.subscribe('rot', 'slow'); SELECT pgque.set_queue_config('rot', 'rotation_period', '0')",
@@ -44,9 +43,9 @@ fn lagging_consumer_blocks_truncation_and_rotation_repeats_in_manual_mode() {
     // Nothing was lost for the lagging consumer.
     let slow = drain(&mut c, "rot", "slow", 1000);
     assert_eq!(slow, sent);
-    // Now both keep up: rotation goes through every table, repeatedly. (A
-    // transaction of a test running in parallel holds back snapshot xmin and
-    // may delay a switch by a round; hence "until", with a generous bound.)
+    // Now both keep up: rotation goes through every table, repeatedly (on a
+    // private cluster no other snapshot holds a truncation back; "until"
+    // leaves room for the first rounds' cadence).
     let mut tables = vec![cur_table(&mut c, "rot")];
     let mut sent2 = vec![];
     let (mut f2, mut s2) = (vec![], vec![]);
@@ -72,8 +71,7 @@ fn lagging_consumer_blocks_truncation_and_rotation_repeats_in_manual_mode() {
 
 #[test]
 fn rotation_keeps_going_with_the_worker() {
-    let db = new_db("ev_rotation_worker");
-    let mut c = db.connect();
+    let (_cl, mut c) = private_db("ev_rotation_worker", false);
     c.batch_execute(
         "SELECT pgque.create_queue('rw'); SELECT pgque.subscribe('rw', 'c'); \
          SELECT pgque.set_queue_config('rw', 'rotation_period', '0')",
@@ -182,8 +180,7 @@ fn hundred_thousand_events_leave_no_dead_tuples() {
 
 #[test]
 fn positions_and_open_batches_survive_metadata_truncation() {
-    let db = manual_db("ev_meta_rotation");
-    let mut c = db.connect();
+    let (_cl, mut c) = private_db("ev_meta_rotation", true);
     c.batch_execute(
         "SELECT pgque.create_queue('m'); SELECT pgque.subscribe('m', 'open'); \
          SELECT pgque.subscribe('m', 'lagging'); SELECT pgque.subscribe('m', 'steady'); \
@@ -274,9 +271,8 @@ fn positions_and_open_batches_survive_metadata_truncation() {
     grp.sort();
     assert_eq!(grp, sent, "cooperative group: each event once");
     // Now that every consumer is at the head, the metadata really gets
-    // truncated (a transaction of a parallel test can postpone a truncation
-    // to a later maint()): only the ticks still referenced (positions, the
-    // last tick) remain.
+    // truncated: only the ticks still referenced (positions, the last tick)
+    // remain.
     let mut ticks_left = 0;
     let reclaimed = wait_until(Duration::from_secs(20), || {
         c.query_one("SELECT pgque.maint()", &[]).unwrap();

@@ -36,6 +36,32 @@ pub fn manual_db(name: &str) -> TestDb {
     db
 }
 
+/// A database on a private cluster (see `Cluster`), with its worker stopped
+/// when `manual`. For tests that assert rotation or truncation makes progress:
+/// a table is truncated only once every snapshot in the cluster has moved past
+/// its last use, and on the shared server the tests running alongside (some
+/// hold a snapshot on purpose, for seconds) would postpone that by an amount
+/// no bound in the test can cover. Returns the cluster (stopped on drop) and
+/// a connection to the database.
+pub fn private_db(name: &str, manual: bool) -> (Cluster, Client) {
+    let cl = Cluster::start_new(name, "");
+    let mut c = cl.create_db(name);
+    if manual {
+        c.batch_execute("SELECT pgque.stop()").unwrap();
+        let gone = wait_until(Duration::from_secs(10), || {
+            c.query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pgque worker'",
+                &[],
+            )
+            .unwrap()
+            .get::<_, i64>(0)
+                == 0
+        });
+        assert!(gone, "the worker of {name} did not stop");
+    }
+    (cl, c)
+}
+
 /// receive(): (batch_id, msg ids in order).
 pub fn recv(c: &mut Client, q: &str, consumer: &str, max: i32) -> (Option<i64>, Vec<i64>) {
     let rows = c
