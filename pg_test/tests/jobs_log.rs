@@ -1084,3 +1084,70 @@ fn log_rotation_evacuates_and_counts_only_claims_with_running_jobs() {
         8
     );
 }
+
+/// Rotation keeps a segment sealed too recently, truncates the oldest one
+/// in ring order once it is old enough (moving its one running claim to the
+/// side table, where the jobs complete with the token they hold), and the
+/// lane goes on after its floor. In its own database: a rotation that
+/// truncates must lock every partition of the log, which a test sharing the
+/// database (an open transaction that enqueued into it) would hold.
+#[test]
+fn log_rotation_keeps_young_segments_and_truncates_in_ring_order() {
+    let db = new_db("jlog_ring_kept");
+    let mut c = db.connect();
+    c.batch_execute(
+        "SET pgque.job_log_rotation_period = 0;
+         SELECT pgque.create_job_queue('ro');",
+    )
+    .unwrap();
+    let kinds = |jobs: &[Job]| jobs.iter().map(|j| j.kind.clone()).collect::<Vec<_>>();
+    enqueue(&mut c, "ro", "a", 10);
+    assert_eq!(rotate(&mut c), (true, None, 0), "seal 0, open 1");
+    enqueue(&mut c, "ro", "b", 5);
+    assert_eq!(count(&mut c, "SELECT count(*) FROM pgque.job_log_1"), 1);
+    let got = dispatch(&mut c, "ro", 12, "w", None);
+    assert_eq!(got.len(), 12);
+    assert_eq!(complete_many(&mut c, &got[..8]), 8);
+    assert_eq!(
+        rotate(&mut c),
+        (true, None, 0),
+        "seal 1, open 2; segment 0 is not sealed long enough to go"
+    );
+    c.batch_execute(
+        "UPDATE pgque.job_log_segments SET sealed_at = now() - interval '2 days' WHERE seg = 0",
+    )
+    .unwrap();
+    let (_, truncated, evacuated) = rotate(&mut c);
+    assert_eq!(truncated, Some(0));
+    assert_eq!(evacuated, 1, "the claim of a9..b2 has running jobs");
+    assert_eq!(count(&mut c, "SELECT count(*) FROM pgque.job_log_0"), 0);
+    assert_eq!(
+        count(
+            &mut c,
+            "SELECT count(*) FROM pgque.jobs WHERE state = 'running'"
+        ),
+        4
+    );
+    assert_eq!(
+        complete_many(&mut c, &got[8..]),
+        4,
+        "with the token they hold"
+    );
+    let rest = dispatch(&mut c, "ro", 12, "w", None);
+    assert_eq!(kinds(&rest), vec!["b.3", "b.4", "b.5"]);
+    // Segment 1 (sealed by the second rotation, drained) goes first, its one
+    // running claim (b3..b5, never completed) evacuated; then segment 2,
+    // which holds a job nobody dispatched yet, is kept.
+    enqueue(&mut c, "ro", "c", 1);
+    c.batch_execute(
+        "UPDATE pgque.job_log_segments SET sealed_at = now() - interval '2 days' WHERE seg IN (1, 2);
+         UPDATE pgque.job_log_segments SET opened_at = now() WHERE seg = 0;",
+    )
+    .unwrap();
+    let (_, truncated, evacuated) = rotate(&mut c);
+    assert_eq!((truncated, evacuated), (Some(1), 1));
+    let (_, truncated, _) = rotate(&mut c);
+    assert_eq!(truncated, None, "segment 2 still has a job to dispatch");
+    assert_eq!(count(&mut c, "SELECT count(*) FROM pgque.job_log_2"), 1);
+    assert_eq!(kinds(&dispatch(&mut c, "ro", 5, "w", None)), vec!["c.1"]);
+}
