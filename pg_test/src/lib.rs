@@ -174,10 +174,11 @@ impl TestDb {
 }
 
 /// Switches off the worker of the database `c` is connected to and waits (up
-/// to 5 s) until it has left, so no duty runs behind the test's back.
+/// to 10 s: the tier's binaries run side by side) until it has left, so no
+/// duty runs behind the test's back.
 pub fn stop_worker(c: &mut Client) {
     c.batch_execute("SELECT pgque.stop()").unwrap();
-    let gone = wait_until(Duration::from_secs(5), || {
+    let gone = wait_until(Duration::from_secs(10), || {
         let n: i64 = c
             .query_one(
                 "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pgque worker' \
@@ -188,7 +189,7 @@ pub fn stop_worker(c: &mut Client) {
             .get(0);
         n == 0
     });
-    assert!(gone, "the pgque worker did not leave within 5 s of stop()");
+    assert!(gone, "the pgque worker did not leave within 10 s of stop()");
 }
 
 /// Polls `f` every 20 ms until it returns true or `timeout` passes.

@@ -955,6 +955,18 @@ fn log_dispatch_refuses_a_transaction_snapshot() {
     assert_eq!(snapshot(&mut c), (1, 1, 5));
 }
 
+/// A database with its worker stopped and job queue `queue`, and a session
+/// in it for which every rotate_job_log() switches segments.
+fn rotation_db(name: &str, queue: &str) -> (TestDb, Client) {
+    let db = new_db(name);
+    let mut c = db.connect();
+    c.batch_execute("SET pgque.job_log_rotation_period = 0")
+        .unwrap();
+    c.execute("SELECT pgque.create_job_queue($1)", &[&queue])
+        .unwrap();
+    (db, c)
+}
+
 /// `rotate_job_log()` until it is not busy (up to 10 s): (switched, truncated, evacuated).
 fn rotate(c: &mut Client) -> (bool, Option<i16>, i32) {
     let start = Instant::now();
@@ -976,13 +988,7 @@ fn log_rotation_truncates_in_ring_order_when_the_clock_stepped_back() {
     // later segment before an earlier one would drop done rows of claims
     // that stay. sealed_at is wall-clock time; a clock stepped back between
     // two seals makes the later segment look older.
-    let db = new_db("jlog_ring_order");
-    let mut c = db.connect();
-    c.batch_execute(
-        "SET pgque.job_log_rotation_period = 0;
-         SELECT pgque.create_job_queue('ck');",
-    )
-    .unwrap();
+    let (_db, mut c) = rotation_db("jlog_ring_order", "ck");
     enqueue(&mut c, "ck", "k", 5);
     let jobs = dispatch(&mut c, "ck", 5, "w", Some("1 second"));
     assert_eq!(jobs.len(), 5);
@@ -1030,13 +1036,7 @@ fn count_ids(c: &mut Client, sql: &str, ids: &[i64]) -> i64 {
 
 #[test]
 fn log_rotation_evacuates_and_counts_only_claims_with_running_jobs() {
-    let db = new_db("jlog_evac_count");
-    let mut c = db.connect();
-    c.batch_execute(
-        "SET pgque.job_log_rotation_period = 0;
-         SELECT pgque.create_job_queue('ev');",
-    )
-    .unwrap();
+    let (_db, mut c) = rotation_db("jlog_evac_count", "ev");
     enqueue(&mut c, "ev", "k", 15);
     // three claims of segment 0: one finished, one half finished, one running
     let a = dispatch(&mut c, "ev", 5, "w", None);
@@ -1093,13 +1093,7 @@ fn log_rotation_evacuates_and_counts_only_claims_with_running_jobs() {
 /// database (an open transaction that enqueued into it) would hold.
 #[test]
 fn log_rotation_keeps_young_segments_and_truncates_in_ring_order() {
-    let db = new_db("jlog_ring_kept");
-    let mut c = db.connect();
-    c.batch_execute(
-        "SET pgque.job_log_rotation_period = 0;
-         SELECT pgque.create_job_queue('ro');",
-    )
-    .unwrap();
+    let (_db, mut c) = rotation_db("jlog_ring_kept", "ro");
     let kinds = |jobs: &[Job]| jobs.iter().map(|j| j.kind.clone()).collect::<Vec<_>>();
     enqueue(&mut c, "ro", "a", 10);
     assert_eq!(rotate(&mut c), (true, None, 0), "seal 0, open 1");

@@ -4,7 +4,6 @@ use pgque_pg_test::postgres::Client;
 use pgque_pg_test::*;
 
 use std::sync::Mutex;
-use std::time::Duration;
 
 /// CREATE EXTENSION in two databases at once can race on creating the
 /// cluster-wide pgque_* roles (first install only); tests of one binary
@@ -21,18 +20,7 @@ pub fn new_db(name: &str) -> TestDb {
 /// happen only when a test asks.
 pub fn manual_db(name: &str) -> TestDb {
     let db = new_db(name);
-    let mut c = db.connect();
-    c.batch_execute("SELECT pgque.stop()").unwrap();
-    let gone = wait_until(Duration::from_secs(10), || {
-        c.query_one(
-            "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pgque worker' AND datname = $1",
-            &[&db.name],
-        )
-        .unwrap()
-        .get::<_, i64>(0)
-            == 0
-    });
-    assert!(gone, "the worker of {name} did not stop");
+    stop_worker(&mut db.connect());
     db
 }
 
@@ -47,17 +35,7 @@ pub fn private_db(name: &str, manual: bool) -> (Cluster, Client) {
     let cl = Cluster::start_new(name, "");
     let mut c = cl.create_db(name);
     if manual {
-        c.batch_execute("SELECT pgque.stop()").unwrap();
-        let gone = wait_until(Duration::from_secs(10), || {
-            c.query_one(
-                "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pgque worker'",
-                &[],
-            )
-            .unwrap()
-            .get::<_, i64>(0)
-                == 0
-        });
-        assert!(gone, "the worker of {name} did not stop");
+        stop_worker(&mut c);
     }
     (cl, c)
 }
