@@ -1088,9 +1088,7 @@ fn log_rotation_evacuates_and_counts_only_claims_with_running_jobs() {
 /// Rotation keeps a segment sealed too recently, truncates the oldest one
 /// in ring order once it is old enough (moving its one running claim to the
 /// side table, where the jobs complete with the token they hold), and the
-/// lane goes on after its floor. In its own database: a rotation that
-/// truncates must lock every partition of the log, which a test sharing the
-/// database (an open transaction that enqueued into it) would hold.
+/// lane goes on after its floor.
 #[test]
 fn log_rotation_keeps_young_segments_and_truncates_in_ring_order() {
     let (_db, mut c) = rotation_db("jlog_ring_kept", "ro");

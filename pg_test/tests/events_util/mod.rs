@@ -26,11 +26,12 @@ pub fn manual_db(name: &str) -> TestDb {
 
 /// A database on a private cluster (see `Cluster`), with its worker stopped
 /// when `manual`. For tests that assert rotation or truncation makes progress:
-/// a table is truncated only once every snapshot in the cluster has moved past
-/// its last use, and on the shared server the tests running alongside (some
-/// hold a snapshot on purpose, for seconds) would postpone that by an amount
-/// no bound in the test can cover. Returns the cluster (stopped on drop) and
-/// a connection to the database.
+/// a table is truncated only once every transaction that held an xid anywhere
+/// in the cluster at its switch has ended (pg_current_snapshot's xmin), and on
+/// the shared server the tests running alongside (CREATE DATABASE, transactions
+/// held open on purpose) keep such transactions in flight nearly all the time,
+/// by an amount no bound in the test can cover. Returns the cluster (stopped
+/// on drop) and a connection to the database.
 pub fn private_db(name: &str, manual: bool) -> (Cluster, Client) {
     let cl = Cluster::start_new(name, "");
     let mut c = cl.create_db(name);
