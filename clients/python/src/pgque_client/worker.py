@@ -18,10 +18,21 @@ Threads and connections of a running Worker:
 The completer, the heartbeats and progress reports share one "control"
 connection (psycopg serialises calls on a connection); dispatch has its own, so
 a dispatch never waits behind a completion.
+
+Exactly-once handlers: a handler that takes two arguments, ``def h(job, tx)``
+(or one registered with ``transactional=True``), runs inside a transaction on
+a connection of its own. The worker opens it, the handler writes its effects
+through ``tx`` (a ``psycopg.Connection`` in that transaction), and the worker
+runs ``pgque.complete(job, lease_token[, output])`` in the same transaction
+before COMMIT. A completion the server refuses (false: the lease was lost to
+the rescue and the job went to another worker, or the job was cancelled or
+handed back) rolls the whole transaction back; a handler exception rolls it
+back and the job is failed (retried) in a separate transaction.
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import os
@@ -47,7 +58,8 @@ from .errors import ServerFeatureMissing, translated
 
 log = logging.getLogger("pgque_client")
 
-Handler = Callable[["Job"], Any]
+Handler = Callable[..., Any]
+"""``fn(job)`` (plain) or ``fn(job, tx)`` (exactly-once, in the completion's transaction)."""
 
 DISPATCH_SQL = (
     "SELECT job_id, queue, kind, args, priority, attempt, max_attempts, actor, "
@@ -62,6 +74,43 @@ REFILL_WAIT = 0.02
 
 def _seconds(v: float | timedelta) -> float:
     return v.total_seconds() if isinstance(v, timedelta) else float(v)
+
+
+def wants_transaction(fn: Callable[..., Any], transactional: bool | None = None) -> bool:
+    """Whether ``fn`` is an exactly-once handler: ``transactional`` when given,
+    otherwise True when ``fn`` takes exactly two required positional
+    parameters (``job, tx``). Used by the sync and the asyncio workers."""
+    if transactional is not None:
+        return transactional
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return False
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    params = list(sig.parameters.values())
+    if any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in params):
+        return False  # ambiguous: say it with transactional=
+    required = [p for p in params if p.kind in kinds and p.default is inspect.Parameter.empty]
+    return len(required) == 2
+
+
+def complete_sql(outputs: bool) -> str:
+    """The fenced single-job completion a transactional handler's
+    transaction ends with (with the output where the server takes one)."""
+    if outputs:
+        return "SELECT pgque.complete(%s::bigint, %s::bigint, %s::jsonb)"
+    return "SELECT pgque.complete(%s::bigint, %s::bigint)"
+
+
+def complete_params(job: Job, output: str | None, outputs: bool) -> tuple[Any, ...]:
+    """The parameters of complete_sql(outputs) for ``job``."""
+    return (job.id, job.lease_token, output) if outputs else (job.id, job.lease_token)
+
+
+def failure_text(e: BaseException) -> str:
+    """A handler's exception as a job error: its type, message and traceback."""
+    tb = "".join(traceback.format_exception(type(e), e, e.__traceback__))
+    return f"{type(e).__name__}: {e}\n{tb}"
 
 
 @dataclass(eq=False)
@@ -108,6 +157,16 @@ class Worker:
     ...     return {"sent_to": job.args["to"]}
     >>> w.run()  # blocks until w.stop(), SIGTERM or SIGINT  # doctest: +SKIP
 
+    A handler with two parameters, ``def h(job, tx)`` (or registered with
+    ``transactional=True``), is exactly-once: it runs in a transaction on a
+    connection of the worker, writes its effects through ``tx`` (a
+    ``psycopg.Connection`` with the transaction open: use ``tx.execute``, do
+    not commit), and the worker completes the job in that same transaction.
+    Either the effects and the completion commit together, or neither does
+    (a refused completion, an exception, a crash). ``worker.lost`` counts the
+    completions the server refused (lease lost, job cancelled), whose effects
+    were rolled back.
+
     A handler's return value becomes the job's output on servers with outputs
     (it must be JSON-serialisable; otherwise the job fails); an exception fails
     the job with its message and traceback, and the server retries it with its
@@ -152,7 +211,10 @@ class Worker:
         self.worker_id = worker_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.handle_signals = handle_signals
         self.connect_kwargs = connect_kwargs or {}
-        self._handlers: dict[str, Handler] = {}
+        self._handlers: dict[str, tuple[Handler, bool]] = {}
+        self._tx_idle: list[psycopg.Connection[Any]] = []
+        self._tx_lock = threading.Lock()
+        self._control_lock = threading.Lock()
         self._cond = threading.Condition()
         self._gen = 0
         self._stopping = threading.Event()
@@ -163,20 +225,22 @@ class Worker:
         self._features: Features | None = None
         self.completed = 0
         self.failed = 0
+        self.lost = 0
 
     # ---- registration -----------------------------------------------------
-    def handler(self, kind: str) -> Callable[[Handler], Handler]:
-        """Decorator: ``@worker.handler("kind")`` registers a handler for a job kind."""
+    def handler(self, kind: str, *, transactional: bool | None = None) -> Callable[[Handler], Handler]:
+        """Decorator: ``@worker.handler("kind")`` registers a handler for a job
+        kind; ``fn(job, tx)`` (or ``transactional=True``) makes it exactly-once."""
 
         def deco(fn: Handler) -> Handler:
-            self._handlers[kind] = fn
+            self.register(kind, fn, transactional=transactional)
             return fn
 
         return deco
 
-    def register(self, kind: str, fn: Handler) -> None:
+    def register(self, kind: str, fn: Handler, *, transactional: bool | None = None) -> None:
         """Registers ``fn`` for ``kind`` (the decorator's plain form)."""
-        self._handlers[kind] = fn
+        self._handlers[kind] = (fn, wants_transaction(fn, transactional))
 
     # ---- control ------------------------------------------------------------
     def stop(self) -> None:
@@ -227,6 +291,10 @@ class Worker:
             restore()
             dconn.close()
             self._control.close()
+            with self._tx_lock:
+                idle, self._tx_idle = self._tx_idle, []
+            for c in idle:
+                c.close()
             self._stopping.clear()
 
     def _channels(self, conn: psycopg.Connection[Any]) -> list[str]:
@@ -295,19 +363,73 @@ class Worker:
     # ---- one job ------------------------------------------------------------
     def _run_job(self, job: Job) -> None:
         try:
-            fn = self._handlers.get(job.kind)
-            if fn is None:
+            entry = self._handlers.get(job.kind)
+            if entry is None:
                 raise LookupError(f"no handler for job kind {job.kind!r} in worker {self.worker_id}")
-            result = fn(job)
-            out = None if result is None else json.dumps(result)
-            outcome: tuple[str, Job, Any] = ("complete", job, out)
+            fn, tx = entry
+            if tx:
+                outcome = self._run_in_transaction(job, fn)
+            else:
+                result = fn(job)
+                out = None if result is None else json.dumps(result)
+                outcome = ("complete", job, out)
         except BaseException as e:  # noqa: BLE001 - every failure of a handler fails its job
-            tb = "".join(traceback.format_exception(type(e), e, e.__traceback__))
-            outcome = ("fail", job, f"{type(e).__name__}: {e}\n{tb}")
-        self._done_q.put(outcome)
+            outcome = ("fail", job, failure_text(e))
+        if outcome is not None:
+            self._done_q.put(outcome)
         with self._cond:
             self._running.pop(job.id, None)
             self._cond.notify_all()
+
+    def _run_in_transaction(self, job: Job, fn: Handler) -> tuple[str, Job, Any] | None:
+        """Runs an exactly-once handler: BEGIN, fn(job, tx), the fenced
+        complete, COMMIT. Returns the failure to report (None: committed, or
+        refused and rolled back). An exception of the handler (or of the
+        completion / commit) rolls back and is reported as the job's failure,
+        in a separate transaction: the fail is fenced by the same token, so a
+        commit that did happen before a lost connection makes it a no-op."""
+        assert self._features is not None
+        conn = self._take_tx_conn()
+        refused = False
+        try:
+            with conn.transaction():
+                result = fn(job, conn)
+                out = None if result is None else json.dumps(result)
+                with translated():
+                    row = conn.execute(
+                        complete_sql(self._features.outputs), complete_params(job, out, self._features.outputs)
+                    ).fetchone()
+                if not (row and row[0]):
+                    refused = True
+                    raise psycopg.Rollback()
+        except BaseException as e:  # noqa: BLE001 - rolled back; the job fails
+            self._give_back_tx_conn(conn)
+            return ("fail", job, failure_text(e))
+        self._give_back_tx_conn(conn)
+        with self._cond:
+            if refused:
+                self.lost += 1
+            else:
+                self.completed += 1
+        if refused:
+            why = "handed back at shutdown" if job._handed_back else "its lease was lost or it was cancelled"
+            log.warning("pgque worker: job %d not completed (%s); its transaction was rolled back", job.id, why)
+        return None
+
+    def _take_tx_conn(self) -> psycopg.Connection[Any]:
+        with self._tx_lock:
+            if self._tx_idle:
+                return self._tx_idle.pop()
+        return psycopg.connect(self.dsn, autocommit=True, **self.connect_kwargs)
+
+    def _give_back_tx_conn(self, conn: psycopg.Connection[Any]) -> None:
+        ok = not conn.closed and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        if ok:
+            with self._tx_lock:
+                if len(self._tx_idle) < self.concurrency:
+                    self._tx_idle.append(conn)
+                    return
+        conn.close()
 
     # ---- completions --------------------------------------------------------
     def _complete_loop(self) -> None:
@@ -360,7 +482,14 @@ class Worker:
             # The leases of these jobs expire and the server's rescue hands
             # them out again: at-least-once, never lost.
             log.error("pgque worker: could not report %d job outcomes: %s", len(batch), e)
-            self._control = self._reconnect(self._control)
+            self._repair_control()
+
+    def _repair_control(self) -> None:
+        """Reconnects the control connection if it broke (the completer and
+        the heartbeats share it; whichever notices first reconnects)."""
+        with self._control_lock:
+            if self._control is not None and self._control.closed:
+                self._control = self._reconnect(self._control)
 
     # ---- heartbeats and progress ---------------------------------------------
     def _heartbeat_loop(self) -> None:
@@ -379,6 +508,7 @@ class Worker:
                     ).fetchall()
             except psycopg.Error as e:
                 log.warning("pgque worker: heartbeat failed: %s", e)
+                self._repair_control()
                 continue
             alive = {r[0] for r in rows}
             with self._cond:
