@@ -140,3 +140,65 @@ def test_cancelled_mid_handler_leaves_no_effects(dsn, conn, name):
     assert conn.execute("SELECT state, output FROM pgque.get_job(%s)", (jid,)).fetchone() == ("cancelled", None)
     assert _effects(conn, table) == {}
     assert w.completed == 0
+
+
+# ---- event consumers ---------------------------------------------------------
+
+
+def test_consumer_batch_effects_commit_with_its_ack(dsn, conn, name):
+    """A transactional Consumer: each message's insert commits with the
+    batch's ack; a handler that raises after its insert takes back only its
+    own insert (a savepoint) and nacks the message, which comes back once."""
+    conn.execute("SELECT pgque.create_queue(%s)", (name,))
+    conn.execute("SELECT pgque.subscribe(%s, 'c1')", (name,))
+    table = _table(conn, name)
+    ids = pq.send_batch(conn, name, [{"i": i} for i in range(30)], type="t")
+
+    def handle(m: pq.Message, tx: psycopg.Connection[Any]) -> None:
+        tx.execute(psycopg.sql.SQL("INSERT INTO {} (job_id) VALUES (%s)").format(psycopg.sql.Identifier(table)), (m.msg_id,))
+        if m.json()["i"] == 7 and m.retry_count is None:
+            raise ValueError("first delivery of 7 fails after its insert")
+
+    c = pq.Consumer(dsn, name, "c1", handle, poll_interval=0.2, retry_after=0, handle_signals=False)
+    assert c.transactional
+    with Running(c):
+        conn.execute("SELECT pgque.force_tick(%s)", (name,))
+        wait_until(lambda: len(_effects(conn, table)) == 30, 30, 0.1, "every event's effect")
+    fx = _effects(conn, table)
+    assert sorted(fx) == sorted(ids) and set(fx.values()) == {1}, fx
+
+
+def test_partitioned_slot_lost_mid_batch_rolls_the_batch_back(dsn, conn, name):
+    """One slot, a 1 s lease: the handler of the third message sleeps past
+    it and a thief claims the slot meanwhile. The worker notices at its next
+    renewal: the batch's inserts so far are rolled back. When the thief's
+    lease lapses the worker takes the slot again and handles the same batch:
+    one row per event in the end."""
+    conn.execute("SELECT pgque.create_queue(%s)", (name,))
+    conn.execute("SELECT pgque.subscribe_partitioned(%s, 'pc', 1)", (name,))
+    table = _table(conn, name)
+    ids = pq.send_batch(conn, name, [{"i": i} for i in range(6)], type="t", partition_keys=["k"] * 6)
+    calls: list[int] = []
+    stolen = threading.Event()
+
+    def handle(m: pq.Message, tx: psycopg.Connection[Any]) -> None:
+        calls.append(m.msg_id)
+        tx.execute(psycopg.sql.SQL("INSERT INTO {} (job_id) VALUES (%s)").format(psycopg.sql.Identifier(table)), (m.msg_id,))
+        if m.json()["i"] == 2 and not stolen.is_set():
+            time.sleep(1.3)  # past the 1 s lease
+            with psycopg.connect(dsn, autocommit=True) as thief:
+                epoch = thief.execute("SELECT pgque.claim_slot(%s, 'pc', 0, 'thief', '1 second')", (name,)).fetchone()
+            assert epoch is not None and epoch[0] is not None
+            stolen.set()
+            assert _effects(conn, table) == {}, "nothing is visible before the batch commits"
+
+    pc = pq.PartitionedConsumer(
+        dsn, name, "pc", 1, handle, workers=1, ttl=1, poll_interval=0.2, handle_signals=False, worker_id="A"
+    )
+    with Running(pc):
+        conn.execute("SELECT pgque.force_tick(%s)", (name,))
+        wait_until(lambda: len(_effects(conn, table)) == 6, 30, 0.1, "the batch handled again and committed")
+    assert stolen.is_set() and pc.lost_slots >= 1
+    assert calls[:3] == ids[:3] and calls[3:] == ids, calls  # the first try stopped after the third message
+    fx = _effects(conn, table)
+    assert sorted(fx) == sorted(ids) and set(fx.values()) == {1}, fx

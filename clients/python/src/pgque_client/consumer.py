@@ -8,6 +8,15 @@ delivered again (the same batch) to whoever reads that consumer or slot next.
 A handler that raises nacks its message (retried after ``retry_after``, to the
 dead-letter queue after the queue's max_retries); the nacks and the ack of one
 batch commit together.
+
+Exactly-once handlers: a handler that takes two arguments,
+``def handle(message, tx)`` (or ``transactional=True``), is called inside the
+transaction that acks the batch: its effects, the batch's nacks and its ack
+commit together or not at all. Each call runs in a savepoint, so a handler
+that raises takes back only its own effects and nacks its message. For a
+partitioned consumer the ack is fenced by the slot lease: a worker that lost
+its slot gets 55000 from ``ack_partitioned``, which rolls the batch's effects
+back (the new owner gets the same batch).
 """
 
 from __future__ import annotations
@@ -29,6 +38,7 @@ from typing import Any
 import psycopg
 
 from ._listen import Listener
+from .worker import wants_transaction
 from .errors import SlotLost, WrongState, translated
 
 log = logging.getLogger("pgque_client")
@@ -59,7 +69,8 @@ class Message:
         return None if self.payload is None else json.loads(self.payload)
 
 
-MessageHandler = Callable[[Message], Any]
+MessageHandler = Callable[..., Any]
+"""``fn(message)`` (plain) or ``fn(message, tx)`` (its effects commit with the batch's ack)."""
 
 _MSG_COLS = "msg_id, batch_id, type, payload, retry_count, created_at, extra1, extra2, extra3, extra4"
 _MSG_ROW = (
@@ -87,8 +98,11 @@ class _Runner:
     """What both consumers share: the stop flag, the tick wake-ups, signals."""
 
     def __init__(self, dsn: str, queue: str, poll_interval: float, handle_signals: bool,
-                 connect_kwargs: dict[str, Any] | None):  # fmt: skip
+                 connect_kwargs: dict[str, Any] | None, handler: MessageHandler,
+                 transactional: bool | None):  # fmt: skip
         self.dsn = dsn
+        self.handler = handler
+        self.transactional = wants_transaction(handler, transactional)
         self.queue = queue
         self.poll_interval = poll_interval
         self.handle_signals = handle_signals
@@ -111,6 +125,19 @@ class _Runner:
     def _wait_tick(self, gen: int) -> None:
         with self._cond:
             self._cond.wait_for(lambda: self._stopping.is_set() or self._gen != gen, self.poll_interval)
+
+    def _call(self, conn: psycopg.Connection[Any], m: Message, failed: list[tuple[Message, str]]) -> None:
+        """Runs the handler for one message; a transactional one in a
+        savepoint of the batch's transaction on ``conn``. An exception is
+        recorded in ``failed`` (the message is nacked)."""
+        try:
+            if self.transactional:
+                with conn.transaction():
+                    self.handler(m, conn)
+            else:
+                self.handler(m)
+        except Exception as e:  # noqa: BLE001 - a failing handler nacks its event
+            failed.append((m, _reason(e)))
 
     def _connect(self) -> psycopg.Connection[Any]:
         return psycopg.connect(self.dsn, autocommit=True, **self.connect_kwargs)
@@ -155,10 +182,10 @@ class Consumer(_Runner):
         subscribe: bool = True,
         handle_signals: bool = True,
         connect_kwargs: dict[str, Any] | None = None,
+        transactional: bool | None = None,
     ):
-        super().__init__(dsn, queue, _seconds(poll_interval), handle_signals, connect_kwargs)
+        super().__init__(dsn, queue, _seconds(poll_interval), handle_signals, connect_kwargs, handler, transactional)
         self.consumer = consumer
-        self.handler = handler
         self.batch_size = batch_size
         self.retry_after = timedelta(seconds=_seconds(retry_after))
         self.subscribe = subscribe
@@ -192,13 +219,14 @@ class Consumer(_Runner):
         if not rows:
             return 0
         msgs = [Message(*r) for r in rows]
-        failed = []
-        for m in msgs:
-            try:
-                self.handler(m)
-            except Exception as e:  # noqa: BLE001 - a failing handler nacks its event
-                failed.append((m, _reason(e)))
+        failed: list[tuple[Message, str]] = []
+        if not self.transactional:
+            for m in msgs:
+                self._call(conn, m, failed)
         with translated(), conn.transaction():
+            if self.transactional:
+                for m in msgs:
+                    self._call(conn, m, failed)
             for m, why in failed:
                 conn.execute(
                     f"SELECT pgque.nack(%s::bigint, {_MSG_ROW}, %s::interval, %s::text)",
@@ -222,7 +250,12 @@ class PartitionedConsumer(_Runner):
     stops processing that slot at once, without acking (the new owner gets
     the same batch). Events of one key arrive in order, on one worker at a
     time. When a worker finds a whole round of slots idle it sleeps until
-    the next tick's NOTIFY or ``poll_interval``."""
+    the next tick's NOTIFY or ``poll_interval``.
+
+    With a transactional handler (``handler(message, tx)``) a batch's
+    handler calls, nacks and fenced ack run in one transaction; the lease
+    renewals between messages go through a second connection of the worker
+    thread, so they take effect at once rather than at that commit."""
 
     def __init__(
         self,
@@ -242,13 +275,13 @@ class PartitionedConsumer(_Runner):
         worker_id: str | None = None,
         handle_signals: bool = True,
         connect_kwargs: dict[str, Any] | None = None,
+        transactional: bool | None = None,
     ):
-        super().__init__(dsn, queue, _seconds(poll_interval), handle_signals, connect_kwargs)
+        super().__init__(dsn, queue, _seconds(poll_interval), handle_signals, connect_kwargs, handler, transactional)
         if workers < 1:
             raise ValueError("workers must be at least 1")
         self.consumer = consumer
         self.n = n
-        self.handler = handler
         self.workers = workers
         self.ttl = max(1.0, _seconds(ttl))
         self.batch_size = batch_size
@@ -294,10 +327,13 @@ class PartitionedConsumer(_Runner):
         idle_round = max(1, math.ceil(self.n / self.workers))
         idle = 0
         conn: psycopg.Connection[Any] | None = None
+        side: psycopg.Connection[Any] | None = None
         try:
             while not self._stopping.is_set():
                 if conn is None or conn.closed:
                     conn = self._connect()
+                if self.transactional and (side is None or side.closed):
+                    side = self._connect()
                 with self._cond:
                     gen = self._gen
                 try:
@@ -311,7 +347,7 @@ class PartitionedConsumer(_Runner):
                         self._wait_tick(gen)
                         continue
                     slot, epoch = row
-                    got = self._serve_slot(conn, wid, slot, epoch, ttl)
+                    got = self._serve_slot(conn, side or conn, wid, slot, epoch, ttl)
                 except SlotLost as e:
                     log.info("pgque consumer %s: %s", wid, e)
                     with self._lock:
@@ -320,6 +356,8 @@ class PartitionedConsumer(_Runner):
                 except psycopg.OperationalError as e:
                     log.warning("pgque consumer %s: %s; reconnecting", wid, e)
                     conn.close()
+                    if side is not None:
+                        side.close()
                     self._stopping.wait(1.0)
                     continue
                 idle = 0 if got else idle + 1
@@ -334,11 +372,17 @@ class PartitionedConsumer(_Runner):
         finally:
             if conn is not None:
                 conn.close()
+            if side is not None:
+                side.close()
 
-    def _serve_slot(self, conn: psycopg.Connection[Any], wid: str, slot: int, epoch: int, ttl: timedelta) -> int:
+    def _serve_slot(
+        self, conn: psycopg.Connection[Any], side: psycopg.Connection[Any], wid: str, slot: int, epoch: int,
+        ttl: timedelta,
+    ) -> int:  # fmt: skip
         """Drains up to max_batches_per_claim batches of a claimed slot, then
         releases it. Returns the number of events handled. SlotLost when the
-        lease was taken over (nothing acked, the slot is not released)."""
+        lease was taken over (nothing acked, the slot is not released).
+        Lease renewals run on ``side`` (``conn`` itself for plain handlers)."""
         args = (self.queue, self.consumer, slot, self.n, wid)
         renewed = time.monotonic()
         total = 0
@@ -356,30 +400,23 @@ class PartitionedConsumer(_Runner):
             renewed = time.monotonic()
             if not rows:
                 break
-            failed = []
-            for m in (Message(*r) for r in rows):
-                if time.monotonic() - renewed > self.ttl / 3:
-                    with translated():
-                        got = conn.execute(
-                            "SELECT pgque.claim_slot(%s, %s, %s, %s, %s::interval)",
-                            (self.queue, self.consumer, slot, wid, ttl),
-                        ).fetchone()
-                    # The same epoch: renewed. epoch + 1: it had lapsed and
-                    # nobody took it in between (a take-over would have made
-                    # that epoch its own), so the batch is still ours. Anything
-                    # else: another worker held the slot; stop here.
-                    if got is None or got[0] is None or got[0] not in (epoch, epoch + 1):
-                        if got is not None and got[0] is not None:
-                            self._release_quietly(conn, slot, wid)
-                        raise SlotLost(f"slot {slot}: lease taken over (epoch {epoch} -> {got and got[0]})")
-                    epoch = got[0]
-                    renewed = time.monotonic()
-                try:
-                    self.handler(m)
-                except Exception as e:  # noqa: BLE001 - a failing handler nacks its event
-                    failed.append((m, _reason(e)))
+            msgs = [Message(*r) for r in rows]
+            failed: list[tuple[Message, str]] = []
+            lease = [epoch, renewed]
+
+            def handle_all() -> None:
+                for m in msgs:
+                    if time.monotonic() - lease[1] > self.ttl / 3:
+                        lease[0] = self._renew(side, wid, slot, lease[0], ttl)
+                        lease[1] = time.monotonic()
+                    self._call(conn, m, failed)
+
+            if not self.transactional:
+                handle_all()
             try:
                 with translated(), conn.transaction():
+                    if self.transactional:
+                        handle_all()
                     for m, why in failed:
                         conn.execute(
                             f"SELECT pgque.nack_partitioned(%s, %s, %s, %s, %s, {_MSG_ROW}, %s::interval, %s::text)",
@@ -388,6 +425,7 @@ class PartitionedConsumer(_Runner):
                     conn.execute("SELECT pgque.ack_partitioned(%s, %s, %s, %s, %s)", args)
             except WrongState as e:
                 raise SlotLost(f"slot {slot}: lease lost before ack ({e})") from e
+            epoch = lease[0]
             renewed = time.monotonic()
             total += len(rows)
             with self._lock:
@@ -395,6 +433,24 @@ class PartitionedConsumer(_Runner):
         with translated():
             conn.execute("SELECT pgque.release_slot(%s, %s, %s, %s)", (self.queue, self.consumer, slot, wid))
         return total
+
+    def _renew(self, conn: psycopg.Connection[Any], wid: str, slot: int, epoch: int, ttl: timedelta) -> int:
+        """Renews the slot lease; returns its epoch, or raises SlotLost when
+        another worker took it over."""
+        with translated():
+            got = conn.execute(
+                "SELECT pgque.claim_slot(%s, %s, %s, %s, %s::interval)",
+                (self.queue, self.consumer, slot, wid, ttl),
+            ).fetchone()
+        # The same epoch: renewed. epoch + 1: it had lapsed and nobody took
+        # it in between (a take-over would have made that epoch its own), so
+        # the batch is still ours. Anything else: another worker held the
+        # slot; stop here.
+        if got is None or got[0] is None or got[0] not in (epoch, epoch + 1):
+            if got is not None and got[0] is not None:
+                self._release_quietly(conn, slot, wid)
+            raise SlotLost(f"slot {slot}: lease taken over (epoch {epoch} -> {got and got[0]})")
+        return int(got[0])
 
     def _release_quietly(self, conn: psycopg.Connection[Any], slot: int, wid: str) -> None:
         try:
