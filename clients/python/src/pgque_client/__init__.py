@@ -8,7 +8,9 @@ Producers run on your connection and in your transaction::
         pq.send(conn, "orders", {"id": 7}, type="order.created", partition_key="tenant-42")
 
 Workers and consumers own their connections and block in ``run()`` until
-``stop()``, SIGTERM or SIGINT. ``pgque_client.aio`` has the asyncio producers.
+``stop()``, SIGTERM or SIGINT. ``pgque_client.aio`` has the asyncio producers
+and an asyncio ``Worker``. A handler ``def handle(job, tx)`` is exactly-once:
+its writes through ``tx`` and the job's completion commit in one transaction.
 """
 
 from . import aio, errors

@@ -1,5 +1,7 @@
-"""The asyncio twin of the producers: the same calls on a
-``psycopg.AsyncConnection``, in its transaction, with the same SQL."""
+"""The asyncio side: the producers on a ``psycopg.AsyncConnection`` (the same
+calls, in its transaction, with the same SQL), and ``Worker``, the job
+worker with async handlers (``async def h(job)``, or ``async def h(job, tx)``
+for exactly-once handlers)."""
 
 from __future__ import annotations
 
@@ -10,11 +12,12 @@ from typing import Any
 import psycopg
 
 from . import _sql
+from ._aio_worker import Job, Worker
 from ._features import afeatures
 from ._sql import Enqueued, FlowJob, IdemSend
 from .errors import translated
 
-__all__ = ["enqueue", "enqueue_many", "enqueue_flow", "send", "send_batch", "send_idem", "send_at"]
+__all__ = ["Worker", "Job", "enqueue", "enqueue_many", "enqueue_flow", "send", "send_batch", "send_idem", "send_at"]
 
 
 async def _one(conn: psycopg.AsyncConnection[Any], q: _sql.Query) -> Any:
