@@ -1,20 +1,27 @@
 #!/usr/bin/env bash
 # The client-library tier: installs pgque into one PostgreSQL version, starts
 # a private cluster with pgque preloaded, runs the Python client's pytest
-# suite and the Rust client's cargo tests against it, stops the cluster.
+# suite, the Rust client's cargo tests and the TypeScript client's
+# `node --test` suite against it, stops the cluster.
 #
-#   clients/run.sh 15                # both clients
-#   clients/run.sh 15 python [ARGS]  # only pytest (ARGS go to pytest, e.g. -k worker)
-#   clients/run.sh 15 rust [FILTER]  # only cargo test
+#   clients/run.sh 15                    # every client
+#   clients/run.sh 15 python [ARGS]      # only pytest (ARGS go to pytest, e.g. -k worker)
+#   clients/run.sh 15 rust [FILTER]      # only cargo test
+#   clients/run.sh 15 typescript [ARGS]  # only node --test (ARGS go to node, e.g. --test-name-pattern=drain)
 #
 # The Python side runs in a venv (clients/python/.venv, git-ignored) that this
 # script creates and fills from PyPI on first use (psycopg, pytest, setuptools, wheel),
 # so a fresh machine needs nothing else. Env: PGTEST_PROFILE=tier|release|debug as
 # for pg_test/run.sh (release default).
+# The TypeScript side installs its pinned packages with `npm ci` into
+# clients/typescript/node_modules (git-ignored) when they are missing or older
+# than package-lock.json, and compiles with tsc (`npm run build`) each run.
 set -euo pipefail
-VER=${1:?usage: clients/run.sh PGVERSION [python|rust] [args]}
+VER=${1:?usage: clients/run.sh PGVERSION [python|rust|typescript] [args]}
 WHAT=${2:-all}
 shift $(( $# >= 2 ? 2 : 1 ))
+case "$WHAT" in all|python|rust|typescript) ;; *) echo "unknown client '$WHAT' (python|rust|typescript)" >&2; exit 2 ;; esac
+want() { [ "$WHAT" = all ] || [ "$WHAT" = "$1" ]; }
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 
@@ -25,7 +32,7 @@ BINDIR=$("$PG_CONFIG" --bindir)
 # --- the Python venv (before the server: a failed fetch fails fast) ----------
 VENV=$ROOT/clients/python/.venv
 PY_PKGS=("psycopg[binary]==3.3.9" "pytest==8.4.2" "setuptools>=70.1" "wheel")
-if [ "$WHAT" != rust ]; then
+if want python; then
   [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
   if ! "$VENV/bin/python" -c 'import psycopg, pytest, wheel' 2>/dev/null; then
     echo "[clients] pip install ${PY_PKGS[*]} into $VENV"
@@ -37,6 +44,17 @@ if [ "$WHAT" != rust ]; then
     || { cat /tmp/pgque_clients_pip_$VER.log; exit 1; }
 fi
 
+# --- the TypeScript package (before the server, like the venv) --------------
+TS=$ROOT/clients/typescript
+if want typescript; then
+  if [ ! -f "$TS/node_modules/.package-lock.json" ] || [ "$TS/package-lock.json" -nt "$TS/node_modules/.package-lock.json" ]; then
+    echo "[clients] npm ci in $TS"
+    (cd "$TS" && npm ci --no-audit --no-fund >/tmp/pgque_clients_npm_$VER.log 2>&1) \
+      || { cat /tmp/pgque_clients_npm_$VER.log; exit 1; }
+  fi
+  (cd "$TS" && npm run -s build) || exit 1
+fi
+
 PROFILE=${PGTEST_PROFILE:-tier}
 flag=(--$PROFILE)
 echo "[clients] installing pgque ($PROFILE) into PostgreSQL $VER"
@@ -45,6 +63,9 @@ bash "$ROOT/scripts/install.sh" "$PG_CONFIG" "$VER" "${flag[@]}" >/tmp/pgque_cli
 
 DATA=/tmp/pgque_clients_$VER
 PORT=$((54100 + VER))
+# The TypeScript tier alone gets a cluster of its own, so that it can run
+# beside another client's run on the same machine.
+if [ "$WHAT" = typescript ]; then DATA=/tmp/pgque_clients_ts_$VER; PORT=$((54200 + VER)); fi
 as_pg() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
 if [ -f "$DATA/postmaster.pid" ]; then as_pg "$BINDIR/pg_ctl" -D "$DATA" -m immediate stop >/dev/null 2>&1 || true; fi
 rm -rf "$DATA"; mkdir -p "$DATA"
@@ -68,13 +89,19 @@ export PGQUE_TEST_HOST=$DATA PGQUE_TEST_PORT=$PORT
 echo "[clients] PostgreSQL $VER on port $PORT (socket $DATA)"
 
 rc=0
-if [ "$WHAT" != rust ]; then
+if want python; then
   echo "==== clients: python (pytest)"
   (cd "$ROOT/clients/python" && "$VENV/bin/python" -m pytest -q -p no:cacheprovider "$@") || rc=$?
 fi
-if [ "$WHAT" != python ] && [ -f "$ROOT/clients/rust/Cargo.toml" ]; then
+if want rust && [ -f "$ROOT/clients/rust/Cargo.toml" ]; then
   echo "==== clients: rust (cargo test)"
   cargo test --manifest-path "$ROOT/clients/rust/Cargo.toml" -- "$@" || rc=$?
+fi
+if want typescript; then
+  echo "==== clients: typescript (node --test)"
+  # TAP output: its closing lines are '# pass N' / '# fail N'. Two test files
+  # at a time, each with a database of its own.
+  (cd "$TS" && node --test --test-reporter=tap --test-concurrency=2 "$@" dist/test/*.test.js) || rc=$?
 fi
 if [ $rc -ne 0 ]; then
   echo "[clients] FAILED; last lines of the server log:"

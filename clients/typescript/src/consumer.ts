@@ -1,0 +1,551 @@
+/**
+ * Event consumers: a plain {@link Consumer} (receive / ack / nack, woken by
+ * the queue's tick NOTIFY) and a {@link PartitionedConsumer} whose M loops
+ * cover N slots with the `claim_next_slot` loop, so every slot is polled.
+ *
+ * Delivery is at least once: a batch is acked only after its handler calls
+ * returned, and a batch interrupted by a crash, a stop or a lost slot lease
+ * is delivered again (the same batch) to whoever reads that consumer or slot
+ * next. A handler that throws nacks its message (retried after
+ * `retryAfterMs`, dead-lettered after the queue's max_retries); the nacks and
+ * the ack of one batch commit together.
+ *
+ * With `txHandler` instead of `handler` the effects are exactly once: the
+ * batch's handler calls run inside one transaction on the consumer's
+ * connection (`handler(msg, tx)`, each in a savepoint), and the nacks and
+ * the ack (for a slot: the lease-fenced `ack_partitioned`) run in that same
+ * transaction before COMMIT. If the ack is refused (a slot lease lost: 55000)
+ * everything rolls back, effects included, and the new owner gets the batch.
+ */
+import { hostname } from "node:os";
+
+import type pg from "pg";
+
+import { SlotLost, WrongState, isConnectionError } from "./errors.js";
+import { Listener } from "./listen.js";
+import {
+  closeQuietly,
+  connect,
+  consoleLogger,
+  onSignals,
+  query,
+  secs,
+  shortId,
+  sleep,
+  toId,
+  toIdOrNull,
+  Waker,
+  type ConnectionOptions,
+  type Logger,
+} from "./util.js";
+
+/** One event, with PgQue's `pgque.message` fields. */
+export class Message {
+  readonly msgId: number;
+  readonly batchId: number;
+  readonly type: string;
+  /** The payload as sent (JSON payloads as their text); see {@link json}. */
+  readonly payload: string | null;
+  /** null on the first delivery, then the number of retries. */
+  readonly retryCount: number | null;
+  readonly createdAt: Date;
+  readonly extra1: string | null;
+  readonly extra2: string | null;
+  readonly extra3: string | null;
+  readonly extra4: string | null;
+
+  /** @internal Made from a row of `receive`. */
+  constructor(row: MessageRow) {
+    this.msgId = toId(row.msg_id);
+    this.batchId = toId(row.batch_id);
+    this.type = row.type;
+    this.payload = row.payload;
+    this.retryCount = row.retry_count;
+    this.createdAt = row.created_at;
+    this.extra1 = row.extra1;
+    this.extra2 = row.extra2;
+    this.extra3 = row.extra3;
+    this.extra4 = row.extra4;
+  }
+
+  /** The partition key (it rides extra1). */
+  get partitionKey(): string | null {
+    return this.extra1;
+  }
+
+  /** The payload decoded as JSON (null for a NULL payload). */
+  json<T = unknown>(): T {
+    return (this.payload === null ? null : JSON.parse(this.payload)) as T;
+  }
+}
+
+/** @internal */
+export interface MessageRow {
+  msg_id: unknown;
+  batch_id: unknown;
+  type: string;
+  payload: string | null;
+  retry_count: number | null;
+  created_at: Date;
+  extra1: string | null;
+  extra2: string | null;
+  extra3: string | null;
+  extra4: string | null;
+}
+
+/** A message handler; a throw nacks the message. */
+export type MessageHandler = (msg: Message) => unknown;
+/** An exactly-once message handler: writes its effects through `tx`, the
+ * transaction the batch's ack commits in. */
+export type TxMessageHandler = (msg: Message, tx: pg.ClientBase) => unknown;
+
+const MSG_COLS = "msg_id, batch_id, type, payload, retry_count, created_at, extra1, extra2, extra3, extra4";
+
+/** `$k..$k+9` as a pgque.message row. */
+function msgRow(k: number): string {
+  return (
+    `ROW($${k}::int8, $${k + 1}::int8, $${k + 2}::text, $${k + 3}::text, $${k + 4}::int4, $${k + 5}::timestamptz, ` +
+    `$${k + 6}::text, $${k + 7}::text, $${k + 8}::text, $${k + 9}::text)::pgque.message`
+  );
+}
+
+function msgParams(m: Message): unknown[] {
+  return [m.msgId, m.batchId, m.type, m.payload, m.retryCount, m.createdAt, m.extra1, m.extra2, m.extra3, m.extra4];
+}
+
+function reason(err: unknown): string {
+  const e = err instanceof Error ? `${err.name}: ${err.message}` : String(err);
+  return e.slice(0, 1000);
+}
+
+/** Options both consumers take. Durations are in milliseconds. */
+export interface ConsumerOptionsBase {
+  /** How to connect: a connection string or a `pg.ClientConfig`. */
+  connection: ConnectionOptions;
+  /** The event queue. */
+  queue: string;
+  /** The consumer's name. */
+  consumer: string;
+  /** Called per message; a throw nacks it. Give this or `txHandler`. */
+  handler?: MessageHandler;
+  /** Called per message inside the batch's transaction (exactly-once
+   * effects, module doc). Give this or `handler`. */
+  txHandler?: TxMessageHandler;
+  /** Most events per batch (default 100). */
+  batchSize?: number;
+  /** The fallback poll when no tick NOTIFY comes (default 2 s). */
+  pollIntervalMs?: number;
+  /** When a nacked event comes again (default 60 s). */
+  retryAfterMs?: number;
+  /** Subscribe first (default true; a no-op when subscribed). */
+  subscribe?: boolean;
+  /** Stop on SIGTERM / SIGINT while run() runs (default true). */
+  handleSignals?: boolean;
+  /** Where warnings go (default console). */
+  logger?: Logger;
+}
+
+type Handlers = { plain: MessageHandler; tx?: undefined } | { plain?: undefined; tx: TxMessageHandler };
+
+/** What both consumers share: the stop flag, the tick wake-ups, signals, and
+ * the handling of one received batch. */
+abstract class Runner {
+  /** Events handled (their batch acked). */
+  handled = 0;
+  readonly queue: string;
+  readonly consumer: string;
+  readonly batchSize: number;
+  readonly pollIntervalMs: number;
+  readonly retryAfterMs: number;
+  protected readonly connection: ConnectionOptions;
+  protected readonly subscribe: boolean;
+  protected readonly log: Logger;
+  protected readonly waker = new Waker();
+  protected stopping = false;
+  private readonly handleSignals: boolean;
+  private readonly handlers: Handlers;
+
+  constructor(o: ConsumerOptionsBase) {
+    this.connection = o.connection;
+    this.queue = o.queue;
+    this.consumer = o.consumer;
+    if ((o.handler === undefined) === (o.txHandler === undefined)) {
+      throw new TypeError("give exactly one of handler and txHandler");
+    }
+    this.handlers = o.handler !== undefined ? { plain: o.handler } : { tx: o.txHandler as TxMessageHandler };
+    this.batchSize = o.batchSize ?? 100;
+    this.pollIntervalMs = o.pollIntervalMs ?? 2_000;
+    this.retryAfterMs = o.retryAfterMs ?? 60_000;
+    secs(this.retryAfterMs, "retryAfterMs");
+    this.subscribe = o.subscribe ?? true;
+    this.handleSignals = o.handleSignals ?? true;
+    this.log = o.logger ?? consoleLogger;
+  }
+
+  /** Asks run() to finish the batches in hand and return; returns at once. */
+  stop(): void {
+    this.stopping = true;
+    this.waker.notify();
+  }
+
+  /** Runs `body` with the stop plumbing (signal, SIGTERM, the tick listener). */
+  protected async runWith(signal: AbortSignal | undefined, body: () => Promise<void>): Promise<void> {
+    this.stopping = signal?.aborted ?? false;
+    const onAbort = (): void => this.stop();
+    signal?.addEventListener("abort", onAbort, { once: true });
+    const restore = this.handleSignals ? onSignals(() => this.stop()) : () => undefined;
+    const listener = new Listener(this.connection, [`pgque_${this.queue}`], () => this.waker.notify(), this.log);
+    try {
+      await listener.start();
+      await body();
+    } finally {
+      await listener.close();
+      signal?.removeEventListener("abort", onAbort);
+      restore();
+      this.stopping = false;
+    }
+  }
+
+  protected waitTick(gen: number): Promise<boolean> {
+    return this.waker.waitGen(gen, this.pollIntervalMs, () => this.stopping);
+  }
+
+  /**
+   * Handles one received batch and finishes it in one transaction on `conn`:
+   * `nack(msg)` for each failed message, then `finish()` (the ack). With a
+   * txHandler the handler calls run in that transaction too. Throws what
+   * `finish` throws (after a ROLLBACK).
+   */
+  protected async handleBatch(
+    conn: pg.Client,
+    msgs: Message[],
+    nack: (m: Message, why: string) => Promise<unknown>,
+    finish: () => Promise<unknown>,
+    beforeEach?: () => Promise<void>,
+  ): Promise<void> {
+    const failed: [Message, string][] = [];
+    if (this.handlers.plain !== undefined) {
+      for (const m of msgs) {
+        await beforeEach?.();
+        try {
+          await this.handlers.plain(m);
+        } catch (err) {
+          failed.push([m, reason(err)]);
+        }
+      }
+    }
+    await conn.query("BEGIN");
+    try {
+      if (this.handlers.tx !== undefined) {
+        for (const m of msgs) {
+          await beforeEach?.();
+          // A savepoint per message: a failing message's effects go, the
+          // others' stay, and it is nacked in this same transaction.
+          await conn.query("SAVEPOINT pgque_msg");
+          try {
+            await this.handlers.tx(m, conn);
+            await conn.query("RELEASE SAVEPOINT pgque_msg");
+          } catch (err) {
+            await conn.query("ROLLBACK TO SAVEPOINT pgque_msg");
+            failed.push([m, reason(err)]);
+          }
+        }
+      }
+      for (const [m, why] of failed) await nack(m, why);
+      await finish();
+      await conn.query("COMMIT");
+    } catch (err) {
+      try {
+        await conn.query("ROLLBACK");
+      } catch {
+        /* the connection is gone: the server rolled back */
+      }
+      throw err;
+    }
+  }
+}
+
+/** Options of {@link Consumer}. */
+export type ConsumerOptions = ConsumerOptionsBase;
+
+/**
+ * Reads `queue` as `consumer` and calls the handler per event, acking each
+ * batch after its handler calls.
+ *
+ * ```ts
+ * const c = new Consumer({ connection, queue: "orders", consumer: "billing",
+ *   handler: (m) => console.log(m.msgId, m.json()) });
+ * await c.run({ signal });
+ * ```
+ */
+export class Consumer extends Runner {
+  /** Makes a consumer; nothing connects before {@link run}. */
+  constructor(options: ConsumerOptions) {
+    super(options);
+  }
+
+  /** Subscribes (unless `subscribe: false`), then receives, handles and acks
+   * batches until stop(), `signal` aborts or SIGTERM / SIGINT; the batch in
+   * hand is finished and acked first. Sleeps on the tick NOTIFY between
+   * empty polls. */
+  async run(options: { signal?: AbortSignal } = {}): Promise<void> {
+    await this.runWith(options.signal, async () => {
+      let conn = await connect(this.connection);
+      try {
+        if (this.subscribe) {
+          await query(conn, "SELECT pgque.subscribe($1::text, $2::text)", [this.queue, this.consumer]);
+        }
+        while (!this.stopping) {
+          const gen = this.waker.gen;
+          let got: number;
+          try {
+            got = await this.runOnce(conn);
+          } catch (err) {
+            if (!isConnectionError(err)) throw err;
+            this.log.warn(`consumer ${this.consumer}: ${(err as Error).message}; reconnecting`);
+            await closeQuietly(conn);
+            await sleep(1000);
+            conn = await connect(this.connection);
+            continue;
+          }
+          if (got === 0) await this.waitTick(gen);
+        }
+      } finally {
+        await closeQuietly(conn);
+      }
+    });
+  }
+
+  /** Receives one batch on `conn`, handles it, acks it; returns its size (0: none). */
+  async runOnce(conn: pg.Client): Promise<number> {
+    const { rows } = await query<MessageRow>(conn, `SELECT ${MSG_COLS} FROM pgque.receive($1::text, $2::text, $3::int4)`, [
+      this.queue,
+      this.consumer,
+      this.batchSize,
+    ]);
+    if (rows.length === 0) return 0;
+    const msgs = rows.map((r) => new Message(r));
+    const batchId = msgs[0]?.batchId as number;
+    await this.handleBatch(
+      conn,
+      msgs,
+      (m, why) =>
+        query(conn, `SELECT pgque.nack($1::int8, ${msgRow(2)}, make_interval(secs => $12::float8), $13::text)`, [
+          batchId,
+          ...msgParams(m),
+          this.retryAfterMs / 1000,
+          why,
+        ]),
+      () => query(conn, "SELECT pgque.ack($1::int8)", [batchId]),
+    );
+    this.handled += msgs.length;
+    return msgs.length;
+  }
+}
+
+/** Options of {@link PartitionedConsumer}. */
+export interface PartitionedConsumerOptions extends ConsumerOptionsBase {
+  /** The number of slots N (1..256). */
+  n: number;
+  /** Concurrent slot loops M, each with its own connection (default 1; any ratio to N). */
+  workers?: number;
+  /** The slot lease (default 30 s, at least 1 s). */
+  ttlMs?: number;
+  /** Most batches per claim of a busy slot before it is released (default 16). */
+  maxBatchesPerClaim?: number;
+  /** The lease owner prefix (default host-pid-random; loop i is `${workerId}/${i}`). */
+  workerId?: string;
+}
+
+/**
+ * Reads `queue` as partitioned consumer `consumer` over `n` slots with
+ * `workers` loops, each looping claim_next_slot -> receive_partitioned ->
+ * handler -> ack_partitioned -> release_slot: the slot that waited longest
+ * is served next and no slot is left unpolled (an unpolled slot pins the
+ * queue's rotation).
+ *
+ * A loop keeps a slot while its batches are non-empty (at most
+ * `maxBatchesPerClaim`), renewing the lease between messages once a third of
+ * the TTL has passed; if the lease was taken over meanwhile it stops
+ * processing that slot at once, without acking (the new owner gets the same
+ * batch), and counts it in `lostSlots`. Events of one key arrive in order,
+ * on one loop at a time.
+ */
+export class PartitionedConsumer extends Runner {
+  readonly n: number;
+  readonly workers: number;
+  readonly ttlMs: number;
+  readonly maxBatchesPerClaim: number;
+  readonly workerId: string;
+  /** Slots whose lease a loop lost while it held a batch. */
+  lostSlots = 0;
+
+  /** Makes a partitioned consumer; nothing connects before {@link run}. */
+  constructor(options: PartitionedConsumerOptions) {
+    super(options);
+    this.n = options.n;
+    this.workers = options.workers ?? 1;
+    if (!Number.isInteger(this.workers) || this.workers < 1) throw new RangeError("workers must be at least 1");
+    this.ttlMs = Math.max(1000, options.ttlMs ?? 30_000);
+    this.maxBatchesPerClaim = options.maxBatchesPerClaim ?? 16;
+    this.workerId = options.workerId ?? `${hostname()}-${process.pid}-${shortId()}`;
+  }
+
+  /** The lease owner name of loop `i`. */
+  workerName(i: number): string {
+    return `${this.workerId}/${i}`;
+  }
+
+  /** Subscribes the N slots (unless `subscribe: false`), then runs the M
+   * loops until stop(), `signal` aborts or SIGTERM / SIGINT. Rejects with the
+   * first error a loop failed with (the others are stopped). */
+  async run(options: { signal?: AbortSignal } = {}): Promise<void> {
+    const errors: unknown[] = [];
+    await this.runWith(options.signal, async () => {
+      if (this.subscribe) {
+        const c = await connect(this.connection);
+        try {
+          await query(c, "SELECT pgque.subscribe_partitioned($1::text, $2::text, $3::int4)", [this.queue, this.consumer, this.n]);
+        } finally {
+          await closeQuietly(c);
+        }
+      }
+      const loops = Array.from({ length: this.workers }, (_, i) =>
+        this.loop(i).catch((err) => {
+          errors.push(err);
+          this.stop();
+        }),
+      );
+      await Promise.all(loops);
+    });
+    if (errors.length > 0) throw errors[0];
+  }
+
+  private async loop(i: number): Promise<void> {
+    const wid = this.workerName(i);
+    const ttl = this.ttlMs / 1000;
+    const idleRound = Math.max(1, Math.ceil(this.n / this.workers));
+    let idle = 0;
+    let conn: pg.Client | undefined;
+    try {
+      while (!this.stopping) {
+        if (conn === undefined) conn = await connect(this.connection);
+        const gen = this.waker.gen;
+        let got: number;
+        try {
+          const { rows } = await query<{ slot: number; epoch: unknown }>(
+            conn,
+            "SELECT slot, epoch FROM pgque.claim_next_slot($1::text, $2::text, $3::text, make_interval(secs => $4::float8))",
+            [this.queue, this.consumer, wid, ttl],
+          );
+          const row = rows[0];
+          if (row === undefined) {
+            // Every slot is held by a live lease of another loop or worker.
+            await this.waitTick(gen);
+            continue;
+          }
+          got = await this.serveSlot(conn, wid, row.slot, toId(row.epoch));
+        } catch (err) {
+          if (err instanceof SlotLost) {
+            this.log.warn(`consumer ${wid}: ${err.message}`);
+            this.lostSlots++;
+            continue;
+          }
+          if (!isConnectionError(err)) throw err;
+          this.log.warn(`consumer ${wid}: ${(err as Error).message}; reconnecting`);
+          await closeQuietly(conn);
+          conn = undefined;
+          await sleep(1000);
+          continue;
+        }
+        idle = got > 0 ? 0 : idle + 1;
+        if (idle >= idleRound) {
+          idle = 0;
+          await this.waitTick(gen);
+        }
+      }
+    } finally {
+      await closeQuietly(conn);
+    }
+  }
+
+  /** Drains up to maxBatchesPerClaim batches of a claimed slot, then releases
+   * it. Returns the number of events handled. Throws SlotLost when the lease
+   * was taken over (nothing acked, the slot is not released). */
+  private async serveSlot(conn: pg.Client, wid: string, slot: number, epoch0: number): Promise<number> {
+    const args = [this.queue, this.consumer, slot, this.n, wid];
+    const ttl = this.ttlMs / 1000;
+    let epoch = epoch0;
+    let renewed = Date.now();
+    let total = 0;
+    for (let b = 0; b < this.maxBatchesPerClaim && !this.stopping; b++) {
+      let rows: MessageRow[];
+      try {
+        ({ rows } = await query<MessageRow>(
+          conn,
+          `SELECT ${MSG_COLS} FROM pgque.receive_partitioned($1::text, $2::text, $3::int4, $4::int4, $5::text, $6::int4)`,
+          [...args, this.batchSize],
+        ));
+      } catch (err) {
+        if (err instanceof WrongState) throw new SlotLost(`slot ${slot}: lease lost before receive (${err.message})`, { cause: err });
+        throw err;
+      }
+      renewed = Date.now();
+      if (rows.length === 0) break;
+      const msgs = rows.map((r) => new Message(r));
+      const renew = async (): Promise<void> => {
+        if (Date.now() - renewed <= this.ttlMs / 3) return;
+        const { rows: got } = await query<{ epoch: unknown }>(
+          conn,
+          "SELECT pgque.claim_slot($1::text, $2::text, $3::int4, $4::text, make_interval(secs => $5::float8)) AS epoch",
+          [this.queue, this.consumer, slot, wid, ttl],
+        );
+        const e = got[0]?.epoch === undefined ? null : toIdOrNull(got[0].epoch);
+        // The same epoch: renewed. epoch + 1: it had lapsed and nobody took it
+        // in between (a take-over would have made that epoch its own), so the
+        // batch is still ours. Anything else: another worker held the slot.
+        if (e === null || (e !== epoch && e !== epoch + 1)) {
+          if (e !== null) await this.releaseQuietly(conn, slot, wid);
+          throw new SlotLost(`slot ${slot}: lease taken over (epoch ${epoch} -> ${e})`);
+        }
+        epoch = e;
+        renewed = Date.now();
+      };
+      try {
+        await this.handleBatch(
+          conn,
+          msgs,
+          (m, why) =>
+            query(
+              conn,
+              "SELECT pgque.nack_partitioned($1::text, $2::text, $3::int4, $4::int4, $5::text, " +
+                `${msgRow(6)}, make_interval(secs => $16::float8), $17::text)`,
+              [...args, ...msgParams(m), this.retryAfterMs / 1000, why],
+            ),
+          () => query(conn, "SELECT pgque.ack_partitioned($1::text, $2::text, $3::int4, $4::int4, $5::text)", args),
+          // Inside the transaction of a txHandler the claim_slot would hold the
+          // lease row to commit; renewing there is still correct (it commits
+          // with the ack), and a lost lease rolls the effects back.
+          renew,
+        );
+      } catch (err) {
+        if (err instanceof WrongState) throw new SlotLost(`slot ${slot}: lease lost before ack (${err.message})`, { cause: err });
+        throw err;
+      }
+      renewed = Date.now();
+      total += msgs.length;
+      this.handled += msgs.length;
+    }
+    await query(conn, "SELECT pgque.release_slot($1::text, $2::text, $3::int4, $4::text)", [this.queue, this.consumer, slot, wid]);
+    return total;
+  }
+
+  private async releaseQuietly(conn: pg.Client, slot: number, wid: string): Promise<void> {
+    try {
+      await query(conn, "SELECT pgque.release_slot($1::text, $2::text, $3::int4, $4::text)", [this.queue, this.consumer, slot, wid]);
+    } catch (err) {
+      // An open batch (55000): the lease lapses after its ttl and the batch is redelivered.
+      if (!(err instanceof WrongState)) throw err;
+    }
+  }
+}

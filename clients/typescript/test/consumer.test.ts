@@ -1,0 +1,206 @@
+/** Event consumers against a real server: Consumer and PartitionedConsumer. */
+import assert from "node:assert/strict";
+import { after, before, test } from "node:test";
+
+import pg from "pg";
+
+import { Consumer, PartitionedConsumer, sendBatch, type Message } from "../src/index.js";
+import { client, freshDatabase, gate, sleep, uniq, waitUntil } from "./helpers.js";
+
+let cfg: pg.ClientConfig;
+let conn: pg.Client;
+
+before(async () => {
+  cfg = await freshDatabase("pgque_ts_consumer");
+  conn = await client(cfg);
+});
+after(async () => {
+  await conn.end();
+});
+
+function running(c: { run(o: { signal: AbortSignal }): Promise<void> }): { stop: () => Promise<void> } {
+  const ac = new AbortController();
+  const done = c.run({ signal: ac.signal });
+  done.catch(() => undefined);
+  return {
+    stop: async () => {
+      ac.abort();
+      await done;
+    },
+  };
+}
+
+interface SlotRow {
+  slot: number;
+  pending_events: string;
+  last_tick: string;
+  lease_owner: string | null;
+}
+
+async function slots(queue: string, consumer: string): Promise<SlotRow[]> {
+  const { rows } = await conn.query<SlotRow>(
+    "SELECT slot, pending_events, last_tick, lease_owner FROM pgque.partition_slot_status " +
+      "WHERE queue_name = $1 AND consumer = $2 ORDER BY slot",
+    [queue, consumer],
+  );
+  return rows;
+}
+
+async function lastTick(queue: string): Promise<number> {
+  const { rows } = await conn.query("SELECT last_tick_id FROM pgque.get_queue_info($1)", [queue]);
+  return Number(rows[0].last_tick_id);
+}
+
+test("Consumer handles in order, nacks a failing event, acks every batch", async () => {
+  const q = uniq();
+  await conn.query("SELECT pgque.create_queue($1)", [q]);
+  await conn.query("SELECT pgque.subscribe($1, 'c1')", [q]);
+  const ids = await sendBatch(conn, q, Array.from({ length: 50 }, (_, i) => ({ i })), { type: "t" });
+  const seen: number[] = [];
+  const retried: [number, number][] = [];
+  const c = new Consumer({
+    connection: cfg,
+    queue: q,
+    consumer: "c1",
+    pollIntervalMs: 200,
+    retryAfterMs: 0,
+    handleSignals: false,
+    handler: (m: Message) => {
+      if (m.json<{ i: number }>().i === 7 && m.retryCount === null) throw new Error("first delivery of 7 fails");
+      if (m.retryCount) retried.push([m.msgId, m.retryCount]);
+      assert.equal(m.type, "t");
+      seen.push(m.msgId);
+    },
+  });
+  const r = running(c);
+  try {
+    await waitUntil(() => seen.length === 50, 30_000, "every event handled");
+  } finally {
+    await r.stop();
+  }
+  assert.deepEqual([...seen].sort((a, b) => a - b), ids);
+  assert.deepEqual(
+    seen.filter((s) => s !== ids[7]),
+    ids.filter((i) => i !== ids[7]),
+    "in order",
+  );
+  assert.deepEqual(retried, [[ids[7], 1]]);
+  const { rows } = await conn.query("SELECT pending_events FROM pgque.get_consumer_info($1, 'c1')", [q]);
+  assert.equal(Number(rows[0].pending_events), 0);
+  assert.equal(c.handled, 51);
+});
+
+test("PartitionedConsumer: 3 loops keep all 8 slots polled, each key in order", async () => {
+  const n = 8;
+  const q = uniq();
+  await conn.query("SELECT pgque.create_queue($1)", [q]);
+  await conn.query("SELECT pgque.subscribe_partitioned($1, 'pc', $2)", [q, n]);
+  const keys = Array.from({ length: 40 }, (_, k) => `key-${k}`);
+  const sent = new Map<string, number[]>();
+  for (let round = 0; round < 5; round++) {
+    const ids = await sendBatch(
+      conn,
+      q,
+      keys.map((k) => ({ round, k })),
+      { type: "t", partitionKeys: keys },
+    );
+    keys.forEach((k, i) => sent.set(k, [...(sent.get(k) ?? []), ids[i] as number]));
+  }
+  const got = new Map<string, number[]>();
+  const pc = new PartitionedConsumer({
+    connection: cfg,
+    queue: q,
+    consumer: "pc",
+    n,
+    workers: 3,
+    pollIntervalMs: 300,
+    handleSignals: false,
+    handler: async (m) => {
+      const k = m.partitionKey as string;
+      got.set(k, [...(got.get(k) ?? []), m.msgId]);
+      if (Math.random() < 0.1) await sleep(5); // interleave the loops
+    },
+  });
+  const r = running(pc);
+  try {
+    await conn.query("SELECT pgque.force_tick($1)", [q]);
+    const t1 = await lastTick(q);
+    await waitUntil(
+      async () => (await slots(q, "pc")).every((s) => Number(s.pending_events) === 0 && Number(s.last_tick) >= t1),
+      60_000,
+      "every slot drained",
+      100,
+    );
+    // Idle slots are polled too: every slot's position follows a new tick.
+    await conn.query("SELECT pgque.force_tick($1)", [q]);
+    const t2 = await lastTick(q);
+    await waitUntil(
+      async () => (await slots(q, "pc")).every((s) => Number(s.last_tick) >= t2),
+      30_000,
+      "every slot polled after an idle tick",
+      100,
+    );
+  } finally {
+    await r.stop();
+  }
+  assert.equal([...got.values()].reduce((a, v) => a + v.length, 0), keys.length * 5);
+  for (const k of keys) assert.deepEqual(got.get(k), sent.get(k), `key ${k}: in order, each once`);
+  const all = await slots(q, "pc");
+  assert.equal(all.length, n);
+  assert.deepEqual(
+    all.map((s) => s.slot),
+    [0, 1, 2, 3, 4, 5, 6, 7],
+  );
+  assert.equal(pc.handled, keys.length * 5);
+});
+
+test("a loop that loses its slot lease stops processing that slot", async () => {
+  const q = uniq();
+  await conn.query("SELECT pgque.create_queue($1)", [q]);
+  await conn.query("SELECT pgque.subscribe_partitioned($1, 'pc', 1)", [q]);
+  const ids = await sendBatch(conn, q, [0, 1, 2, 3, 4].map((i) => ({ i })), { type: "t", partitionKeys: Array(5).fill("k") });
+  const handled: number[] = [];
+  const inFirst = gate();
+  const goOn = gate();
+  const pc = new PartitionedConsumer({
+    connection: cfg,
+    queue: q,
+    consumer: "pc",
+    n: 1,
+    ttlMs: 1000,
+    pollIntervalMs: 200,
+    workerId: "A",
+    handleSignals: false,
+    handler: async (m) => {
+      handled.push(m.msgId);
+      if (handled.length === 1) {
+        inFirst.open();
+        await goOn.promise; // past the 1 s lease, without renewing it
+      }
+    },
+  });
+  const r = running(pc);
+  try {
+    await conn.query("SELECT pgque.force_tick($1)", [q]);
+    await inFirst.promise;
+    await waitUntil(async () => (await slots(q, "pc"))[0]?.lease_owner === null, 10_000, "A's lease to lapse");
+    const { rows } = await conn.query("SELECT pgque.claim_slot($1, 'pc', 0, 'thief', '60 seconds') AS epoch", [q]);
+    assert.notEqual(rows[0].epoch, null);
+    goOn.open();
+    await waitUntil(() => pc.lostSlots >= 1, 10_000, "A to notice the take-over");
+    await sleep(300);
+    assert.deepEqual(handled, [ids[0]], "nothing more of that slot");
+    const { rows: again } = await conn.query("SELECT msg_id FROM pgque.receive_partitioned($1, 'pc', 0, 1, 'thief', 100)", [q]);
+    assert.deepEqual(
+      again.map((x) => Number(x.msg_id)),
+      ids,
+      "the new owner gets the whole batch again",
+    );
+    const { rows: acked } = await conn.query("SELECT pgque.ack_partitioned($1, 'pc', 0, 1, 'thief') AS n", [q]);
+    assert.equal(acked[0].n, 1);
+  } finally {
+    goOn.open();
+    await r.stop();
+  }
+  assert.deepEqual(handled, [ids[0]]);
+});
