@@ -202,3 +202,23 @@ def test_partitioned_slot_lost_mid_batch_rolls_the_batch_back(dsn, conn, name):
     assert calls[:3] == ids[:3] and calls[3:] == ids, calls  # the first try stopped after the third message
     fx = _effects(conn, table)
     assert sorted(fx) == sorted(ids) and set(fx.values()) == {1}, fx
+
+
+# ---- the soak, small -------------------------------------------------------------------
+
+
+def test_exactly_once_soak_small(dsn, name):
+    """exactly_once_soak.py at 2,000 jobs: three worker processes, kills
+    (SIGKILL of a worker, pg_terminate_backend of its backends) every ~1.5 s,
+    a 1 s lease that 1 % of the handler runs outlive. Every job completes,
+    one effect row each."""
+    import exactly_once_soak
+
+    res = exactly_once_soak.soak(
+        dsn, jobs=2000, workers=3, concurrency=4, lease=1.0, chaos_every=1.5, slow_p=0.01, work_ms=40.0,
+        timeout=300, queue=name,
+    )  # fmt: skip
+    print(f"\nsoak (small): {res}")
+    assert res.ok(), res
+    assert res.worker_sigkills >= 1 and res.backends_terminated >= 1, res
+    assert res.jobs_run_more_than_once > 0 and res.handler_runs > res.jobs, "no job ran twice: the soak proved nothing"
