@@ -617,8 +617,13 @@ export class Worker {
       j.handedBack = true;
       j.lose("handed back at shutdown");
       try {
-        await query(await this.ctl(), "SELECT pgque.snooze($1::int8, $2::int8, now())", [j.id, j.leaseToken]);
-        this.handedBack++;
+        const { rows } = await query<{ ok: boolean }>(
+          await this.ctl(),
+          "SELECT pgque.snooze($1::int8, $2::int8, now()) AS ok",
+          [j.id, j.leaseToken],
+        );
+        // false: the job finished, was cancelled or rescued meanwhile.
+        if (rows[0]?.ok === true) this.handedBack++;
       } catch (err) {
         this.log.error(`worker ${this.workerId}: could not hand back job ${j.id}: ${(err as Error).message}`);
       }
