@@ -2,21 +2,31 @@
 //! the charts and the throughput figures (rates need two points in time;
 //! PostgreSQL keeps counts, not histories).
 use crate::db::Metric;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// (metric name, labels) as one key.
 pub type Key = (String, BTreeMap<String, String>);
 
-pub struct Sample {
-    /// Unix seconds.
-    pub at: f64,
-    pub values: BTreeMap<Key, f64>,
+/// One series: its points inside the window, and the sample it was last in.
+struct Series {
+    points: VecDeque<(f64, f64)>,
+    last_seen: u64,
 }
 
+/// The last `cap` samples of at most `max_series` series. Each consumer,
+/// queue, slot and duty is a series, and consumers are created by any
+/// pgque_reader: past `max_series`, a new series takes the place of the one
+/// seen least recently that is gone from the newest sample, and when every
+/// kept series is still live the new one is not charted (counted in
+/// `dropped`). Live charts keep their history through a flood of new names.
 pub struct History {
     cap: usize,
-    samples: VecDeque<Sample>,
+    max_series: usize,
+    times: VecDeque<f64>,
+    seq: u64,
+    series: HashMap<Key, Series>,
+    dropped: u64,
 }
 
 pub fn now() -> f64 {
@@ -37,30 +47,94 @@ pub fn key(name: &str, labels: &[(&str, &str)]) -> Key {
 }
 
 impl History {
-    pub fn new(cap: usize) -> History {
+    /// Keeps `cap` samples (at least 2) of at most `max_series` series (at
+    /// least 1).
+    pub fn new(cap: usize, max_series: usize) -> History {
         History {
             cap: cap.max(2),
-            samples: VecDeque::new(),
+            max_series: max_series.max(1),
+            times: VecDeque::new(),
+            seq: 0,
+            series: HashMap::new(),
+            dropped: 0,
         }
     }
 
+    /// Adds a sample taken at `at`: the oldest sample leaves the window,
+    /// series with no point left in it are forgotten, and new series are
+    /// admitted up to the cap (above).
     pub fn push(&mut self, at: f64, metrics: &[Metric]) {
-        let values = metrics
-            .iter()
-            .map(|m| ((m.name.clone(), m.labels.clone()), m.value))
-            .collect();
-        if self.samples.len() == self.cap {
-            self.samples.pop_front();
+        self.seq += 1;
+        let seq = self.seq;
+        self.times.push_back(at);
+        while self.times.len() > self.cap {
+            self.times.pop_front();
         }
-        self.samples.push_back(Sample { at, values });
+        let oldest = self.times.front().copied().unwrap_or(at);
+        let mut new = Vec::new();
+        for m in metrics {
+            let k = (m.name.clone(), m.labels.clone());
+            match self.series.get_mut(&k) {
+                Some(s) => {
+                    s.points.push_back((at, m.value));
+                    s.last_seen = seq;
+                }
+                None => new.push((k, m.value)),
+            }
+        }
+        for s in self.series.values_mut() {
+            while s.points.front().is_some_and(|p| p.0 < oldest) {
+                s.points.pop_front();
+            }
+        }
+        self.series.retain(|_, s| !s.points.is_empty());
+        let room = self.max_series.saturating_sub(self.series.len());
+        if new.len() > room {
+            // Make room from series absent from this sample, least recent first.
+            let mut gone: Vec<(u64, Key)> = self
+                .series
+                .iter()
+                .filter(|(_, s)| s.last_seen < seq)
+                .map(|(k, s)| (s.last_seen, k.clone()))
+                .collect();
+            gone.sort();
+            for (_, k) in gone.into_iter().take(new.len() - room) {
+                self.series.remove(&k);
+            }
+        }
+        let room = self.max_series.saturating_sub(self.series.len());
+        if new.len() > room {
+            self.dropped += (new.len() - room) as u64;
+            new.truncate(room);
+        }
+        for (k, v) in new {
+            self.series.insert(
+                k,
+                Series {
+                    points: VecDeque::from([(at, v)]),
+                    last_seen: seq,
+                },
+            );
+        }
+    }
+
+    /// How many series are kept.
+    pub fn kept(&self) -> usize {
+        self.series.len()
+    }
+
+    /// New series left out since start because `max_series` live ones
+    /// were kept (a count of sample-series, not of names).
+    pub fn dropped(&self) -> u64 {
+        self.dropped
     }
 
     /// The values of one series, oldest first (missing samples skipped).
     pub fn series(&self, k: &Key) -> Vec<(f64, f64)> {
-        self.samples
-            .iter()
-            .filter_map(|s| s.values.get(k).map(|v| (s.at, *v)))
-            .collect()
+        self.series
+            .get(k)
+            .map(|s| s.points.iter().copied().collect())
+            .unwrap_or_default()
     }
 
     /// Per-second increase of a count between successive samples, oldest
@@ -111,7 +185,7 @@ mod tests {
 
     #[test]
     fn keeps_the_newest_samples_and_computes_rates() {
-        let mut h = History::new(3);
+        let mut h = History::new(3, 100);
         let k = key("c", &[("queue", "a")]);
         h.push(10.0, &[m("c", "a", 0.0)]);
         h.push(12.0, &[m("c", "a", 10.0)]);
@@ -122,5 +196,35 @@ mod tests {
         assert_eq!(h.rates(&k), vec![(14.0, 0.0), (16.0, 4.0)]);
         assert_eq!(h.rate(&k), Some(2.0));
         assert_eq!(h.rate(&key("c", &[("queue", "b")])), None);
+    }
+
+    #[test]
+    fn series_are_capped_and_live_ones_kept() {
+        let mut h = History::new(4, 3);
+        h.push(1.0, &[m("c", "a", 1.0), m("c", "b", 1.0)]);
+        h.push(2.0, &[m("c", "a", 2.0), m("c", "b", 2.0), m("c", "c", 2.0)]);
+        assert_eq!(h.kept(), 3);
+        // A flood of new names while a, b, c are live: none of them is kept.
+        let flood: Vec<Metric> = (0..100)
+            .map(|i| m("c", &format!("new{i}"), 0.0))
+            .chain([m("c", "a", 3.0), m("c", "b", 3.0), m("c", "c", 3.0)])
+            .collect();
+        h.push(3.0, &flood);
+        assert_eq!(h.kept(), 3);
+        assert_eq!(h.dropped(), 100);
+        assert_eq!(h.series(&key("c", &[("queue", "a")])).len(), 3);
+        assert!(h.series(&key("c", &[("queue", "new0")])).is_empty());
+        // Once c is gone from the samples, a new series takes its place
+        // (the least recently seen goes first).
+        h.push(4.0, &[m("c", "a", 4.0), m("c", "b", 4.0), m("c", "d", 4.0)]);
+        assert_eq!(h.kept(), 3);
+        assert!(h.series(&key("c", &[("queue", "c")])).is_empty());
+        assert_eq!(h.series(&key("c", &[("queue", "d")])), vec![(4.0, 4.0)]);
+        // A series absent for the whole window is forgotten without a cap.
+        let mut w = History::new(2, 10);
+        w.push(1.0, &[m("c", "x", 1.0)]);
+        w.push(2.0, &[m("c", "y", 1.0)]);
+        w.push(3.0, &[m("c", "y", 2.0)]);
+        assert_eq!(w.kept(), 1);
     }
 }

@@ -11,14 +11,22 @@
 //!
 //! Read-only unless the database role is a member of pgque_admin (and
 //! --read-only is not given): then pages carry pause/resume, retry, cancel
-//! and replay buttons, each a POST carrying this process's CSRF token.
+//! and replay buttons, each a POST carrying the session's CSRF token.
+//!
+//! Every request must name this server in `Host` and every POST must come
+//! from its own pages (`Origin` / `Referer`): guard.rs. A login (auth.rs) is
+//! required whenever it listens beyond loopback or offers admin actions.
+mod auth;
 mod db;
+mod guard;
 mod history;
 mod pages;
 mod prom;
 
-use axum::extract::{Form, Path, Query, State};
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use auth::{Backoff, Credentials, Role, Sessions};
+use axum::extract::{Form, Path, Query, Request, State};
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use axum::Router;
@@ -29,8 +37,9 @@ use pages::{Ctx, Figures, Page};
 use serde::Deserialize;
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -45,6 +54,15 @@ The pages are read-only unless the database role is a member of pgque_admin: the
 offer pause/resume, retry a failed job, cancel a job and replay dead letters, each a POST \
 protected by a CSRF token. A role with pgque_reader is enough for a read-only dashboard \
 and for /metrics.\n\n\
+Login: required whenever admin actions are on or --listen is not a loopback address. \
+Secrets come from --auth-file (lines ROLE:NAME:SECRET, ROLE admin or read, the file \
+mode 0600) and/or the environment (PGQUE_WEB_ADMIN_TOKEN, PGQUE_WEB_READ_TOKEN), never \
+from the command line; each is at least 16 characters (openssl rand -hex 16). A read \
+login sees the pages; only an admin login can use the admin actions. With a login on, \
+/metrics takes a session or `Authorization: Bearer <token>` (either role).\n\n\
+Requests must name this server in Host (the --listen address, localhost:PORT on \
+loopback, or an --allowed-host name) and POSTs must come from its own pages (Origin or \
+Referer): other web pages, DNS-rebound names included, are refused.\n\n\
 TLS to the database is not supported: connect over a local socket or a trusted network."
 )]
 struct Args {
@@ -54,9 +72,30 @@ struct Args {
     database_url: String,
 
     /// Address and port to listen on. The default keeps the dashboard on this machine;
-    /// put it behind an authenticating proxy before exposing it.
+    /// any other than a loopback address requires a login (--auth-file or the token
+    /// variables) and should be behind a TLS proxy.
     #[arg(long, default_value = "127.0.0.1:8080", env = "PGQUE_WEB_LISTEN")]
     listen: SocketAddr,
+
+    /// Another name requests may use in Host and Origin, NAME or NAME:PORT (repeatable):
+    /// the name a proxy or users reach the dashboard by. Without a port, any port.
+    #[arg(long = "allowed-host", value_name = "NAME[:PORT]")]
+    allowed_hosts: Vec<String>,
+
+    /// File of credentials, one `ROLE:NAME:SECRET` per line (ROLE `admin` or `read`,
+    /// `#` comments), readable by its owner only (chmod 600). Combines with
+    /// PGQUE_WEB_ADMIN_TOKEN and PGQUE_WEB_READ_TOKEN from the environment.
+    #[arg(long, value_name = "PATH", env = "PGQUE_WEB_AUTH_FILE")]
+    auth_file: Option<PathBuf>,
+
+    /// How long a login lasts, in minutes (then the browser is asked to log in again).
+    #[arg(long, default_value_t = 480, value_parser = clap::value_parser!(u64).range(1..=10080))]
+    session_minutes: u64,
+
+    /// Mark the session cookie Secure: give it when browsers reach the dashboard over
+    /// HTTPS (a TLS proxy in front), so the cookie is never sent in clear.
+    #[arg(long)]
+    cookie_secure: bool,
 
     /// Show no admin actions even when the role could run them.
     #[arg(long)]
@@ -74,35 +113,106 @@ struct Args {
     #[arg(long, default_value_t = 120, value_parser = clap::value_parser!(u64).range(2..100000))]
     history: u64,
 
+    /// Most series (one per metric and label set: queue, consumer, slot, duty) the
+    /// charts keep; beyond it new ones are not charted (readers can create consumers
+    /// without bound, this bounds the memory: about 2 KB per series at --history 120).
+    #[arg(long, default_value_t = 5000, value_parser = clap::value_parser!(u64).range(1..=1000000))]
+    max_series: u64,
+
     /// Database connections in the pool.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..1000))]
     pool_size: u64,
 }
 
+/// The login's state, when there is one.
+struct Auth {
+    creds: Credentials,
+    sessions: Mutex<Sessions>,
+    /// Failed logins through the form, and failed bearer tokens on
+    /// /metrics, each backed off on its own (a scraper with a stale token
+    /// does not slow people's logins).
+    logins: Mutex<Backoff>,
+    bearers: Mutex<Backoff>,
+    cookie: String,
+    secure: bool,
+}
+
 struct App {
     pool: Pool,
     identity: db::Identity,
+    /// The database role may run admin actions and --read-only is not given
+    /// (an admin login is still needed to use them).
     admin: bool,
+    /// The CSRF token of a dashboard without a login (it has no admin
+    /// actions, so no form uses it; sessions have their own).
     csrf: String,
     refresh_ms: u64,
     history: Mutex<History>,
+    allowed: guard::Allowed,
+    /// The port a Host header without one stands for.
+    default_port: u16,
+    auth: Option<Auth>,
 }
 
 type Shared = Arc<App>;
 
-/// 32 random bytes from the kernel, hex: the CSRF token of this process.
-/// Forms carry it; another site's page cannot read it (same-origin policy),
-/// so it cannot forge a POST that carries it.
-fn random_token() -> std::io::Result<String> {
-    use std::io::Read;
-    let mut b = [0u8; 32];
-    std::fs::File::open("/dev/urandom")?.read_exact(&mut b)?;
-    Ok(b.iter().map(|x| format!("{x:02x}")).collect())
+/// Who is looking: a session's user, or anyone on a dashboard without a
+/// login.
+struct Viewer {
+    /// May use the admin actions: an admin login on a dashboard that has them.
+    admin: bool,
+    user: Option<(String, Role)>,
+    csrf: String,
+    session_id: Option<String>,
 }
 
 /// Equal without an early exit, so the time taken tells nothing of the token.
 fn same(a: &str, b: &str) -> bool {
-    a.len() == b.len() && a.bytes().zip(b.bytes()).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0
+    auth::ct_eq(a.as_bytes(), b.as_bytes())
+}
+
+/// Why a login is required (None: it is not): listening beyond loopback,
+/// or admin actions on. The reason is part of the startup error.
+fn login_required(listen: SocketAddr, admin: bool) -> Option<String> {
+    if !listen.ip().is_loopback() {
+        Some(format!(
+            "--listen {listen} is not a loopback address, so a login is required"
+        ))
+    } else if admin {
+        Some(
+            "admin actions are on (the database role is a member of pgque_admin), so a login is required"
+                .into(),
+        )
+    } else {
+        None
+    }
+}
+
+/// The startup error for a required login without credentials: what to set.
+fn no_credentials(why: &str, admin: bool) -> String {
+    let mut m = format!(
+        "{why}, and no credentials are configured. Set PGQUE_WEB_ADMIN_TOKEN and/or \
+PGQUE_WEB_READ_TOKEN in the environment (16+ characters each, e.g. from `openssl rand -hex 16`), \
+or give --auth-file PATH (lines ROLE:NAME:SECRET with ROLE admin or read, chmod 600)."
+    );
+    if admin {
+        m.push_str(" Or pass --read-only for a read-only dashboard on loopback without a login.");
+    }
+    m
+}
+
+/// Reads the credentials of --auth-file and the environment. Err says what
+/// is wrong (never a secret).
+fn load_credentials(file: Option<&std::path::Path>) -> Result<Credentials, String> {
+    let mut list = match file {
+        Some(p) => auth::load_auth_file(p)?,
+        None => Vec::new(),
+    };
+    list.extend(auth::from_env(
+        std::env::var("PGQUE_WEB_ADMIN_TOKEN").ok(),
+        std::env::var("PGQUE_WEB_READ_TOKEN").ok(),
+    )?);
+    Credentials::new(list)
 }
 
 fn log(msg: &str) {
@@ -112,6 +222,20 @@ fn log(msg: &str) {
 #[tokio::main]
 async fn main() {
     let args = Args::parse();
+    let allowed = guard::Allowed::new(args.listen, &args.allowed_hosts).unwrap_or_else(|e| {
+        log(&e);
+        std::process::exit(2)
+    });
+    let creds = load_credentials(args.auth_file.as_deref()).unwrap_or_else(|e| {
+        log(&e);
+        std::process::exit(2)
+    });
+    if creds.is_empty() {
+        if let Some(why) = login_required(args.listen, false) {
+            log(&no_credentials(&why, false));
+            std::process::exit(2);
+        }
+    }
     let pool = match db::pool(&args.database_url, args.pool_size as usize) {
         Ok(p) => p,
         Err(e) => {
@@ -134,8 +258,14 @@ async fn main() {
         std::process::exit(1);
     };
     let admin = identity.is_admin && !args.read_only;
-    let csrf = random_token().unwrap_or_else(|e| {
-        log(&format!("cannot read /dev/urandom: {e}"));
+    if creds.is_empty() {
+        if let Some(why) = login_required(args.listen, admin) {
+            log(&no_credentials(&why, admin));
+            std::process::exit(2);
+        }
+    }
+    let csrf = auth::random_hex().unwrap_or_else(|e| {
+        log(&e);
         std::process::exit(1)
     });
     log(&format!(
@@ -148,13 +278,44 @@ async fn main() {
             _ => "OFF (the role is not a member of pgque_admin)",
         }
     ));
+    let ttl = Duration::from_secs(args.session_minutes * 60);
+    if creds.is_empty() {
+        log("no login: loopback only and read-only (give --auth-file or the token variables to require one)");
+    } else {
+        log(&format!(
+            "login required: {} admin and {} read credential(s); a login lasts {} min{}",
+            creds.count(Role::Admin),
+            creds.count(Role::Read),
+            args.session_minutes,
+            if admin && creds.count(Role::Admin) == 0 {
+                "; no admin credential, so nobody can use the admin actions"
+            } else {
+                ""
+            }
+        ));
+    }
+    log(&format!("answering to Host {}", allowed.describe()));
+    let auth = (!creds.is_empty()).then(|| Auth {
+        creds,
+        sessions: Mutex::new(Sessions::new(ttl)),
+        logins: Mutex::new(Backoff::default()),
+        bearers: Mutex::new(Backoff::default()),
+        cookie: auth::cookie_name(args.listen.port()),
+        secure: args.cookie_secure,
+    });
     let app = Arc::new(App {
         pool,
         identity,
         admin,
         csrf,
         refresh_ms: args.refresh_ms,
-        history: Mutex::new(History::new(args.history as usize)),
+        history: Mutex::new(History::new(
+            args.history as usize,
+            args.max_series as usize,
+        )),
+        allowed,
+        default_port: if args.cookie_secure { 443 } else { 80 },
+        auth,
     });
     tokio::spawn(sampler(app.clone(), Duration::from_millis(args.sample_ms)));
 
@@ -167,7 +328,13 @@ async fn main() {
         .route("/fragment/{page}", get(fragment))
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
+        // Browsers ask for it on the plain-text answers (the pages carry an
+        // empty icon of their own): no content rather than a 404.
+        .route("/favicon.ico", get(|| async { StatusCode::NO_CONTENT }))
         .route("/action/{action}", post(action))
+        .route("/login", get(login_page).post(login))
+        .route("/logout", post(logout))
+        .layer(axum::middleware::from_fn_with_state(app.clone(), gate))
         .with_state(app);
     let listener = match tokio::net::TcpListener::bind(args.listen).await {
         Ok(l) => l,
@@ -204,11 +371,21 @@ async fn sampler(app: Shared, every: Duration) {
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut failing = false;
+    let mut dropped = 0;
     loop {
         tick.tick().await;
         match db::metrics(&app.pool).await {
             Ok(ms) => {
-                app.history.lock().unwrap().push(history::now(), &ms);
+                let mut h = app.history.lock().unwrap();
+                h.push(history::now(), &ms);
+                if h.dropped() > 0 && dropped == 0 {
+                    log(&format!(
+                        "the charts keep {} series (--max-series): newer ones are not charted",
+                        h.kept()
+                    ));
+                }
+                dropped = h.dropped();
+                drop(h);
                 if failing {
                     log("sampling pgque.metrics() works again");
                     failing = false;
@@ -248,6 +425,109 @@ fn html(status: StatusCode, body: String) -> Response {
     r
 }
 
+/// A plain-text refusal with its reason, logged.
+fn refuse(status: StatusCode, what: &str, why: &str) -> Response {
+    log(&format!("refused {what}: {why}"));
+    (
+        status,
+        [
+            (header::CONTENT_TYPE, "text/plain; charset=utf-8"),
+            (header::CACHE_CONTROL, "no-store"),
+        ],
+        format!("refused: {why}\n"),
+    )
+        .into_response()
+}
+
+/// Whether a POST comes from a page of this dashboard: its Origin, or its
+/// Referer when the browser sent no Origin, must be an allowed host, and
+/// Sec-Fetch-Site must not say cross-site. Err: why not.
+fn post_source(allowed: &guard::Allowed, headers: &HeaderMap) -> Result<(), String> {
+    let get = |h: header::HeaderName| headers.get(h).map(|v| v.to_str().unwrap_or("\u{fffd}"));
+    if get(header::HeaderName::from_static("sec-fetch-site")) == Some("cross-site") {
+        return Err("cross-site request".into());
+    }
+    let (which, url) = match (get(header::ORIGIN), get(header::REFERER)) {
+        (Some(o), _) => ("Origin", o),
+        (None, Some(r)) => ("Referer", r),
+        (None, None) => {
+            return Err(
+                "no Origin or Referer header: POSTs must come from this dashboard's pages".into(),
+            )
+        }
+    };
+    if allowed.origin_ok(url) {
+        Ok(())
+    } else {
+        Err(format!(
+            "{which} {url:?} is not this dashboard (allowed: {})",
+            allowed.describe()
+        ))
+    }
+}
+
+/// Runs before every route: refuses (421) a request whose Host is not a
+/// name of this server, and (403) a POST from anywhere but its own pages.
+async fn gate(State(app): State<Shared>, req: Request, next: Next) -> Response {
+    let what = format!("{} {}", req.method(), req.uri().path());
+    let host = req
+        .headers()
+        .get(header::HOST)
+        .map(|v| v.to_str().unwrap_or("\u{fffd}"));
+    match host {
+        Some(h) if app.allowed.host_ok(h, app.default_port) => {}
+        Some(h) => {
+            return refuse(
+                StatusCode::MISDIRECTED_REQUEST,
+                &what,
+                &format!(
+                    "Host {h:?} is not a name of this dashboard (allowed: {}; more with --allowed-host)",
+                    app.allowed.describe()
+                ),
+            )
+        }
+        None => return refuse(StatusCode::MISDIRECTED_REQUEST, &what, "no Host header"),
+    }
+    if req.method() == Method::POST {
+        if let Err(why) = post_source(&app.allowed, req.headers()) {
+            return refuse(StatusCode::FORBIDDEN, &what, &why);
+        }
+    }
+    next.run(req).await
+}
+
+/// The session cookie's value in a request, if any.
+fn session_id(app: &App, headers: &HeaderMap) -> Option<String> {
+    let a = app.auth.as_ref()?;
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .find_map(|c| auth::cookie_value(c, &a.cookie))
+        .map(str::to_string)
+}
+
+/// Who makes this request: None without a live session on a dashboard
+/// with a login; anyone (read-only) on one without.
+fn viewer(app: &App, headers: &HeaderMap) -> Option<Viewer> {
+    let Some(a) = &app.auth else {
+        return Some(Viewer {
+            admin: false,
+            user: None,
+            csrf: app.csrf.clone(),
+            session_id: None,
+        });
+    };
+    let id = session_id(app, headers)?;
+    let s = a.sessions.lock().unwrap().get(&id, Instant::now())?;
+    Some(Viewer {
+        admin: app.admin && s.role == Role::Admin,
+        user: Some((s.name, s.role)),
+        csrf: s.csrf,
+        session_id: Some(id),
+    })
+}
+
 /// A page's refreshable HTML, from fresh figures.
 async fn content(app: &App, p: Page, ctx: &Ctx<'_>) -> Result<String, String> {
     let ms = db::metrics(&app.pool).await.map_err(|e| e.0)?;
@@ -267,7 +547,7 @@ async fn content(app: &App, p: Page, ctx: &Ctx<'_>) -> Result<String, String> {
             pages::events(ctx, &f, &h, &dead)
         }
         Page::Jobs => {
-            let failed = if app.admin {
+            let failed = if ctx.admin {
                 Some(db::failed_jobs(&app.pool, 20).await.map_err(|e| e.0))
             } else {
                 None
@@ -285,14 +565,15 @@ async fn content(app: &App, p: Page, ctx: &Ctx<'_>) -> Result<String, String> {
     Ok(out)
 }
 
-fn ctx<'a>(app: &'a App, message: Option<&'a str>) -> Ctx<'a> {
+fn ctx<'a>(app: &'a App, v: &'a Viewer, message: Option<&'a str>) -> Ctx<'a> {
     Ctx {
         role: &app.identity.role,
         database: &app.identity.database,
-        admin: app.admin,
-        csrf: &app.csrf,
+        admin: v.admin,
+        csrf: &v.csrf,
         refresh_ms: app.refresh_ms,
         message,
+        user: v.user.as_ref().map(|(n, r)| (n.as_str(), r.as_str())),
     }
 }
 
@@ -301,8 +582,16 @@ struct PageQuery {
     msg: Option<String>,
 }
 
-async fn render(app: &App, p: Page, q: PageQuery) -> Response {
-    let c = ctx(app, q.msg.as_deref());
+/// The login page in place of a page (401), for a browser without a session.
+fn login_instead(p: Page) -> Response {
+    html(StatusCode::UNAUTHORIZED, pages::login(p.path(), None))
+}
+
+async fn render(app: &App, p: Page, q: PageQuery, headers: &HeaderMap) -> Response {
+    let Some(v) = viewer(app, headers) else {
+        return login_instead(p);
+    };
+    let c = ctx(app, &v, q.msg.as_deref());
     match content(app, p, &c).await {
         Ok(body) => {
             let fixed = if p == Page::Jobs {
@@ -324,27 +613,54 @@ async fn render(app: &App, p: Page, q: PageQuery) -> Response {
     }
 }
 
-async fn page_overview(State(app): State<Shared>, Query(q): Query<PageQuery>) -> Response {
-    render(&app, Page::Overview, q).await
+async fn page_overview(
+    State(app): State<Shared>,
+    Query(q): Query<PageQuery>,
+    h: HeaderMap,
+) -> Response {
+    render(&app, Page::Overview, q, &h).await
 }
-async fn page_events(State(app): State<Shared>, Query(q): Query<PageQuery>) -> Response {
-    render(&app, Page::Events, q).await
+async fn page_events(
+    State(app): State<Shared>,
+    Query(q): Query<PageQuery>,
+    h: HeaderMap,
+) -> Response {
+    render(&app, Page::Events, q, &h).await
 }
-async fn page_jobs(State(app): State<Shared>, Query(q): Query<PageQuery>) -> Response {
-    render(&app, Page::Jobs, q).await
+async fn page_jobs(
+    State(app): State<Shared>,
+    Query(q): Query<PageQuery>,
+    h: HeaderMap,
+) -> Response {
+    render(&app, Page::Jobs, q, &h).await
 }
-async fn page_schedules(State(app): State<Shared>, Query(q): Query<PageQuery>) -> Response {
-    render(&app, Page::Schedules, q).await
+async fn page_schedules(
+    State(app): State<Shared>,
+    Query(q): Query<PageQuery>,
+    h: HeaderMap,
+) -> Response {
+    render(&app, Page::Schedules, q, &h).await
 }
-async fn page_worker(State(app): State<Shared>, Query(q): Query<PageQuery>) -> Response {
-    render(&app, Page::Worker, q).await
+async fn page_worker(
+    State(app): State<Shared>,
+    Query(q): Query<PageQuery>,
+    h: HeaderMap,
+) -> Response {
+    render(&app, Page::Worker, q, &h).await
 }
 
-async fn fragment(State(app): State<Shared>, Path(slug): Path<String>) -> Response {
+async fn fragment(
+    State(app): State<Shared>,
+    Path(slug): Path<String>,
+    headers: HeaderMap,
+) -> Response {
     let Some(p) = Page::from_slug(&slug) else {
         return html(StatusCode::NOT_FOUND, "no such page".into());
     };
-    let c = ctx(&app, None);
+    let Some(v) = viewer(&app, &headers) else {
+        return html(StatusCode::UNAUTHORIZED, "log in again".into());
+    };
+    let c = ctx(&app, &v, None);
     match content(&app, p, &c).await {
         Ok(body) => html(StatusCode::OK, body),
         Err(e) => html(
@@ -354,7 +670,58 @@ async fn fragment(State(app): State<Shared>, Path(slug): Path<String>) -> Respon
     }
 }
 
-async fn metrics(State(app): State<Shared>) -> Response {
+/// The refusal of a /metrics request, None when it may answer: always
+/// without a login; with one, to a session or to `Authorization: Bearer
+/// <secret>` of any credential (a Prometheus scraper: read tokens are meant
+/// for it).
+fn metrics_refusal(app: &App, headers: &HeaderMap) -> Option<Response> {
+    let a = app.auth.as_ref()?;
+    if viewer(app, headers).is_some() {
+        return None;
+    }
+    let unauthorized = |why: &str| {
+        log(&format!("refused GET /metrics: {why}"));
+        let mut r = (
+            StatusCode::UNAUTHORIZED,
+            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+            format!("refused: {why}\n"),
+        )
+            .into_response();
+        r.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            HeaderValue::from_static("Bearer realm=\"pgque-web\""),
+        );
+        r
+    };
+    let Some(token) = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+    else {
+        return Some(unauthorized(
+            "no session and no Authorization: Bearer token",
+        ));
+    };
+    let now = Instant::now();
+    let mut b = a.bearers.lock().unwrap();
+    if let Some(w) = b.wait(now) {
+        return Some(unauthorized(&format!(
+            "too many wrong tokens; next one looked at in {} s",
+            w.as_secs() + 1
+        )));
+    }
+    if a.creds.check(token.trim()).is_some() {
+        None
+    } else {
+        b.failed(now);
+        Some(unauthorized("wrong bearer token"))
+    }
+}
+
+async fn metrics(State(app): State<Shared>, headers: HeaderMap) -> Response {
+    if let Some(r) = metrics_refusal(&app, &headers) {
+        return r;
+    }
     match db::metrics(&app.pool).await {
         Ok(ms) => (
             StatusCode::OK,
@@ -371,48 +738,174 @@ async fn metrics(State(app): State<Shared>) -> Response {
     }
 }
 
+/// GET /healthz: "ok" once the database answers. Open without a login (a
+/// load balancer's probe), so it says no more than "unavailable".
 async fn healthz(State(app): State<Shared>) -> Response {
-    match app.pool.get().await {
-        Ok(c) => match c.query_one("SELECT 1", &[]).await {
-            Ok(_) => (StatusCode::OK, "ok\n").into_response(),
-            Err(e) => (StatusCode::SERVICE_UNAVAILABLE, db::describe(&e)).into_response(),
-        },
-        Err(e) => (StatusCode::SERVICE_UNAVAILABLE, e.to_string()).into_response(),
+    let ok = match app.pool.get().await {
+        Ok(c) => c.query_one("SELECT 1", &[]).await.is_ok(),
+        Err(_) => false,
+    };
+    if ok {
+        (StatusCode::OK, "ok\n").into_response()
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "database unavailable\n").into_response()
     }
 }
 
-/// POST /action/<name>: refused (403) without admin rights, without the CSRF
-/// token or from another site; otherwise runs it and sends the browser back
-/// to its page with what happened.
+#[derive(Deserialize)]
+struct LoginQuery {
+    next: Option<String>,
+    out: Option<String>,
+}
+
+/// GET /login: the login form (a dashboard without a login, or a browser
+/// already logged in, goes on to its page).
+async fn login_page(
+    State(app): State<Shared>,
+    Query(q): Query<LoginQuery>,
+    headers: HeaderMap,
+) -> Response {
+    let next = q.next.as_deref().unwrap_or("/");
+    if app.auth.is_none() || viewer(&app, &headers).is_some() {
+        return Redirect::to(pages::Page::from_path(next).map_or("/", |p| p.path()))
+            .into_response();
+    }
+    let msg = q.out.is_some().then_some("You are logged out.");
+    html(StatusCode::OK, pages::login(next, msg))
+}
+
+#[derive(Deserialize)]
+struct LoginForm {
+    secret: Option<String>,
+    next: Option<String>,
+}
+
+/// POST /login: checks the secret (under the failed-login back-off), and
+/// on success starts a session (cookie) and goes to `next`.
+async fn login(State(app): State<Shared>, Form(f): Form<LoginForm>) -> Response {
+    let Some(a) = &app.auth else {
+        return Redirect::to("/").into_response();
+    };
+    let next = f
+        .next
+        .as_deref()
+        .and_then(Page::from_path)
+        .map_or("/", |p| p.path());
+    let now = Instant::now();
+    let found = {
+        // Held across the check, so parallel guesses queue behind the back-off.
+        let mut b = a.logins.lock().unwrap();
+        if let Some(w) = b.wait(now) {
+            let secs = w.as_secs() + 1;
+            log(&format!("refused a login: back-off, {secs} s left"));
+            let mut r = html(
+                StatusCode::TOO_MANY_REQUESTS,
+                pages::login(
+                    next,
+                    Some(&format!("Too many failed logins: try again in {secs} s.")),
+                ),
+            );
+            r.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+            return r;
+        }
+        let found = a.creds.check(f.secret.as_deref().unwrap_or("")).cloned();
+        if found.is_none() {
+            b.failed(now);
+        }
+        found
+    };
+    let Some(cred) = found else {
+        log("failed login: wrong password or token");
+        return html(
+            StatusCode::UNAUTHORIZED,
+            pages::login(next, Some("Wrong password or token.")),
+        );
+    };
+    let created = a.sessions.lock().unwrap().create(&cred, now);
+    let (id, s) = match created {
+        Ok(x) => x,
+        Err(e) => {
+            log(&e);
+            return html(StatusCode::SERVICE_UNAVAILABLE, pages::esc(&e));
+        }
+    };
+    let (ttl, live) = {
+        let ss = a.sessions.lock().unwrap();
+        (ss.ttl(), ss.live())
+    };
+    log(&format!(
+        "login: {} ({}); {live} live session(s)",
+        s.name,
+        s.role.as_str()
+    ));
+    let mut r = Redirect::to(next).into_response();
+    if let Ok(v) = HeaderValue::from_str(&auth::set_cookie(&a.cookie, &id, ttl, a.secure)) {
+        r.headers_mut().insert(header::SET_COOKIE, v);
+    }
+    r
+}
+
+/// POST /logout (the session's CSRF token): ends the session, removes
+/// the cookie, and shows the login page.
+async fn logout(
+    State(app): State<Shared>,
+    headers: HeaderMap,
+    Form(form): Form<HashMap<String, String>>,
+) -> Response {
+    let Some(a) = &app.auth else {
+        return Redirect::to("/").into_response();
+    };
+    let Some(v) = viewer(&app, &headers) else {
+        return Redirect::to("/login").into_response();
+    };
+    match form.get("csrf") {
+        Some(t) if same(t, &v.csrf) => {}
+        _ => {
+            return refuse(
+                StatusCode::FORBIDDEN,
+                "POST /logout",
+                "wrong or no CSRF token",
+            )
+        }
+    }
+    if let Some(id) = &v.session_id {
+        a.sessions.lock().unwrap().remove(id);
+    }
+    if let Some((name, _)) = &v.user {
+        log(&format!("logout: {name}"));
+    }
+    let mut r = Redirect::to("/login?out=1").into_response();
+    if let Ok(c) = HeaderValue::from_str(&auth::clear_cookie(&a.cookie, a.secure)) {
+        r.headers_mut().insert(header::SET_COOKIE, c);
+    }
+    r
+}
+
+/// POST /action/<name>: refused (403) without an admin session, without
+/// the session's CSRF token (the gate already refused other sites);
+/// otherwise runs it and sends the browser back to its page with what
+/// happened.
 async fn action(
     State(app): State<Shared>,
     Path(name): Path<String>,
     headers: HeaderMap,
     Form(form): Form<HashMap<String, String>>,
 ) -> Response {
-    let refuse = |why: &str| {
-        log(&format!("refused POST /action/{name}: {why}"));
-        (
-            StatusCode::FORBIDDEN,
-            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
-            format!("refused: {why}\n"),
-        )
-            .into_response()
+    let what = format!("POST /action/{name}");
+    let Some(v) = viewer(&app, &headers) else {
+        return refuse(StatusCode::FORBIDDEN, &what, "not logged in");
     };
     if !app.admin {
-        return refuse("this dashboard is read-only");
+        return refuse(StatusCode::FORBIDDEN, &what, "this dashboard is read-only");
     }
-    if headers
-        .get("sec-fetch-site")
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v == "cross-site")
-    {
-        return refuse("cross-site request");
+    if !v.admin {
+        return refuse(StatusCode::FORBIDDEN, &what, "this login is read-only");
     }
     match form.get("csrf") {
-        Some(t) if same(t, &app.csrf) => {}
-        Some(_) => return refuse("wrong CSRF token"),
-        None => return refuse("no CSRF token"),
+        Some(t) if same(t, &v.csrf) => {}
+        Some(_) => return refuse(StatusCode::FORBIDDEN, &what, "wrong CSRF token"),
+        None => return refuse(StatusCode::FORBIDDEN, &what, "no CSRF token"),
     }
     let Some(act) = db::Action::parse(&name) else {
         return (StatusCode::NOT_FOUND, "no such action\n").into_response();
@@ -438,9 +931,10 @@ async fn action(
         .get("back")
         .and_then(|b| Page::from_path(b))
         .unwrap_or(Page::Overview);
+    let who = v.user.as_ref().map_or("", |(n, _)| n.as_str());
     let msg = match db::act(&app.pool, act, queue, job_id).await {
         Ok(m) => {
-            log(&format!("action {name}: {m}"));
+            log(&format!("action {name} by {who}: {m}"));
             m
         }
         Err(e) => format!("{name} failed: {}", e.0),
@@ -462,29 +956,24 @@ mod tests {
     use clap::CommandFactory;
 
     #[test]
-    fn tokens_are_random_hex_and_compared_whole() {
-        let a = random_token().unwrap();
-        let b = random_token().unwrap();
-        assert_eq!(a.len(), 64);
-        assert!(a.bytes().all(|c| c.is_ascii_hexdigit()));
-        assert_ne!(a, b);
-        assert!(same(&a, &a.clone()));
-        assert!(!same(&a, &b));
-        assert!(!same(&a, &a[..63]));
-    }
-
-    #[test]
     fn help_documents_every_flag_and_listens_locally_by_default() {
         let mut cmd = Args::command();
         let help = cmd.render_long_help().to_string();
         for flag in [
             "--database-url",
             "--listen",
+            "--allowed-host",
+            "--auth-file",
+            "--session-minutes",
+            "--cookie-secure",
             "--read-only",
             "--refresh-ms",
             "--sample-ms",
             "--history",
+            "--max-series",
             "--pool-size",
+            "PGQUE_WEB_ADMIN_TOKEN",
+            "PGQUE_WEB_READ_TOKEN",
         ] {
             assert!(help.contains(flag), "{flag} missing from --help");
         }
@@ -493,6 +982,98 @@ mod tests {
         }
         let args = Args::try_parse_from(["pgque-web", "--database-url", "x"]).unwrap();
         assert_eq!(args.listen.to_string(), "127.0.0.1:8080");
-        assert!(!args.read_only);
+        assert!(!args.read_only && !args.cookie_secure);
+        assert!(args.allowed_hosts.is_empty() && args.auth_file.is_none());
+        let args = Args::try_parse_from([
+            "pgque-web",
+            "--database-url",
+            "x",
+            "--allowed-host",
+            "a.test",
+            "--allowed-host",
+            "b.test:9",
+        ])
+        .unwrap();
+        assert_eq!(args.allowed_hosts, ["a.test", "b.test:9"]);
+        // No flag takes a secret.
+        for a in cmd.get_arguments() {
+            let id = a.get_id().as_str().to_string();
+            assert!(
+                !id.contains("token") && !id.contains("secret") && !id.contains("password"),
+                "{id}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_login_is_required_beyond_loopback_or_with_admin_actions() {
+        let lo: SocketAddr = "127.0.0.1:8080".parse().unwrap();
+        assert_eq!(login_required(lo, false), None);
+        assert!(login_required(lo, true)
+            .unwrap()
+            .contains("admin actions are on"));
+        assert!(login_required("[::1]:8080".parse().unwrap(), false).is_none());
+        for far in ["0.0.0.0:8080", "10.1.2.3:8080", "[::]:8080"] {
+            let why = login_required(far.parse().unwrap(), false).unwrap();
+            assert!(why.contains("not a loopback address"), "{far}: {why}");
+        }
+        let m = no_credentials("x", true);
+        for need in [
+            "PGQUE_WEB_ADMIN_TOKEN",
+            "PGQUE_WEB_READ_TOKEN",
+            "--auth-file",
+            "--read-only",
+        ] {
+            assert!(m.contains(need), "{need}: {m}");
+        }
+        assert!(!no_credentials("x", false).contains("--read-only"));
+    }
+
+    #[test]
+    fn posts_must_come_from_this_dashboard() {
+        let allowed = guard::Allowed::new("127.0.0.1:8080".parse().unwrap(), &[]).unwrap();
+        let h = |pairs: &[(&'static str, &'static str)]| {
+            let mut m = HeaderMap::new();
+            for (k, v) in pairs {
+                m.insert(*k, HeaderValue::from_static(v));
+            }
+            m
+        };
+        assert!(post_source(&allowed, &h(&[("origin", "http://127.0.0.1:8080")])).is_ok());
+        assert!(post_source(&allowed, &h(&[("referer", "http://localhost:8080/jobs")])).is_ok());
+        for (bad, why) in [
+            (h(&[]), "no Origin or Referer"),
+            (
+                h(&[("origin", "http://evil.example:8080")]),
+                "Origin \"http://evil.example:8080\"",
+            ),
+            (
+                h(&[
+                    ("origin", "http://evil.example:8080"),
+                    ("sec-fetch-site", "same-origin"),
+                ]),
+                "is not this dashboard",
+            ),
+            (h(&[("origin", "null")]), "is not this dashboard"),
+            (
+                // An Origin decides even when the Referer would pass.
+                h(&[
+                    ("origin", "http://evil.example"),
+                    ("referer", "http://127.0.0.1:8080/"),
+                ]),
+                "Origin",
+            ),
+            (h(&[("referer", "http://evil.example/")]), "Referer"),
+            (
+                h(&[
+                    ("origin", "http://127.0.0.1:8080"),
+                    ("sec-fetch-site", "cross-site"),
+                ]),
+                "cross-site",
+            ),
+        ] {
+            let e = post_source(&allowed, &bad).unwrap_err();
+            assert!(e.contains(why), "{bad:?}: {e}");
+        }
     }
 }

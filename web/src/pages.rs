@@ -67,6 +67,9 @@ pub struct Ctx<'a> {
     pub csrf: &'a str,
     pub refresh_ms: u64,
     pub message: Option<&'a str>,
+    /// The logged-in user's name and role (`admin` / `read`); None when
+    /// the dashboard has no login.
+    pub user: Option<(&'a str, &'a str)>,
 }
 
 pub fn esc(s: &str) -> String {
@@ -143,7 +146,7 @@ const JS: &str = r#"
   if(!ms||!url||!c) return;
   function tick(){
     fetch(url,{headers:{'Accept':'text/html'},credentials:'same-origin'})
-      .then(function(r){ if(!r.ok){ throw new Error('HTTP '+r.status); } return r.text(); })
+      .then(function(r){ if(r.status===401){ location.reload(); } if(!r.ok){ throw new Error('HTTP '+r.status); } return r.text(); })
       .then(function(h){ c.innerHTML=h; st.textContent='updated '+new Date().toLocaleTimeString(); })
       .catch(function(e){ st.textContent='refresh failed: '+e.message; });
   }
@@ -180,7 +183,7 @@ pub fn page(p: Page, ctx: &Ctx, content: &str, fixed: &str) -> String {
 <meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">\
 <link rel=\"icon\" href=\"data:,\"><title>pgque · {title}</title><style>{CSS}</style></head>\
 <body data-refresh=\"{refresh}\" data-fragment=\"/fragment/{slug}\" data-admin=\"{admin}\">\
-<header><strong>pgque</strong>{nav}<span class=\"who\">database <b>{db}</b> as role <b>{role}</b> · {mode}</span></header>\
+<header><strong>pgque</strong>{nav}<span class=\"who\">database <b>{db}</b> as role <b>{role}</b> · {mode}{user}</span></header>\
 <main><h1>{title}</h1>{msg}<div id=\"content\">{content}</div>{fixed}</main>\
 <footer><span id=\"updated\">rendered {when}</span> · refreshes every {secs} s · <a href=\"/metrics\">/metrics</a></footer>\
 <script>{JS}</script></body></html>",
@@ -197,6 +200,49 @@ pub fn page(p: Page, ctx: &Ctx, content: &str, fixed: &str) -> String {
         },
         when = "now",
         secs = ctx.refresh_ms as f64 / 1000.0,
+        user = user(ctx),
+    )
+}
+
+/// The header's "signed in as" and its logout button (a POST with the
+/// session's CSRF token), when the dashboard has a login.
+fn user(ctx: &Ctx) -> String {
+    match ctx.user {
+        None => String::new(),
+        Some((name, role)) => format!(
+            " · signed in as <b id=\"user\">{}</b> ({}) \
+<form class=\"inline logout\" id=\"logout\" method=\"post\" action=\"/logout\">\
+<input type=\"hidden\" name=\"csrf\" value=\"{}\"><button type=\"submit\">Log out</button></form>",
+            esc(name),
+            esc(role),
+            esc(ctx.csrf)
+        ),
+    }
+}
+
+/// The login page: one password field for a token or password of the auth
+/// file or the environment, and where to go after (`next`, a page path).
+/// `message` says why the page is shown (wrong secret, logged out ...).
+pub fn login(next: &str, message: Option<&str>) -> String {
+    let next = Page::from_path(next).map_or("/", |p| p.path());
+    let msg = message
+        .map(|m| format!("<div class=\"msg\" id=\"msg\">{}</div>", esc(m)))
+        .unwrap_or_default();
+    format!(
+        "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">\
+<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">\
+<link rel=\"icon\" href=\"data:,\"><title>pgque · Log in</title><style>{CSS}\
+form.login{{background:#fff;padding:1rem 1.2rem;border-radius:6px;max-width:26rem;box-shadow:0 1px 2px #0001}}\
+form.login input[type=password]{{width:100%;box-sizing:border-box;padding:.4rem;margin:.4rem 0 .8rem;font-size:1rem}}\
+form.login button{{font-size:.95rem;padding:.3rem 1rem}}</style></head>\
+<body data-admin=\"false\"><header><strong>pgque</strong></header>\
+<main><h1>Log in</h1>{msg}<form class=\"login\" id=\"login\" method=\"post\" action=\"/login\">\
+<input type=\"hidden\" name=\"next\" value=\"{next}\">\
+<label for=\"secret\">Password or token</label>\
+<input type=\"password\" id=\"secret\" name=\"secret\" autocomplete=\"current-password\" required autofocus>\
+<button type=\"submit\">Log in</button></form>\
+<p class=\"muted\">The secrets are set by whoever runs pgque-web: <code>--auth-file</code>, \
+<code>PGQUE_WEB_ADMIN_TOKEN</code> or <code>PGQUE_WEB_READ_TOKEN</code>.</p></main></body></html>"
     )
 }
 
@@ -871,6 +917,7 @@ mod tests {
             csrf: "tok",
             refresh_ms: 2000,
             message: None,
+            user: None,
         };
         assert_eq!(
             button(&ctx, Page::Jobs, "retry_job", &[("job_id", "1")], "Retry"),
@@ -899,5 +946,30 @@ mod tests {
         let c = chart(&[("q".into(), vec![(0.0, 1.0), (10.0, 2.0)])], "t", "/s");
         assert_eq!(c.matches("<polyline").count(), 1);
         assert!(chart(&[], "t", "/s").contains("collecting samples"));
+    }
+
+    #[test]
+    fn the_login_page_and_the_logout_button() {
+        let l = login("/jobs", Some("wrong <secret>"));
+        assert!(l.contains("action=\"/login\""));
+        assert!(l.contains("type=\"password\""));
+        assert!(l.contains("name=\"next\" value=\"/jobs\""));
+        assert!(l.contains("wrong &lt;secret&gt;"));
+        // next is a page of this dashboard, never a URL elsewhere.
+        assert!(login("https://evil.example/", None).contains("name=\"next\" value=\"/\""));
+        let ctx = Ctx {
+            role: "r",
+            database: "d",
+            admin: false,
+            csrf: "tok",
+            refresh_ms: 2000,
+            message: None,
+            user: Some(("alice", "read")),
+        };
+        let p = page(Page::Overview, &ctx, "", "");
+        assert!(p.contains("signed in as <b id=\"user\">alice</b> (read)"));
+        assert!(p.contains("action=\"/logout\""));
+        assert!(p.contains("name=\"csrf\" value=\"tok\""));
+        assert!(!page(Page::Overview, &Ctx { user: None, ..ctx }, "", "").contains("/logout"));
     }
 }

@@ -7,6 +7,8 @@ Uses Debian's python3-psycopg2 and python3-prometheus-client, and a
 WebDriver client of its own below (the protocol is a few JSON calls).
 """
 import base64
+import copy
+import http.client
 import json
 import os
 import re
@@ -30,6 +32,11 @@ BIN = os.environ["WEBTEST_BIN"]
 ROOT = os.environ["WEBTEST_ROOT"]
 DB = "webtest"
 SECRET = "s3cr3t-Pw-never-shown"
+# The dashboard's logins: an auth file for the admin dashboard (an admin
+# and a read credential), the environment for the reader's.
+ADMIN_TOKEN = "adm-" + os.urandom(16).hex()
+READ_TOKEN = "read-" + os.urandom(16).hex()
+ENV_READ_TOKEN = "env-read-" + os.urandom(16).hex()
 SHOTS = os.path.join(ROOT, "docs", "screenshots")
 PAGES = ["/", "/events", "/jobs", "/schedules", "/worker"]
 
@@ -136,17 +143,24 @@ def metrics_rows(c):
 
 # ---- pgque-web ----------------------------------------------------------------------
 class Web:
-    def __init__(self, role, *extra):
+    """A pgque-web process, and an HTTP client of it with a cookie of its own
+    (None until login())."""
+
+    def __init__(self, role, *extra, env=None, wait=True, listen="127.0.0.1"):
         self.port = free_port()
         url = (f"postgres://{role}:{urllib.parse.quote(SECRET)}@/{DB}"
                f"?host={urllib.parse.quote(HOST)}&port={PORT}")
         self.log = tempfile.NamedTemporaryFile("w+", prefix=f"pgque_web_{role}_", suffix=".log")
+        penv = {k: v for k, v in os.environ.items() if not k.startswith("PGQUE_WEB_")}
+        penv.update(env or {})
         self.proc = subprocess.Popen(
-            [BIN, "--database-url", url, "--listen", f"127.0.0.1:{self.port}",
+            [BIN, "--database-url", url, "--listen", f"{listen}:{self.port}",
              "--refresh-ms", "500", "--sample-ms", "300", *extra],
-            stdout=self.log, stderr=subprocess.STDOUT)
+            stdout=self.log, stderr=subprocess.STDOUT, env=penv)
         self.base = f"http://127.0.0.1:{self.port}"
-        wait_for(f"pgque-web as {role}", lambda: self.up())
+        self.cookie = None
+        if wait:
+            wait_for(f"pgque-web as {role}", lambda: self.up())
 
     def up(self):
         if self.proc.poll() is not None:
@@ -156,17 +170,12 @@ class Web:
         except OSError:
             return False
 
-    def get(self, path):
-        try:
-            with urllib.request.urlopen(self.base + path, timeout=30) as r:
-                return r.status, r.read().decode(), {k.lower(): v for k, v in r.headers.items()}
-        except urllib.error.HTTPError as e:
-            return e.code, e.read().decode(), {k.lower(): v for k, v in e.headers.items()}
-
-    def post(self, path, fields, headers=None):
-        data = urllib.parse.urlencode(fields).encode()
-        req = urllib.request.Request(self.base + path, data=data, method="POST", headers={
-            "Content-Type": "application/x-www-form-urlencoded", **(headers or {})})
+    def request(self, method, path, data=None, headers=None, cookie=True):
+        """(status, body, headers lower-cased); redirects are not followed."""
+        h = dict(headers or {})
+        if cookie and self.cookie and "Cookie" not in h:
+            h["Cookie"] = self.cookie
+        req = urllib.request.Request(self.base + path, data=data, method=method, headers=h)
 
         class NoRedirect(urllib.request.HTTPRedirectHandler):
             def redirect_request(self, *a, **k):
@@ -174,9 +183,37 @@ class Web:
         opener = urllib.request.build_opener(NoRedirect)
         try:
             with opener.open(req, timeout=30) as r:
-                return r.status, r.read().decode()
+                return r.status, r.read().decode(), {k.lower(): v for k, v in r.headers.items()}
         except urllib.error.HTTPError as e:
-            return e.code, e.read().decode()
+            return e.code, e.read().decode(), {k.lower(): v for k, v in e.headers.items()}
+
+    def get(self, path, headers=None, cookie=True):
+        return self.request("GET", path, None, headers, cookie)
+
+    def post(self, path, fields, headers=None, cookie=True, origin=True):
+        """A form POST; from this dashboard's own origin unless `headers`
+        says otherwise (or origin=False: no Origin at all)."""
+        h = {"Content-Type": "application/x-www-form-urlencoded"}
+        if origin:
+            h["Origin"] = self.base
+        h.update(headers or {})
+        st, body, _ = self.request("POST", path, urllib.parse.urlencode(fields).encode(), h, cookie)
+        return st, body
+
+    def login(self, secret):
+        """Logs this client in; returns the Set-Cookie header."""
+        st, body, h = self.request("POST", "/login", urllib.parse.urlencode(
+            {"secret": secret, "next": "/"}).encode(), {
+            "Content-Type": "application/x-www-form-urlencoded", "Origin": self.base}, cookie=False)
+        assert st == 303, (st, body)
+        self.cookie = h["set-cookie"].split(";", 1)[0]
+        return h["set-cookie"]
+
+    def csrf(self, path="/jobs"):
+        """The session's CSRF token, from a page's forms."""
+        st, body, _ = self.get(path)
+        assert st == 200, (st, body[:300])
+        return re.search(r'name="csrf" value="([0-9a-f]{64})"', body).group(1)
 
     def logtext(self):
         self.log.flush()
@@ -189,6 +226,22 @@ class Web:
             self.proc.wait(10)
         except subprocess.TimeoutExpired:
             self.proc.kill()
+
+
+def raw(port, method, path, headers, body=None):
+    """One request with exactly these headers (Host included): (status, body)."""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        c.putrequest(method, path, skip_host=True, skip_accept_encoding=True)
+        for k, v in headers.items():
+            c.putheader(k, v)
+        if body is not None:
+            c.putheader("Content-Length", str(len(body)))
+        c.endheaders(body)
+        r = c.getresponse()
+        return r.status, r.read().decode()
+    finally:
+        c.close()
 
 
 # ---- a WebDriver client -------------------------------------------------------------
@@ -252,6 +305,10 @@ class Browser:
 
     def console(self):
         return self.cmd("POST", "/se/log", {"type": "browser"})
+
+    def cookies(self):
+        """Every cookie of the current page, HttpOnly ones included."""
+        return self.cmd("GET", "/cookie")
 
     def screenshot(self, path):
         png = base64.b64decode(self.cmd("GET", "/screenshot"))
@@ -363,13 +420,48 @@ def visit(b, web, path, shot=None):
                                            or "").startswith("updated"), timeout=10)
     errs = errors_in(b.console())
     assert not errs, f"console errors on {path}: {errs}"
-    if shot and os.environ.get("WEBTEST_SCREENSHOTS", "1") != "0":
+    if shot:
+        shoot(b, shot)
+
+
+def shoot(b, name):
+    if os.environ.get("WEBTEST_SCREENSHOTS", "1") != "0":
         os.makedirs(SHOTS, exist_ok=True)
-        b.screenshot(os.path.join(SHOTS, shot))
+        b.screenshot(os.path.join(SHOTS, name))
+
+
+def session_cookie(b, web):
+    """The browser's session cookie of this dashboard (None: logged out)."""
+    b.go(web.base + "/healthz")
+    for ck in b.cookies():
+        if ck["name"] == f"pgque_session_{web.port}":
+            return ck
+    return None
+
+
+def browser_login(b, web, secret, shot=None):
+    """Logs the browser in through the login form, as a person would."""
+    b.go(web.base + "/login")
+    wait_for("the login form", lambda: b.find("#secret"))
+    if shot:
+        shoot(b, shot)
+    b.type(b.find("#secret")[0], secret)
+    b.click(b.find("#login button")[0])
+    wait_for("a page after the login", lambda: b.js("return document.readyState") == "complete"
+             and b.find("#content"))
+    errs = errors_in(b.console())
+    assert not errs, f"console errors at login: {errs}"
+
+
+def ensure_login(b, web, secret):
+    if not session_cookie(b, web):
+        browser_login(b, web, secret)
 
 
 def test_every_page_renders_without_console_errors_and_shows_the_figures(ctx):
     b, web, c = ctx["browser"], ctx["admin"], ctx["c"]
+    if not session_cookie(b, web):
+        browser_login(b, web, ADMIN_TOKEN, "login.png")
     for p in PAGES:
         name = "overview" if p == "/" else p.strip("/")
         visit(b, web, p, f"{name}.png")
@@ -403,6 +495,7 @@ def test_every_page_renders_without_console_errors_and_shows_the_figures(ctx):
 
 def test_pages_refresh_in_place(ctx):
     b, web, c = ctx["browser"], ctx["admin"], ctx["c"]
+    ensure_login(b, web, ADMIN_TOKEN)
     visit(b, web, "/events")
     b.js("window.pgqueMarker = 42")
     cell = "td[data-metric='pgque_consumer_pending_events'][data-labels='queue=orders,consumer=audit']"
@@ -416,6 +509,7 @@ def test_pages_refresh_in_place(ctx):
 
 def test_admin_actions_through_the_browser_change_the_database(ctx):
     b, web, c, failed = ctx["browser"], ctx["admin"], ctx["c"], ctx["failed_job"]
+    ensure_login(b, web, ADMIN_TOKEN)
     # Retry the failed job.
     visit(b, web, "/jobs")
     btn = b.find(f"button[data-action='retry_job'][data-job_id='{failed}']")
@@ -449,39 +543,165 @@ def test_admin_actions_through_the_browser_change_the_database(ctx):
     assert not errors_in(b.console())
     log = web.logtext()
     assert "as role web_admin" in log and "admin actions ON" in log, log
-    assert SECRET not in log
+    assert "login: alice (admin)" in log and "action pause_queue by alice" in log, log
+    for secret in (SECRET, ADMIN_TOKEN, READ_TOKEN):
+        assert secret not in log
 
 
 def test_forged_posts_are_refused(ctx):
     web, c = ctx["admin"], ctx["c"]
-    status, body, _ = web.get("/jobs")
-    token = re.search(r'name="csrf" value="([0-9a-f]{64})"', body).group(1)
+    token = web.csrf()
     paused = lambda: one(c, "SELECT paused FROM pgque.job_queues WHERE queue_name = 'reports'")
-    for fields, headers in (
-            ({"queue": "reports"}, {}),
-            ({"queue": "reports", "csrf": "0" * 64}, {}),
-            ({"queue": "reports", "csrf": token[:-1]}, {}),
-            ({"queue": "reports", "csrf": token}, {"Sec-Fetch-Site": "cross-site"})):
-        st, text = web.post("/action/pause_job_queue", fields, headers)
-        assert st == 403, (fields, st, text)
-        assert not paused()
-    # The real token works (so the refusals above were about the token).
-    st, _ = web.post("/action/pause_job_queue", {"queue": "reports", "csrf": token})
+    evil = f"http://evil.example:{web.port}"
+    for fields, headers, origin in (
+            ({"queue": "reports"}, {}, True),
+            ({"queue": "reports", "csrf": "0" * 64}, {}, True),
+            ({"queue": "reports", "csrf": token[:-1]}, {}, True),
+            ({"queue": "reports", "csrf": token}, {"Sec-Fetch-Site": "cross-site"}, True),
+            # The right token and session, from another origin: what a page
+            # whose name was rebound to 127.0.0.1 would send.
+            ({"queue": "reports", "csrf": token}, {"Origin": evil}, True),
+            ({"queue": "reports", "csrf": token}, {"Origin": evil, "Sec-Fetch-Site": "same-origin"}, True),
+            ({"queue": "reports", "csrf": token}, {"Origin": "null"}, True),
+            ({"queue": "reports", "csrf": token}, {"Referer": evil + "/jobs"}, False),
+            ({"queue": "reports", "csrf": token}, {}, False)):  # neither Origin nor Referer
+        st, text = web.post("/action/pause_job_queue", fields, headers, origin=origin)
+        assert st == 403, (fields, headers, st, text)
+        assert not paused(), (fields, headers)
+    st, text = web.post("/action/pause_job_queue", {"queue": "reports", "csrf": token},
+                        {"Origin": evil, "Sec-Fetch-Site": "same-origin"})
+    assert "is not this dashboard" in text, text
+    # The real token from this dashboard's own page works, with an Origin or
+    # (a browser that sends none) a Referer: the refusals were about the above.
+    st, _ = web.post("/action/pause_job_queue", {"queue": "reports", "csrf": token},
+                     {"Referer": web.base + "/jobs"}, origin=False)
     assert st == 303 and paused()
     st, _ = web.post("/action/resume_job_queue", {"queue": "reports", "csrf": token})
     assert st == 303 and not paused()
 
 
+def test_a_foreign_host_is_refused(ctx):
+    web, c = ctx["admin"], ctx["c"]
+    token = web.csrf()
+    for path in ("/", "/jobs", "/metrics", "/healthz", "/login"):
+        st, body = raw(web.port, "GET", path, {"Host": f"evil.example:{web.port}", "Cookie": web.cookie})
+        assert st == 421, (path, st, body)
+        assert "is not a name of this dashboard" in body and "--allowed-host" in body, body
+    for host in ("127.0.0.1", f"127.0.0.1:{web.port + 1}", f"localhost.evil.example:{web.port}"):
+        st, _ = raw(web.port, "GET", "/healthz", {"Host": host})
+        assert st == 421, (host, st)
+    assert raw(web.port, "GET", "/healthz", {"Host": f"localhost:{web.port}"})[0] == 200
+    # DNS rebinding in full: a name of the attacker's, now 127.0.0.1, and a
+    # same-origin POST from its page carrying a token it read.
+    body = urllib.parse.urlencode({"queue": "reports", "csrf": token}).encode()
+    st, text = raw(web.port, "POST", "/action/pause_job_queue", {
+        "Host": f"rebind.example:{web.port}", "Origin": f"http://rebind.example:{web.port}",
+        "Sec-Fetch-Site": "same-origin", "Cookie": web.cookie,
+        "Content-Type": "application/x-www-form-urlencoded"}, body)
+    assert st == 421, (st, text)
+    assert not one(c, "SELECT paused FROM pgque.job_queues WHERE queue_name = 'reports'")
+    assert "refused POST /action/pause_job_queue: Host" in web.logtext()
+
+
+def test_without_a_session_pages_ask_for_a_login_and_posts_are_refused(ctx):
+    web, c = ctx["admin"], ctx["c"]
+    token = web.csrf()
+    for p in PAGES:
+        st, body, h = web.get(p, cookie=False)
+        assert st == 401 and 'action="/login"' in body and 'name="next" value="' + p + '"' in body, (p, st)
+        assert "data-metric" not in body and "csrf" not in body
+    bogus = {"Cookie": f"pgque_session_{web.port}={'0' * 64}"}
+    assert web.get("/", bogus)[0] == 401
+    assert web.get("/fragment/jobs", cookie=False)[0] == 401
+    assert web.get("/healthz", cookie=False)[0] == 200
+    st, body, h = web.get("/metrics", cookie=False)
+    assert st == 401 and h.get("www-authenticate", "").startswith("Bearer"), (st, h)
+    # Prometheus: a bearer token of either role.
+    for tok in (READ_TOKEN, ADMIN_TOKEN):
+        st, body, _ = web.get("/metrics", {"Authorization": f"Bearer {tok}"}, cookie=False)
+        assert st == 200 and "pgque_jobs{" in body, st
+    assert web.get("/metrics", {"Authorization": "Bearer " + "x" * 40}, cookie=False)[0] == 401
+    for fields, headers in (({"queue": "reports", "csrf": token}, {}), ({"queue": "reports", "csrf": token}, bogus)):
+        st, text = web.post("/action/pause_job_queue", fields, headers, cookie=False)
+        assert st == 403 and "not logged in" in text, (st, text)
+    assert not one(c, "SELECT paused FROM pgque.job_queues WHERE queue_name = 'reports'")
+    st, body = web.post("/login", {"secret": "wrong-" + "x" * 20, "next": "/jobs"}, cookie=False)
+    assert st == 401 and "Wrong password or token" in body, (st, body[:200])
+    assert "failed login" in web.logtext()
+
+
+def test_a_read_login_cannot_pause_a_queue(ctx):
+    c = ctx["c"]
+    rd = copy.copy(ctx["admin"])
+    set_cookie = rd.login(READ_TOKEN)
+    assert rd.cookie != ctx["admin"].cookie
+    st, body, _ = rd.get("/jobs")
+    assert st == 200 and "signed in as <b id=\"user\">bob</b> (read)" in body, body[:2000]
+    assert "data-action=" not in body and 'id="cancel-form"' not in body, "a read login is offered actions"
+    read_token, admin_token = rd.csrf("/"), ctx["admin"].csrf()
+    for t in (read_token, admin_token):
+        st, text = rd.post("/action/pause_job_queue", {"queue": "reports", "csrf": t})
+        assert st == 403 and "this login is read-only" in text, (st, text)
+    assert not one(c, "SELECT paused FROM pgque.job_queues WHERE queue_name = 'reports'")
+    st, body, _ = rd.get("/metrics")
+    assert st == 200 and "pgque_jobs{" in body
+    assert "login: bob (read)" in rd.logtext()
+    for flag in ("HttpOnly", "SameSite=Strict", "Path=/", "Max-Age=28800"):
+        assert flag in set_cookie, set_cookie
+    assert "Secure" not in set_cookie, set_cookie
+
+
+def test_an_admin_login_in_the_browser_pauses_a_queue_and_logout_ends_it(ctx):
+    b, web, c = ctx["browser"], ctx["admin"], ctx["c"]
+    old = session_cookie(b, web)
+    if old:  # log out first, so this test logs in through the form itself
+        visit(b, web, "/")
+        b.click(b.find("#logout button")[0])
+        wait_for("the login page", lambda: b.find("#secret"))
+    browser_login(b, web, ADMIN_TOKEN)
+    ck = session_cookie(b, web)
+    assert ck and ck["httpOnly"] and ck.get("sameSite") == "Strict" and ck["path"] == "/", ck
+    visit(b, web, "/jobs")
+    assert b.js("return document.getElementById('user').textContent") == "alice"
+    b.click(b.find("button[data-action='pause_job_queue'][data-queue='reports']")[0])
+    wait_for("the pause", lambda: one(c, "SELECT paused FROM pgque.job_queues WHERE queue_name = 'reports'"))
+    visit(b, web, "/jobs")
+    b.click(b.find("button[data-action='resume_job_queue'][data-queue='reports']")[0])
+    wait_for("the resume", lambda: not one(c, "SELECT paused FROM pgque.job_queues WHERE queue_name = 'reports'"))
+    # What the browser holds, used from outside it: works until logout.
+    stolen = f"{ck['name']}={ck['value']}"
+    visit(b, web, "/jobs")
+    csrf = b.js("return document.querySelector('#logout input[name=csrf]').value")
+    assert web.get("/jobs", {"Cookie": stolen})[0] == 200
+    b.click(b.find("#logout button")[0])
+    wait_for("the login page after logout", lambda: b.find("#secret")
+             and "logged out" in (b.js("return (document.getElementById('msg')||{}).textContent") or ""))
+    shoot(b, "logged-out.png")
+    assert session_cookie(b, web) is None, "the cookie outlived the logout"
+    b.go(web.base + "/jobs")
+    wait_for("the login page in place of /jobs", lambda: b.find("#secret"))
+    b.console()  # the 401 of that page load
+    st, _, _ = web.get("/jobs", {"Cookie": stolen})
+    assert st == 401, "the session outlived the logout"
+    st, text = web.post("/action/pause_job_queue", {"queue": "reports", "csrf": csrf}, {"Cookie": stolen})
+    assert st == 403, (st, text)
+    assert not one(c, "SELECT paused FROM pgque.job_queues WHERE queue_name = 'reports'")
+    assert "logout: alice" in web.logtext()
+    browser_login(b, web, ADMIN_TOKEN)
+
+
 def test_a_reader_sees_no_actions_and_cannot_post(ctx):
     b, c = ctx["browser"], ctx["c"]
     web = ctx["reader"]
+    ensure_login(b, web, ENV_READ_TOKEN)
     for p in PAGES:
         visit(b, web, p, None)
-        assert not b.find("form[method='post'], button"), f"{p} offers actions to a reader"
+        offered = b.js("return Array.from(document.querySelectorAll(\"form[method='post'], button\"))"
+                       ".filter(e => !e.closest('#logout')).length")
+        assert offered == 0, f"{p} offers actions to a reader"
         assert b.js("return document.body.dataset.admin") == "false"
     visit(b, web, "/events", "events-read-only.png")
-    status, body, _ = ctx["admin"].get("/jobs")
-    token = re.search(r'name="csrf" value="([0-9a-f]{64})"', body).group(1)
+    token = web.csrf("/")
     for fields in ({"queue": "reports"}, {"queue": "reports", "csrf": token}):
         st, text = web.post("/action/pause_job_queue", fields)
         assert st == 403, (st, text)
@@ -490,13 +710,81 @@ def test_a_reader_sees_no_actions_and_cannot_post(ctx):
     assert st == 200 and "pgque_jobs{" in body
     log = web.logtext()
     assert "as role web_reader" in log and "admin actions OFF" in log, log
-    assert SECRET not in log
+    assert "login: read-token (read)" in log, log
+    for secret in (SECRET, ENV_READ_TOKEN):
+        assert secret not in log
+
+
+def test_startup_refuses_a_login_without_credentials(ctx):
+    cases = [
+        (Web("web_admin", wait=False), ["admin actions are on", "PGQUE_WEB_ADMIN_TOKEN",
+                                        "PGQUE_WEB_READ_TOKEN", "--auth-file", "--read-only"]),
+        (Web("web_reader", wait=False, listen="0.0.0.0"), ["is not a loopback address", "PGQUE_WEB_READ_TOKEN"]),
+    ]
+    loose = os.path.join(ctx["tmp"], "loose-auth")
+    with open(loose, "w") as f:
+        f.write(f"admin:alice:{ADMIN_TOKEN}\n")
+    os.chmod(loose, 0o644)
+    cases.append((Web("web_admin", "--auth-file", loose, wait=False), ["mode 644", "chmod 600"]))
+    cases.append((Web("web_admin", wait=False, env={"PGQUE_WEB_ADMIN_TOKEN": "short"}),
+                  ["PGQUE_WEB_ADMIN_TOKEN", "at least 16"]))
+    for w, want in cases:
+        try:
+            rc = w.proc.wait(30)
+        finally:
+            w.stop()
+        log = w.logtext()
+        assert rc == 2, (rc, log)
+        for needle in want:
+            assert needle in log, (needle, log)
+    # Read-only on loopback needs no login: the dashboard is open, with no
+    # forms and no login page.
+    w = Web("web_admin", "--read-only")
+    try:
+        st, body, _ = w.get("/jobs")
+        assert st == 200 and "data-action=" not in body and "/logout" not in body, st
+        assert w.get("/login")[0] == 303
+        assert w.post("/action/pause_job_queue", {"queue": "reports", "csrf": "0" * 64})[0] == 403
+        assert "no login: loopback only and read-only" in w.logtext()
+    finally:
+        w.stop()
+
+
+def test_logins_back_off_and_the_cookie_is_secure_behind_tls(ctx):
+    w = Web("web_reader", "--cookie-secure", "--allowed-host", "dash.test",
+            env={"PGQUE_WEB_READ_TOKEN": ENV_READ_TOKEN})
+    try:
+        # The proxy's name, without a port (https: 443), is accepted.
+        assert raw(w.port, "GET", "/healthz", {"Host": "dash.test"})[0] == 200
+        body = urllib.parse.urlencode({"secret": ENV_READ_TOKEN, "next": "/events"}).encode()
+        c = http.client.HTTPConnection("127.0.0.1", w.port, timeout=30)
+        c.request("POST", "/login", body, {"Host": "dash.test", "Origin": "https://dash.test",
+                                            "Content-Type": "application/x-www-form-urlencoded"})
+        r = c.getresponse()
+        r.read()
+        assert r.status == 303 and r.getheader("Location") == "/events", r.status
+        ck = r.getheader("Set-Cookie")
+        c.close()
+        for flag in ("HttpOnly", "SameSite=Strict", "Path=/", "; Secure"):
+            assert flag in ck, ck
+        # Three wrong secrets are free, the fourth starts a back-off in which
+        # even the right one is not looked at; after it, the right one works.
+        for i in range(4):
+            st, text = w.post("/login", {"secret": f"guess-{i}-" + "x" * 20}, cookie=False)
+            assert st == 401, (i, st)
+        st, text = w.post("/login", {"secret": ENV_READ_TOKEN}, cookie=False)
+        assert st == 429 and "Too many failed logins" in text, st
+        time.sleep(1.2)
+        assert w.post("/login", {"secret": ENV_READ_TOKEN}, cookie=False)[0] == 303
+    finally:
+        w.stop()
 
 
 def test_help_documents_every_flag(ctx):
     out = subprocess.run([BIN, "--help"], capture_output=True, text=True, check=True).stdout
-    for flag in ("--database-url", "--listen", "--read-only", "--refresh-ms", "--sample-ms",
-                 "--history", "--pool-size", "127.0.0.1:8080"):
+    for flag in ("--database-url", "--listen", "--allowed-host", "--auth-file", "--session-minutes",
+                 "--cookie-secure", "--read-only", "--refresh-ms", "--sample-ms", "--history",
+                 "--max-series", "--pool-size", "127.0.0.1:8080", "PGQUE_WEB_ADMIN_TOKEN"):
         assert flag in out, flag
 
 
@@ -506,8 +794,14 @@ TESTS = [
     test_every_page_renders_without_console_errors_and_shows_the_figures,
     test_pages_refresh_in_place,
     test_forged_posts_are_refused,
+    test_a_foreign_host_is_refused,
+    test_without_a_session_pages_ask_for_a_login_and_posts_are_refused,
+    test_a_read_login_cannot_pause_a_queue,
     test_admin_actions_through_the_browser_change_the_database,
+    test_an_admin_login_in_the_browser_pauses_a_queue_and_logout_ends_it,
     test_a_reader_sees_no_actions_and_cannot_post,
+    test_startup_refuses_a_login_without_credentials,
+    test_logins_back_off_and_the_cookie_is_secure_behind_tls,
     test_help_documents_every_flag,
 ]
 
@@ -518,8 +812,15 @@ def main():
     started = time.time()
     ctx = {"failed_job": make_database()}
     ctx["c"] = connect()
-    ctx["admin"] = Web("web_admin")
-    ctx["reader"] = Web("web_reader")
+    ctx["tmp"] = tempfile.mkdtemp(prefix="pgque_webtest_")
+    auth_file = os.path.join(ctx["tmp"], "auth")
+    fd = os.open(auth_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(f"# the web tier's logins\nadmin:alice:{ADMIN_TOKEN}\nread:bob:{READ_TOKEN}\n")
+    ctx["admin"] = Web("web_admin", "--auth-file", auth_file)
+    ctx["admin"].login(ADMIN_TOKEN)
+    ctx["reader"] = Web("web_reader", env={"PGQUE_WEB_READ_TOKEN": ENV_READ_TOKEN})
+    ctx["reader"].login(ENV_READ_TOKEN)
     ctx["browser"] = Browser()
     # Two samples, so the charts have lines.
     time.sleep(1)
@@ -541,6 +842,7 @@ def main():
             if failed:
                 print(f"---- pgque-web ({w}) log:\n{ctx[w].logtext()}")
             ctx[w].stop()
+        shutil.rmtree(ctx["tmp"], ignore_errors=True)
     print(f"webtest: {time.time() - started:.0f} s")
     # libtest's closing line too, so .ci/run's summary counts these tests
     print(f"test result: {'FAILED' if failed else 'ok'}. {passed} passed; {failed} failed; 0 ignored")
