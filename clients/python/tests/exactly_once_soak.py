@@ -193,8 +193,10 @@ def soak(dsn: str, jobs: int = 2000, workers: int = 3, concurrency: int = 4, lea
             procs[slot] = p
 
         def done() -> int:
+            # job_queue_status counts the log by its rows (cheap); all_jobs
+            # unpacks every job and is only for the final check.
             return conn.execute(
-                "SELECT count(*)::int FROM pgque.all_jobs WHERE queue = %s AND state = 'completed'", (queue,)
+                "SELECT completed::int FROM pgque.job_queue_status WHERE queue_name = %s", (queue,)
             ).fetchone()[0]  # type: ignore[index]
 
         t0 = time.monotonic()
