@@ -218,6 +218,7 @@ impl Credentials {
         Ok(Credentials { list })
     }
 
+    /// No credential at all (then there is no login).
     pub fn is_empty(&self) -> bool {
         self.list.is_empty()
     }
@@ -263,6 +264,7 @@ pub struct Sessions {
 }
 
 impl Sessions {
+    /// No sessions yet; each will last `ttl` from its login.
     pub fn new(ttl: Duration) -> Sessions {
         Sessions {
             ttl,
@@ -314,10 +316,12 @@ impl Sessions {
         self.map.remove(&digest(id));
     }
 
+    /// Sessions kept (expired ones go at the next create or lookup).
     pub fn live(&self) -> usize {
         self.map.len()
     }
 
+    /// How long a session lasts from its login.
     pub fn ttl(&self) -> Duration {
         self.ttl
     }

@@ -29,6 +29,7 @@ pub struct History {
     dropped: u64,
 }
 
+/// The wall clock in Unix seconds: samples' time stamps.
 pub fn now() -> f64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -36,6 +37,7 @@ pub fn now() -> f64 {
         .unwrap_or(0.0)
 }
 
+/// The key of a series: a metric name and its labels.
 pub fn key(name: &str, labels: &[(&str, &str)]) -> Key {
     (
         name.to_string(),

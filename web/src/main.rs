@@ -295,6 +295,13 @@ async fn main() {
         ));
     }
     log(&format!("answering to Host {}", allowed.describe()));
+    if args.listen.ip().is_unspecified() && args.allowed_hosts.is_empty() {
+        log(&format!(
+            "listening on {} but answering to loopback names only: give --allowed-host for each \
+name or address browsers use to reach it",
+            args.listen
+        ));
+    }
     let auth = (!creds.is_empty()).then(|| Auth {
         creds,
         sessions: Mutex::new(Sessions::new(ttl)),

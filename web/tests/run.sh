@@ -2,9 +2,11 @@
 # The dashboard tier (`make test-web`): builds pgque and pgque-web, starts a
 # private PostgreSQL with pgque preloaded, and runs web/tests/test_web.py
 # against both: /metrics parsed by prometheus_client and compared with
-# pgque.metrics(), every page in headless Chromium (WebDriver), admin actions
-# through the browser, a read-only role and forged POSTs. It rewrites the
-# screenshots in docs/screenshots/. Exit status: the tests'.
+# pgque.metrics(), logins through the login page and every page in headless
+# Chromium (WebDriver), admin actions through the browser, a read-only role
+# and a read login, forged POSTs, foreign Host and Origin headers, requests
+# without a session, logout, and startups refused for want of credentials.
+# It rewrites the screenshots in docs/screenshots/. Exit status: the tests'.
 #
 #   web/tests/run.sh [PGVERSION] [test name filter]
 #

@@ -780,6 +780,17 @@ def test_logins_back_off_and_the_cookie_is_secure_behind_tls(ctx):
         w.stop()
 
 
+def test_the_chart_history_is_capped(ctx):
+    # The fixture has far more than 5 series (each queue, consumer, slot...).
+    w = Web("web_reader", "--max-series", "5")
+    try:
+        wait_for("the cap in the log", lambda: "the charts keep 5 series (--max-series)" in w.logtext())
+        st, body, _ = w.get("/jobs")
+        assert st == 200 and "svg" in body, st
+    finally:
+        w.stop()
+
+
 def test_help_documents_every_flag(ctx):
     out = subprocess.run([BIN, "--help"], capture_output=True, text=True, check=True).stdout
     for flag in ("--database-url", "--listen", "--allowed-host", "--auth-file", "--session-minutes",
@@ -802,6 +813,7 @@ TESTS = [
     test_a_reader_sees_no_actions_and_cannot_post,
     test_startup_refuses_a_login_without_credentials,
     test_logins_back_off_and_the_cookie_is_secure_behind_tls,
+    test_the_chart_history_is_capped,
     test_help_documents_every_flag,
 ]
 
