@@ -90,4 +90,4 @@ pub use producer::{
     IdemSend, NewJob,
 };
 pub use shutdown::Shutdown;
-pub use worker::{BoxError, HandlerResult, Job, Stats, Worker, WorkerBuilder};
+pub use worker::{BoxError, HandlerResult, Job, Stats, TxFuture, Worker, WorkerBuilder};

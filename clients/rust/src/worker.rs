@@ -7,6 +7,14 @@
 //! `complete_many`, with outputs where the server takes them; failures as
 //! `fail` with the error), and a heartbeat task renewing the leases of the
 //! running jobs every `lease / 3`.
+//!
+//! Exactly-once handlers ([`WorkerBuilder::tx_handler`]) run on connections of
+//! a pool of their own (at most `concurrency`): the task opens a transaction,
+//! the handler writes through it, the task runs the fenced
+//! `pgque.complete(job, lease_token[, output])` in it and commits only when
+//! that returned true; otherwise (lease lost, job cancelled or handed back)
+//! it rolls back. A handler error rolls back and the job is failed by the
+//! completer, in its own transaction.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -18,7 +26,7 @@ use std::time::{Duration, SystemTime};
 use deadpool_postgres::{Manager, Pool};
 use serde_json::Value;
 use tokio::sync::{mpsc, watch, Semaphore};
-use tokio_postgres::{Config, NoTls};
+use tokio_postgres::{Config, NoTls, Transaction};
 
 use crate::error::{Error, Result};
 use crate::features::Features;
@@ -31,6 +39,16 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// server's backoff until max_attempts).
 pub type HandlerResult = std::result::Result<Option<Value>, BoxError>;
 type HandlerFn = Arc<dyn Fn(Job) -> Pin<Box<dyn Future<Output = HandlerResult> + Send>> + Send + Sync>;
+/// The future an exactly-once handler returns: it may borrow the transaction
+/// it was given (write `Box::pin(async move { ... })`).
+pub type TxFuture<'a> = Pin<Box<dyn Future<Output = HandlerResult> + Send + 'a>>;
+type TxHandlerFn = Arc<dyn for<'a, 'b> Fn(Job, &'a mut Transaction<'b>) -> TxFuture<'a> + Send + Sync>;
+
+#[derive(Clone)]
+enum Handler {
+    Plain(HandlerFn),
+    Tx(TxHandlerFn),
+}
 
 const DISPATCH: &str = "SELECT job_id, queue, kind, args, priority, attempt, max_attempts, actor, lease_token \
      FROM pgque.dispatch($1::text[], $2::int4, $3::text, make_interval(secs => $4::float8))";
@@ -41,7 +59,10 @@ const REFILL_WAIT: Duration = Duration::from_millis(20);
 
 struct Shared {
     pool: Pool,
+    /// The connections of exactly-once handlers (None: the worker has none).
+    tx_pool: Option<Pool>,
     features: Features,
+    stats: Arc<Stats>,
 }
 
 #[derive(Default)]
@@ -107,6 +128,9 @@ pub struct Stats {
     pub completed: AtomicU64,
     pub failed: AtomicU64,
     pub handed_back: AtomicU64,
+    /// Exactly-once handlers whose completion the server refused (lease
+    /// lost, job cancelled or handed back): their transactions were rolled back.
+    pub lost: AtomicU64,
 }
 
 /// Builds a [`Worker`]: queues, handlers per kind, and the knobs.
@@ -120,7 +144,7 @@ pub struct WorkerBuilder {
     poll_interval: Duration,
     shutdown_timeout: Duration,
     worker_id: Option<String>,
-    handlers: HashMap<String, HandlerFn>,
+    handlers: HashMap<String, Handler>,
 }
 
 impl WorkerBuilder {
@@ -130,7 +154,50 @@ impl WorkerBuilder {
         F: Fn(Job) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = HandlerResult> + Send + 'static,
     {
-        self.handlers.insert(kind.into(), Arc::new(move |job| Box::pin(f(job))));
+        self.handlers
+            .insert(kind.into(), Handler::Plain(Arc::new(move |job| Box::pin(f(job)))));
+        self
+    }
+    /// Registers an exactly-once handler of a job kind: it gets the job and
+    /// a transaction (on a connection of the worker's) to write its effects
+    /// through; the worker completes the job in that same transaction, so the
+    /// effects and the completion commit together or not at all.
+    ///
+    /// - `Ok(output)`: the worker runs `pgque.complete(job, lease_token,
+    ///   output)` in the transaction and commits if the server accepted it.
+    ///   If it refused (false: the lease was lost and the job went to another
+    ///   worker, or it was cancelled or handed back at shutdown), the
+    ///   transaction is rolled back, the effects vanish, and
+    ///   [`Stats::lost`] counts it.
+    /// - `Err(e)` or a panic: rolled back; the job is failed (and retried)
+    ///   in a separate transaction.
+    ///
+    /// Effects outside this database (an e-mail, an HTTP call) are not
+    /// covered: they happen at least once.
+    ///
+    /// ```no_run
+    /// use pgque_client::{Job, Shutdown, Worker};
+    /// use serde_json::json;
+    ///
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// let worker = Worker::builder("host=/tmp dbname=app", ["invoices"])?
+    ///     .tx_handler("issue", |job: Job, tx| {
+    ///         Box::pin(async move {
+    ///             let n = tx
+    ///                 .execute("INSERT INTO invoices (job_id, body) VALUES ($1, $2)", &[&job.id, &job.args])
+    ///                 .await?;
+    ///             Ok(Some(json!({ "rows": n })))
+    ///         })
+    ///     })
+    ///     .build()?;
+    /// worker.run(Shutdown::on_signals()).await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn tx_handler<F>(mut self, kind: impl Into<String>, f: F) -> Self
+    where
+        F: for<'a, 'b> Fn(Job, &'a mut Transaction<'b>) -> TxFuture<'a> + Send + Sync + 'static,
+    {
+        self.handlers.insert(kind.into(), Handler::Tx(Arc::new(f)));
         self
     }
     /// Handler tasks at once (default 10).
@@ -258,9 +325,21 @@ impl Worker {
         let b = &self.b;
         let mut client = self.pool.get().await?;
         let features = Features::read(&client).await?;
+        let tx_pool = if b.handlers.values().any(|h| matches!(h, Handler::Tx(_))) {
+            Some(
+                Pool::builder(Manager::new(b.config.clone(), NoTls))
+                    .max_size(b.concurrency)
+                    .build()
+                    .map_err(|e| Error::Invalid(format!("pool: {e}")))?,
+            )
+        } else {
+            None
+        };
         let shared = Arc::new(Shared {
             pool: self.pool.clone(),
+            tx_pool,
             features,
+            stats: self.stats.clone(),
         });
         let channels = self.channels(&client, &shared.features).await?;
         let (gen_tx, mut gen_rx) = watch::channel(0u64);
@@ -355,22 +434,31 @@ impl Worker {
                 let handler = b.handlers.get(&job.kind).cloned();
                 let tx = done_tx.clone();
                 let running = running.clone();
+                let shared = shared.clone();
                 tokio::spawn(async move {
                     let (id, token, flags) = (job.id, job.lease_token, job.flags.clone());
+                    // None: an exactly-once handler's outcome is settled already.
                     let result = match handler {
-                        None => Err(format!("no handler for job kind {:?}", job.kind)),
-                        Some(h) => match tokio::spawn(h(job)).await {
+                        None => Some(Err(format!("no handler for job kind {:?}", job.kind))),
+                        Some(Handler::Plain(h)) => Some(match tokio::spawn(h(job)).await {
                             Ok(Ok(out)) => Ok(out),
                             Ok(Err(e)) => Err(error_text(&*e)),
                             Err(join) => Err(format!("handler panicked: {join}")),
+                        }),
+                        Some(Handler::Tx(h)) => match tokio::spawn(run_in_transaction(shared, h, job)).await {
+                            Ok(Ok(())) => None,
+                            Ok(Err(e)) => Some(Err(e)),
+                            Err(join) => Some(Err(format!("handler panicked: {join}"))),
                         },
                     };
-                    let _ = tx.send(Msg::Done(Outcome {
-                        id,
-                        token,
-                        result,
-                        flags,
-                    }));
+                    if let Some(result) = result {
+                        let _ = tx.send(Msg::Done(Outcome {
+                            id,
+                            token,
+                            result,
+                            flags,
+                        }));
+                    }
                     running.lock().unwrap().remove(&id);
                     drop(permit);
                 });
@@ -432,6 +520,67 @@ impl Worker {
         }
         Ok(out)
     }
+}
+
+/// Runs an exactly-once handler: BEGIN, the handler, the fenced complete,
+/// COMMIT (or ROLLBACK when the server refused the completion). Ok(()) when
+/// settled (committed, or refused and rolled back); Err(text) when the job
+/// must be failed: the handler's error, or an error of the completion or the
+/// commit (the fail is fenced by the same token, so it changes nothing if
+/// the commit did happen before the connection broke).
+async fn run_in_transaction(shared: Arc<Shared>, h: TxHandlerFn, job: Job) -> std::result::Result<(), String> {
+    let pool = shared
+        .tx_pool
+        .as_ref()
+        .expect("a transaction pool with exactly-once handlers");
+    let mut obj = pool
+        .get()
+        .await
+        .map_err(|e| format!("no connection for the job's transaction: {e}"))?;
+    let client: &mut tokio_postgres::Client = &mut obj;
+    let mut tx = client
+        .transaction()
+        .await
+        .map_err(|e| format!("BEGIN failed: {}", error_text(&e)))?;
+    let (id, token, flags) = (job.id, job.lease_token, job.flags.clone());
+    let output = match h(job, &mut tx).await {
+        Ok(out) => out,
+        Err(e) => {
+            let text = error_text(&*e);
+            let _ = tx.rollback().await;
+            return Err(text);
+        }
+    };
+    let done = if shared.features.outputs {
+        tx.query_one(
+            "SELECT pgque.complete($1::int8, $2::int8, $3::jsonb)",
+            &[&id, &token, &output],
+        )
+        .await
+    } else {
+        tx.query_one("SELECT pgque.complete($1::int8, $2::int8)", &[&id, &token])
+            .await
+    };
+    let accepted = match done {
+        Ok(row) => row.get::<_, Option<bool>>(0).unwrap_or(false),
+        Err(e) => return Err(format!("complete failed: {}", error_text(&e))),
+    };
+    if !accepted {
+        let _ = tx.rollback().await;
+        shared.stats.lost.fetch_add(1, Ordering::Relaxed);
+        let why = if flags.handed_back.load(Ordering::Relaxed) {
+            "handed back at shutdown"
+        } else {
+            "its lease was lost or it was cancelled"
+        };
+        eprintln!("pgque worker: job {id} not completed ({why}); its transaction was rolled back");
+        return Ok(());
+    }
+    tx.commit()
+        .await
+        .map_err(|e| format!("COMMIT failed: {}", error_text(&e)))?;
+    shared.stats.completed.fetch_add(1, Ordering::Relaxed);
+    Ok(())
 }
 
 /// An error and its chain of sources, one per line (Rust's stand-in for a traceback).

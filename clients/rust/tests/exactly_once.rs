@@ -1,0 +1,242 @@
+//! Exactly-once handlers (`tx_handler`) against a real server: the handler's
+//! effects and the job's completion commit in one transaction, and a
+//! completion the server refuses (lease lost, job cancelled) takes the
+//! effects back with it.
+mod common;
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use pgque_client::*;
+use serde_json::json;
+use tokio::sync::Notify;
+
+async fn effects(c: &tokio_postgres::Client) -> HashMap<i64, i64> {
+    c.query("SELECT job_id, count(*) FROM effects GROUP BY job_id", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect()
+}
+
+async fn setup(name: &str) -> (String, tokio_postgres::Client) {
+    let (dsn, c) = test_db(name).await;
+    c.batch_execute(
+        "SELECT pgque.create_job_queue('q'); \
+         CREATE TABLE effects (job_id bigint NOT NULL, attempt int NOT NULL)",
+    )
+    .await
+    .unwrap();
+    (dsn, c)
+}
+
+async fn enqueue_n(c: &tokio_postgres::Client, kind: &str, n: usize) -> Vec<i64> {
+    let jobs: Vec<NewJob> = (0..n).map(|i| NewJob::new(kind, json!({ "i": i }))).collect();
+    enqueue_many(c, "q", &jobs, None)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.job_id.unwrap())
+        .collect()
+}
+
+const INSERT: &str = "INSERT INTO effects (job_id, attempt) VALUES ($1, $2)";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn effects_and_completion_commit_together() {
+    let (dsn, c) = setup("xo_commit").await;
+    let n = 200;
+    let ids = enqueue_n(&c, "work", n).await;
+    let boom = enqueue(
+        &c,
+        "q",
+        "boom",
+        &json!({}),
+        &EnqueueOptions {
+            max_attempts: Some(1),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    let w = Worker::builder(&dsn, ["q"])
+        .unwrap()
+        .concurrency(4)
+        .poll_interval(Duration::from_millis(200))
+        .tx_handler("work", |job: Job, tx| {
+            Box::pin(async move {
+                tx.execute(INSERT, &[&job.id, &job.attempt]).await?;
+                Ok(Some(json!({ "i": job.args["i"] })))
+            })
+        })
+        .tx_handler("boom", |job: Job, tx| {
+            Box::pin(async move {
+                tx.execute(INSERT, &[&job.id, &job.attempt]).await?;
+                Err("after the insert".into())
+            })
+        })
+        .build()
+        .unwrap();
+    let stats = w.stats().clone();
+    let sd = Shutdown::new();
+    let h = tokio::spawn({
+        let sd = sd.clone();
+        async move { w.run(sd).await }
+    });
+    wait_until(60, "every job finished", || async {
+        states(&c, "q").await == vec![("completed".into(), n as i64), ("failed".into(), 1)]
+    })
+    .await;
+    sd.trigger();
+    h.await.unwrap().unwrap();
+    let fx = effects(&c).await;
+    let mut got: Vec<i64> = fx.keys().copied().collect();
+    got.sort();
+    assert_eq!(got, ids, "one effect per completed job, none of the failed one");
+    assert!(fx.values().all(|&v| v == 1));
+    assert!(!fx.contains_key(&boom));
+    assert_eq!(stats.completed.load(Ordering::SeqCst), n as u64);
+    assert_eq!(stats.failed.load(Ordering::SeqCst), 1);
+    assert_eq!(stats.lost.load(Ordering::SeqCst), 0);
+    let out: serde_json::Value = c
+        .query_one("SELECT output FROM pgque.get_job($1)", &[&ids[9]])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(out, json!({ "i": 9 }));
+    let errs: String = c
+        .query_one("SELECT errors::text FROM pgque.get_job($1)", &[&boom])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(errs.contains("after the insert"), "{errs}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn lease_lost_mid_handler_rolls_back_the_effects() {
+    // A 1 s lease without heartbeats; the first worker's handler sleeps 3 s,
+    // the rescue hands the jobs to a second worker, which completes them; the
+    // first worker's completions are refused and its inserts rolled back.
+    let (dsn, c) = setup("xo_lease").await;
+    c.execute("SELECT pgque.set_job_queue_config('q', 'max_attempts', '10')", &[])
+        .await
+        .unwrap();
+    let ids = enqueue_n(&c, "slow", 3).await;
+    let make = |sleep: Duration| {
+        Worker::builder(&dsn, ["q"])
+            .unwrap()
+            .concurrency(3)
+            .lease(Duration::from_secs(1))
+            .heartbeat_interval(Duration::from_secs(3600))
+            .poll_interval(Duration::from_millis(100))
+            .tx_handler("slow", move |job: Job, tx| {
+                Box::pin(async move {
+                    tx.execute(INSERT, &[&job.id, &job.attempt]).await?;
+                    tokio::time::sleep(sleep).await;
+                    Ok(None)
+                })
+            })
+            .build()
+            .unwrap()
+    };
+    let (slow, fast) = (make(Duration::from_secs(3)), make(Duration::ZERO));
+    let (slow_stats, fast_stats) = (slow.stats().clone(), fast.stats().clone());
+    let (sd_slow, sd_fast) = (Shutdown::new(), Shutdown::new());
+    let h1 = tokio::spawn({
+        let sd = sd_slow.clone();
+        async move { slow.run(sd).await }
+    });
+    wait_until(10, "the slow worker holds the jobs", || async {
+        states(&c, "q").await == vec![("running".into(), 3)]
+    })
+    .await;
+    let h2 = tokio::spawn({
+        let sd = sd_fast.clone();
+        async move { fast.run(sd).await }
+    });
+    wait_until(30, "the rescued jobs completed by the second worker", || async {
+        fast_stats.completed.load(Ordering::SeqCst) == 3
+    })
+    .await;
+    wait_until(30, "the slow worker's completions refused", || async {
+        slow_stats.lost.load(Ordering::SeqCst) == 3
+    })
+    .await;
+    sd_slow.trigger();
+    sd_fast.trigger();
+    h1.await.unwrap().unwrap();
+    h2.await.unwrap().unwrap();
+    assert_eq!(slow_stats.completed.load(Ordering::SeqCst), 0);
+    assert_eq!(states(&c, "q").await, vec![("completed".into(), 3)]);
+    let fx = effects(&c).await;
+    let mut got: Vec<i64> = fx.keys().copied().collect();
+    got.sort();
+    assert_eq!(got, ids);
+    assert!(fx.values().all(|&v| v == 1), "{fx:?}");
+    let attempts: Vec<i32> = c
+        .query("SELECT DISTINCT attempt FROM effects", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(attempts, vec![2], "only the second attempts' effects remain");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelled_mid_handler_leaves_no_effects() {
+    let (dsn, c) = setup("xo_cancel").await;
+    let id = enqueue(&c, "q", "cancel_me", &json!({}), &EnqueueOptions::default())
+        .await
+        .unwrap()
+        .unwrap();
+    let started = Arc::new(Notify::new());
+    let release = Arc::new(Notify::new());
+    let (s, r) = (started.clone(), release.clone());
+    let w = Worker::builder(&dsn, ["q"])
+        .unwrap()
+        .concurrency(1)
+        .poll_interval(Duration::from_millis(200))
+        .tx_handler("cancel_me", move |job: Job, tx| {
+            let (s, r) = (s.clone(), r.clone());
+            Box::pin(async move {
+                tx.execute(INSERT, &[&job.id, &job.attempt]).await?;
+                s.notify_one();
+                r.notified().await;
+                Ok(Some(json!({ "should": "not be recorded" })))
+            })
+        })
+        .build()
+        .unwrap();
+    let stats = w.stats().clone();
+    let sd = Shutdown::new();
+    let h = tokio::spawn({
+        let sd = sd.clone();
+        async move { w.run(sd).await }
+    });
+    tokio::time::timeout(Duration::from_secs(10), started.notified())
+        .await
+        .expect("the handler started");
+    let cancelled: bool = c.query_one("SELECT pgque.cancel($1)", &[&id]).await.unwrap().get(0);
+    assert!(cancelled);
+    release.notify_one();
+    wait_until(10, "the refused completion", || async {
+        stats.lost.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    sd.trigger();
+    h.await.unwrap().unwrap();
+    let r = c
+        .query_one("SELECT state, output FROM pgque.get_job($1)", &[&id])
+        .await
+        .unwrap();
+    assert_eq!(r.get::<_, String>(0), "cancelled");
+    assert_eq!(r.get::<_, Option<serde_json::Value>>(1), None);
+    assert!(effects(&c).await.is_empty());
+    assert_eq!(stats.completed.load(Ordering::SeqCst), 0);
+}
