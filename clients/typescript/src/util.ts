@@ -88,9 +88,16 @@ export class Waker {
   gen = 0;
   private waiters = new Set<() => void>();
 
-  /** Wakes every waiter (a NOTIFY arrived, a handler slot was freed, stop()). */
+  /** Wakes every waiter and bumps the generation: something may be ready
+   * (a NOTIFY arrived, a reconnect, stop()). */
   notify(): void {
     this.gen++;
+    this.poke();
+  }
+
+  /** Wakes every waiter to re-check its condition without bumping the
+   * generation (a handler slot was freed): a waiter for new work sleeps on. */
+  poke(): void {
     const ws = [...this.waiters];
     this.waiters.clear();
     for (const w of ws) w();

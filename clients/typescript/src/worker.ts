@@ -212,6 +212,7 @@ export class Worker {
   private stopping = false;
   private active = false;
   private control: pg.Client | undefined;
+  private controlConnecting: Promise<pg.Client> | undefined;
   private pool: pg.Pool | undefined;
   private feats: Features | undefined;
 
@@ -407,7 +408,7 @@ export class Worker {
     const task = this.runJob(job).finally(() => {
       this.running.delete(job);
       this.tasks.delete(task);
-      this.waker.notify();
+      this.waker.poke();
     });
     this.tasks.add(task);
   }
@@ -489,7 +490,8 @@ export class Worker {
   // ---- outcomes ------------------------------------------------------------
 
   private report(o: Outcome): void {
-    if (o.job.handedBack) return;
+    // A handed-back job's outcome is not ours to send; nor is anything after run() returned.
+    if (o.job.handedBack || !this.active) return;
     this.outcomes.push(o);
     if (this.flushing === undefined) {
       this.flushing = this.flushLoop().finally(() => {
@@ -553,9 +555,18 @@ export class Worker {
     }
   }
 
+  /** The control connection, re-made (once, whoever asks first) after a
+   * connection error reset it. */
   private async ctl(): Promise<pg.Client> {
-    if (this.control === undefined) this.control = await connect(this.connection);
-    return this.control;
+    if (this.control !== undefined) return this.control;
+    if (this.controlConnecting === undefined) {
+      this.controlConnecting = connect(this.connection).finally(() => {
+        this.controlConnecting = undefined;
+      });
+      this.control = await this.controlConnecting;
+      return this.control;
+    }
+    return this.controlConnecting;
   }
 
   private async resetControl(): Promise<void> {
@@ -593,9 +604,9 @@ export class Worker {
   /** @internal `job.progress()`. */
   async setProgress(job: Job, value: unknown): Promise<boolean> {
     const f = this.feats;
-    if (f === undefined || this.control === undefined) throw new Error("the worker is not running");
+    if (f === undefined || !this.active) throw new Error("the worker is not running");
     if (!f.progress) throw new ServerFeatureMissing("this server's pgque has no set_progress (progress needs pgque 0.7)");
-    const { rows } = await query<{ ok: boolean }>(this.control, "SELECT pgque.set_progress($1::int8, $2::int8, $3::jsonb) AS ok", [
+    const { rows } = await query<{ ok: boolean }>(await this.ctl(), "SELECT pgque.set_progress($1::int8, $2::int8, $3::jsonb) AS ok", [
       job.id,
       job.leaseToken,
       JSON.stringify(value),
