@@ -99,6 +99,7 @@ GRANT EXECUTE ON FUNCTION
 -- (ALL FUNCTIONS, revoked above, leaves procedures out.)
 REVOKE ALL ON PROCEDURE pgque.ticker_loop() FROM PUBLIC;
 GRANT EXECUTE ON PROCEDURE pgque.ticker_loop() TO pgque_admin;
+GRANT EXECUTE ON FUNCTION pgque.ticker_loop_tick() TO pgque_admin;
 GRANT EXECUTE ON FUNCTION pgque.unsubscribe_slot(text, text, int4) TO pgque_reader;
 GRANT EXECUTE ON FUNCTION
     pgque.queue_stats(), pgque.consumer_stats(), pgque.queue_health(), pgque.otel_metrics(),

@@ -362,6 +362,15 @@ impl Cluster {
         panic!("cannot connect to {db} on the private cluster: {last:?}")
     }
 
+    /// Connects to `db` as `user` (no retry: the server is up).
+    pub fn connect_as(&self, db: &str, user: &str) -> Client {
+        let info = self
+            .conninfo(db)
+            .replace("user=postgres", &format!("user={user}"));
+        Client::connect(&info, NoTls)
+            .unwrap_or_else(|e| panic!("connect to {db} as {user} on the private cluster: {e}"))
+    }
+
     /// Creates database `db` with pgque installed (its worker starts).
     pub fn create_db(&self, db: &str) -> Client {
         let mut admin = self.connect("postgres");

@@ -512,6 +512,32 @@ fn set_tick_period_ms(ms: Option<i32>) -> i32 {
     ms
 }
 
+/// ticker_loop_tick() → seconds ticker_loop() sleeps before its next round:
+/// ticks every queue that needs it (as ticker()) and returns the database's
+/// tick period (set_tick_period_ms, else pgque.tick_period_ms) in seconds.
+/// ticker_loop()'s whole work is this call: a procedure that commits may
+/// carry no SET clause, so its body must not evaluate anything that resolves
+/// through the caller's search_path (pg_cron runs it as a superuser), and
+/// as SECURITY DEFINER it reads worker_config for a pgque_admin that may not.
+/// Touches the ticks of the queues it ticks.
+#[pg_extern(security_definer)]
+#[search_path(pg_catalog, pgque, pg_temp)]
+fn ticker_loop_tick() -> f64 {
+    Spi::connect_mut(|c| {
+        crate::log::tick::run_ticker(c, None, false);
+        let ms = log::exec(c, "SELECT w.tick_period_ms FROM pgque.worker_config w", &[])
+            .first()
+            .get_one::<i32>()
+            .ok()
+            .flatten()
+            .filter(|ms| valid_tick_period(*ms));
+        let period = ms.map_or(crate::gucs::tick_period(), |ms| {
+            std::time::Duration::from_millis(ms as u64)
+        });
+        period.as_secs_f64()
+    })
+}
+
 extension_sql!(
     r#"
 -- ticker_loop(): PgQue's sub-second tick driver, for setups that drive the

@@ -97,6 +97,24 @@ fn in_transaction<R>(
     result
 }
 
+/// The worker's settings row: whether start() (not stop()) was the last
+/// word, and set_tick_period_ms()'s period. to_jsonb: the column exists from
+/// 0.7.0 on, and the library may run against a schema not updated yet. Every
+/// name is qualified, operators included, though the session's search_path
+/// is pinned too (pin_session): this statement is not inside a pinned
+/// function, and it runs as superuser.
+const WORKER_CONFIG_SQL: &str = "SELECT w.worker_enabled, \
+     (pg_catalog.to_jsonb(w) OPERATOR(pg_catalog.->>) 'tick_period_ms'::pg_catalog.text)::pg_catalog.int4 \
+     FROM pgque.worker_config w";
+
+/// Reads WORKER_CONFIG_SQL and applies its tick period; returns whether the
+/// worker is enabled (None: no row). An ERROR propagates.
+fn read_worker_config() -> pgrx::spi::Result<Option<bool>> {
+    let (enabled, period) = Spi::get_two::<bool, i32>(WORKER_CONFIG_SQL)?;
+    duties::set_tick_period_override(period);
+    Ok(enabled)
+}
+
 /// Whether this database wants its worker: the extension is installed and
 /// pgque.start() (not stop()) was the last word. None: the extension is absent.
 fn wanted_here() -> Option<bool> {
@@ -105,17 +123,45 @@ fn wanted_here() -> Option<bool> {
         if ext == pg_sys::InvalidOid {
             return None;
         }
-        // to_jsonb: the column exists from 0.7.0 on, and the library may run
-        // against a schema not updated yet.
-        let (enabled, period) = Spi::get_two::<bool, i32>(
-            "SELECT worker_enabled, (to_jsonb(w) ->> 'tick_period_ms')::int4 FROM pgque.worker_config w",
-        )
-        .ok()?;
-        duties::set_tick_period_override(period);
-        enabled
+        read_worker_config().ok()?
     })
     .ok()
     .flatten()
+}
+
+/// Session settings the worker runs with, whatever `ALTER DATABASE ... SET`
+/// or `ALTER ROLE ... SET` say: the worker is a superuser session in a
+/// database whose owner (or, before PostgreSQL 15, anyone who can connect)
+/// can create objects in `public` and set the database's search_path. With
+/// `pg_catalog, pg_temp` no name it runs resolves to an object a role other
+/// than a superuser created; pgque's own functions pin their own path on top.
+/// The others keep an owner's settings from breaking or stalling the duties
+/// (a 1 ms statement_timeout, read-only or serializable transactions by
+/// default). Set at PGC_S_SESSION, as SET would: above the database's and
+/// role's settings, and below nothing, so a function's SET clause still
+/// applies inside it.
+const PINNED_SETTINGS: [(&std::ffi::CStr, &std::ffi::CStr); 6] = [
+    (c"search_path", c"pg_catalog, pg_temp"),
+    (c"statement_timeout", c"0"),
+    (c"idle_in_transaction_session_timeout", c"0"),
+    (c"default_transaction_isolation", c"read committed"),
+    (c"default_transaction_read_only", c"off"),
+    (c"lock_timeout", duties::DUTY_LOCK_TIMEOUT),
+];
+
+/// Applies PINNED_SETTINGS to this session (outside any transaction, so
+/// no abort undoes them). Run right after connecting, before any statement.
+fn pin_session() {
+    for (name, value) in PINNED_SETTINGS {
+        unsafe {
+            pg_sys::SetConfigOption(
+                name.as_ptr(),
+                value.as_ptr(),
+                pg_sys::GucContext::PGC_SUSET,
+                pg_sys::GucSource::PGC_S_SESSION,
+            );
+        }
+    }
 }
 
 /// The name of this worker's database (a catalog lookup: needs a transaction).
@@ -159,6 +205,7 @@ pub extern "C-unwind" fn pgque_db_worker_main(arg: pg_sys::Datum) {
         exit_clean();
     }
     BackgroundWorker::connect_worker_to_spi_by_oid(Some(pg_sys::Oid::from(db_oid)), None);
+    pin_session();
     let pid = unsafe { pg_sys::MyProcPid };
     let idx = match shmem::claim(db_oid, pid, now_ts()) {
         shmem::Claim::Claimed(i) => i,
@@ -223,15 +270,6 @@ pub extern "C-unwind" fn pgque_db_worker_main(arg: pg_sys::Datum) {
     }
     let dbname = database_name();
     log!("pgque worker started for database {dbname}");
-    // A duty never waits long on a lock another session holds (duties.rs).
-    unsafe {
-        pg_sys::SetConfigOption(
-            c"lock_timeout".as_ptr(),
-            duties::DUTY_LOCK_TIMEOUT.as_ptr(),
-            pg_sys::GucContext::PGC_SUSET,
-            pg_sys::GucSource::PGC_S_SESSION,
-        );
-    }
 
     // A worker started for a due duty of a parked database takes each
     // duty's last run from the counters its slot kept, so it runs only what
@@ -545,15 +583,12 @@ fn idle_check() -> Option<(bool, Vec<Option<f64>>)> {
         if ext == pg_sys::InvalidOid {
             return (false, vec![]);
         }
-        let (enabled, period) = Spi::get_two::<bool, i32>(
-            "SELECT worker_enabled, (to_jsonb(w) ->> 'tick_period_ms')::int4 FROM pgque.worker_config w",
-        )
-        .unwrap_or_else(|e| pgrx::error!("{e}"));
-        duties::set_tick_period_override(period);
+        let enabled = read_worker_config().unwrap_or_else(|e| pgrx::error!("{e}"));
         if enabled != Some(true) {
             return (false, vec![]);
         }
-        let rows = super::due::read();
+        // Through the function, which pins its own search_path.
+        let rows = super::due::read_through_function();
         let due = DUTIES
             .iter()
             .map(|d| rows.iter().find(|r| r.0 == d.name).and_then(|r| r.1))

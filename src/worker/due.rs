@@ -58,6 +58,7 @@ maint AS (
         (SELECT i.switched_at + $2 * interval '1 second' FROM pgque.idem_state i)) AS at),
 job_maint AS (
     SELECT LEAST(
+        (SELECT n.t FROM n WHERE EXISTS (SELECT 1 FROM pgque.job_links)),
         (SELECT pg_catalog.min(j.run_at) FROM pgque.jobs j WHERE j.state = 'scheduled'),
         (SELECT pg_catalog.min(j.lease_until) FROM pgque.jobs j WHERE j.state = 'running'),
         (SELECT pg_catalog.min(c.lease_until) FROM pgque.job_claims c WHERE c.state = 'a'),
@@ -90,7 +91,9 @@ SELECT d.duty, CASE WHEN d.at IS NOT NULL THEN GREATEST(0, extract(epoch FROM d.
 
 /// Reads the due times (a statement of its own in the caller's transaction):
 /// (duty name, seconds until due or None), in the order of `duties::DUTIES`.
-pub fn read() -> Vec<(String, Option<f64>)> {
+/// DUE_SQL names operators unqualified: it runs only inside duty_due(), whose
+/// search_path is pinned.
+fn read() -> Vec<(String, Option<f64>)> {
     let s = |d: std::time::Duration| d.as_secs().min(i32::MAX as u64) as i32;
     let args = [
         (gucs::metadata_rotation_period_ms().min(i32::MAX as i64) as i32).into(),
@@ -101,8 +104,13 @@ pub fn read() -> Vec<(String, Option<f64>)> {
         s(gucs::job_event_retention()).into(),
         s(gucs::analyze_interval()).into(),
     ];
+    select_due(DUE_SQL, &args)
+}
+
+/// Runs `sql`, which yields (duty, due_in) rows; an ERROR propagates.
+fn select_due(sql: &str, args: &[pgrx::datum::DatumWithOid]) -> Vec<(String, Option<f64>)> {
     Spi::connect(|c| {
-        c.select(DUE_SQL, None, &args).map(|t| {
+        c.select(sql, None, args).map(|t| {
             t.map(|r| {
                 (
                     r.get::<String>(1).ok().flatten().unwrap_or_default(),
@@ -113,6 +121,13 @@ pub fn read() -> Vec<(String, Option<f64>)> {
         })
     })
     .unwrap_or_else(|e| pgrx::error!("{e}"))
+}
+
+/// The worker's read of the due times: through `pgque.duty_due()` (so
+/// through its pinned search_path), in the caller's transaction. An ERROR
+/// (a schema older than the library, without the function) propagates.
+pub fn read_through_function() -> Vec<(String, Option<f64>)> {
+    select_due("SELECT d.duty, d.due_in FROM pgque.duty_due() d", &[])
 }
 
 /// duty_due(): for each duty the worker runs, the seconds until it next has
