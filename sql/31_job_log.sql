@@ -401,7 +401,9 @@ side AS (
            count(*) FILTER (WHERE j.state = 'completed') AS completed,
            count(*) FILTER (WHERE j.state = 'failed')    AS failed,
            count(*) FILTER (WHERE j.state = 'cancelled') AS cancelled,
-           min(j.run_at) FILTER (WHERE j.state = 'ready') AS oldest,
+           -- finite times only: no path stores another since 0.8.0, and a
+           -- row written before must not make the view fail
+           min(j.run_at) FILTER (WHERE j.state = 'ready' AND pg_catalog.isfinite(j.run_at)) AS oldest,
            count(*) FILTER (WHERE j.state = 'waiting')   AS waiting
     FROM pgque.jobs j GROUP BY j.queue
 ),
@@ -421,7 +423,8 @@ SELECT q.queue_name,
        COALESCE(s.completed, 0) + COALESCE(g.completed, 0) AS completed,
        COALESCE(s.failed, 0) AS failed,
        COALESCE(s.cancelled, 0) AS cancelled,
-       now() - LEAST(s.oldest, g.oldest) AS oldest_ready_age,
+       CASE WHEN pg_catalog.isfinite(LEAST(s.oldest, g.oldest))
+            THEN now() - LEAST(s.oldest, g.oldest) END AS oldest_ready_age,
        (SELECT count(*) FROM live v WHERE v.queue = q.queue_name) AS lanes,
        COALESCE(s.waiting, 0) AS waiting
 FROM pgque.job_queues q

@@ -15,6 +15,13 @@ CREATE TABLE pgque.job_deps (
 -- a child's parents (job_parents, and pruning with the child)
 CREATE INDEX job_deps_child_idx ON pgque.job_deps (child_id);
 
+-- Jobs enqueued behind existing jobs (enqueue(..., depends_on)) that the
+-- job_maint duty has not linked yet: the writer's transaction records the
+-- edges above and this row, and takes no lock on a parent, its lane or its
+-- queue; the duty then marks the parents, moves those still in the job log
+-- into pgque.jobs and counts the job's pending parents (flows::link_late).
+CREATE TABLE pgque.job_links (child_id bigint PRIMARY KEY);
+
 -- The parents of a job: id, key in its flow, state and output (NULL state:
 -- the parent was pruned). A worker reads its parents' outputs here.
 CREATE FUNCTION pgque.job_parents(child_id bigint)
@@ -52,4 +59,5 @@ HAVING count(*) > 0
 $flow_status$;
 
 SELECT pg_catalog.pg_extension_config_dump('pgque.job_deps', '');
+SELECT pg_catalog.pg_extension_config_dump('pgque.job_links', '');
 SELECT pg_catalog.pg_extension_config_dump('pgque.job_flow_id_seq', '');

@@ -213,3 +213,69 @@ fn jobs_flow_a_lapsed_parent_is_rescued_and_its_child_waits_for_it() {
     assert!(ok);
     assert_eq!(state(&mut c, child2), "ready");
 }
+
+/// A writer that names another queue's jobs in `enqueue(..., depends_on)`
+/// and keeps its transaction open holds up nothing there: that queue's
+/// dispatch of the parent's lane and the parent's completion go through at
+/// once (each under a 2 s statement_timeout), and the job_maint run after
+/// the writer's commit links the child, which the parent's end then makes
+/// ready. The array is capped (54000).
+#[test]
+fn depends_on_holds_up_nothing_in_the_parents_queue() {
+    let db = new_db("flows_dep_nolock");
+    let mut adm = db.connect();
+    adm.batch_execute(
+        "SELECT pgque.create_job_queue('theirs'); SELECT pgque.create_job_queue('mine');
+         SELECT pgque.enqueue('theirs', 'running-parent');
+         SELECT pgque.enqueue('theirs', 'ready-parent');",
+    )
+    .unwrap();
+    let running = dispatch(&mut adm, "theirs", "1 hour");
+    assert_eq!(running.len(), 2);
+    let (p_run, p_tok) = running[0];
+    let (p_other, p_other_tok) = running[1];
+    adm.batch_execute("SELECT pgque.enqueue('theirs', 'later')")
+        .unwrap();
+
+    let mut writer = db.connect();
+    writer.batch_execute("BEGIN").unwrap();
+    let child: i64 = writer
+        .query_one(
+            "SELECT pgque.enqueue('mine', 'child', depends_on => ARRAY[$1, $2]::bigint[])",
+            &[&p_run, &p_other],
+        )
+        .unwrap()
+        .get(0);
+    // ... and stays open. Their queue's work goes on meanwhile.
+    let mut them = db.connect();
+    them.batch_execute("SET statement_timeout = '2s'").unwrap();
+    let got = dispatch(&mut them, "theirs", "1 hour");
+    assert_eq!(got.len(), 1, "the parents' lane dispatches");
+    let done: bool = them
+        .query_one("SELECT pgque.complete($1, $2)", &[&p_other, &p_other_tok])
+        .unwrap()
+        .get(0);
+    assert!(done, "a parent completes while the writer's transaction is open");
+    let too_many = them.query_one(
+        "SELECT pgque.enqueue('mine', 'k', depends_on => array_fill($1::bigint, ARRAY[10001]))",
+        &[&p_run],
+    );
+    assert_eq!(sqlstate(too_many), "54000");
+    writer.batch_execute("COMMIT").unwrap();
+
+    // linked by the duty, it waits for the running parent only
+    assert_eq!(state(&mut adm, child), "waiting");
+    adm.batch_execute("SELECT pgque.job_maint()").unwrap();
+    let links: i64 = adm
+        .query_one("SELECT count(*) FROM pgque.job_links", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(links, 0, "job_maint linked the child");
+    assert_eq!(state(&mut adm, child), "waiting");
+    let done: bool = them
+        .query_one("SELECT pgque.complete($1, $2)", &[&p_run, &p_tok])
+        .unwrap()
+        .get(0);
+    assert!(done);
+    assert_eq!(state(&mut adm, child), "ready");
+}

@@ -73,6 +73,9 @@ fn event_dead(
 ) -> i32 {
     let event_id = required(event_id, "event_id");
     let ev_time = required(ev_time, "ev_time");
+    if ev_time.is_infinity() || ev_time.is_neg_infinity() {
+        raise(error::INVALID_PARAMETER_VALUE, "ev_time must be finite");
+    }
     let _ = ev_txid;
     if ev_retry.is_some_and(|r| r < 0) {
         raise(
@@ -546,27 +549,25 @@ extension_sql!(
 -- (set_tick_period_ms, else pgque.tick_period_ms), until cancelled. With the
 -- background worker running it is not needed: the worker does exactly this.
 -- PL/pgSQL because only a procedure may COMMIT between iterations, and a
--- procedure that commits may carry no SET clause: hence every name is
--- schema-qualified instead of a pinned search_path.
+-- procedure that commits may carry no SET clause: so the body evaluates
+-- nothing but schema-qualified calls (no operator, no cast, no unqualified
+-- type), and the work is in ticker_loop_tick(), which pins its own path.
 CREATE PROCEDURE pgque.ticker_loop()
 LANGUAGE plpgsql
 AS $body$
 DECLARE
-    period_ms int4;
+    period_s pg_catalog.float8;
 BEGIN
     LOOP
-        PERFORM pgque.ticker();
-        SELECT coalesce(w.tick_period_ms,
-                        pg_catalog.current_setting('pgque.tick_period_ms')::int4)
-          INTO period_ms FROM pgque.worker_config w;
+        period_s := pgque.ticker_loop_tick();
         COMMIT;
-        PERFORM pg_catalog.pg_sleep(period_ms / 1000.0);
+        PERFORM pg_catalog.pg_sleep(period_s);
     END LOOP;
 END
 $body$;
 "#,
     name = "ticker_loop",
-    requires = ["bootstrap", ticker_all]
+    requires = ["bootstrap", ticker_loop_tick]
 );
 
 /// uninstall(): removes pgque from this database, as PgQue's drops its

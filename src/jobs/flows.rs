@@ -383,6 +383,30 @@ fn check_options(jobs: &[FlowJob]) {
             }
         }
     }
+    check_run_at_texts(jobs);
+}
+
+/// 22023 for a run_at that is 'infinity' or '-infinity' (a job never
+/// promoted, or one whose age no status view can compute), 22007 for text
+/// that is no timestamp; one statement for all of a flow's run_at values.
+fn check_run_at_texts(jobs: &[FlowJob]) {
+    let texts: Vec<&str> = jobs.iter().filter_map(|j| j.run_at.as_deref()).collect();
+    if texts.is_empty() {
+        return;
+    }
+    let bad = Spi::get_one_with_args::<String>(
+        "SELECT t FROM pg_catalog.unnest($1::text[]) t
+         WHERE NOT pg_catalog.isfinite(t::pg_catalog.timestamptz) LIMIT 1",
+        &[texts.into()],
+    )
+    .ok()
+    .flatten();
+    if let Some(t) = bad {
+        raise(
+            error::INVALID_PARAMETER_VALUE,
+            format!("run_at must be finite, not {t:?}"),
+        );
+    }
 }
 
 /// Inserts `jobs` (pending parents per job: `pending`; has children:
@@ -522,65 +546,63 @@ fn enqueue_flow(
     TableIterator::new(rows.into_iter().map(|(f, k, id, _)| (f, k, id)))
 }
 
-/// $1 parents: locks them (id order) and returns (id, state, flow_id).
-const PARENTS_SQL: &str = r#"
-SELECT j.id, j.state, j.flow_id FROM pgque.jobs j
-WHERE j.id = ANY ($1::bigint[])
-ORDER BY j.id
-FOR UPDATE
+/// $1 parents: each one's state in either store (NULL: no such job), as
+/// get_job says, read without a lock.
+const PARENT_STATES_SQL: &str = r#"
+SELECT p.id, (SELECT g.state FROM pgque.get_job(p.id) g LIMIT 1)
+FROM pg_catalog.unnest($1::bigint[]) AS p(id)
+ORDER BY p.id
 "#;
 
-/// Enqueues one job behind existing jobs (`enqueue(..., depends_on)`): it
-/// waits for those of `parents` not completed yet (a failed or cancelled
-/// one cancels it unless `run_on_parent_failure`). Parents in the job log
-/// move into pgque.jobs first; a completed one counts as done. 42704 for an
-/// unknown parent. Returns the job's id.
+/// Enqueues one job behind existing jobs (`enqueue(..., depends_on)`) and
+/// returns its id. 42704 for an unknown parent; 54000 beyond MAX_ARRAY.
+///
+/// The writer's transaction takes no lock on a parent, on its lane or on
+/// anything of the parent's queue, and moves nothing: a writer that keeps
+/// its transaction open must not hold up another queue's dispatch or a
+/// parent's completion. It records the edges (job_deps) and, unless every
+/// parent has completed already (the job is then ready at once), leaves the
+/// job `waiting` with a row in pgque.job_links; the job_maint duty links it
+/// after the commit (`link_late`), under its own short-lived locks, as this
+/// function used to do in the writer's transaction.
 pub fn enqueue_after(queue: &str, job: FlowJob, parents: &[i64]) -> i64 {
+    error::check_len(parents.len(), "depends_on", error::MAX_ARRAY);
     let mut parents = parents.to_vec();
     parents.sort_unstable();
     parents.dedup();
     check_options(std::slice::from_ref(&job));
-    // log jobs move into pgque.jobs (a completed one stays in the log)
-    let found =
-        |c: &mut pgrx::spi::SpiClient<'_>, ids: &[i64]| -> Vec<(i64, String, Option<i64>)> {
-            c.update(PARENTS_SQL, None, &[ids.to_vec().into()])
-                .unwrap_or_else(|e| pgrx::error!("{e}"))
-                .map(|r| {
-                    (
-                        r.get::<i64>(1).ok().flatten().unwrap(),
-                        r.get::<String>(2).ok().flatten().unwrap(),
-                        r.get::<i64>(3).ok().flatten(),
-                    )
-                })
-                .collect()
-        };
-    let mut rows = Spi::connect_mut(|c| found(c, &parents));
-    if rows.len() < parents.len() {
-        for &p in &parents {
-            if rows.iter().any(|r| r.0 == p) {
-                continue;
-            }
-            if !super::log::release::job_to_side(p) {
-                raise(error::UNDEFINED_OBJECT, format!("job {p} does not exist"));
-            }
-        }
-        // a parent still not in pgque.jobs stayed in the log: it completed
-        // there, and counts as done
-        rows = Spi::connect_mut(|c| found(c, &parents));
+    if !has_job_links() {
+        raise(
+            error::FEATURE_NOT_SUPPORTED,
+            "enqueue with depends_on needs the pgque 0.8.0 schema: run ALTER EXTENSION pgque UPDATE",
+        );
     }
-    let open: Vec<i64> = rows
-        .iter()
-        .filter(|r| matches!(r.1.as_str(), "waiting" | "scheduled" | "ready" | "running"))
-        .map(|r| r.0)
-        .collect();
-    let ended: Vec<(i64, String)> = rows
-        .iter()
-        .filter(|r| matches!(r.1.as_str(), "failed" | "cancelled"))
-        .map(|r| (r.0, r.1.clone()))
-        .collect();
-    let flow_id = rows.iter().filter_map(|r| r.2).min();
-    let pending = (open.len() + ended.len()) as i32;
-    // the edges to parents in the log that completed are kept too (job_parents)
+    let states: Vec<(i64, Option<String>)> = Spi::connect(|c| {
+        c.select(PARENT_STATES_SQL, None, &[parents.clone().into()])
+            .unwrap_or_else(|e| pgrx::error!("{e}"))
+            .map(|r| {
+                (
+                    r.get::<i64>(1).ok().flatten().unwrap_or_default(),
+                    r.get::<String>(2).ok().flatten(),
+                )
+            })
+            .collect()
+    });
+    if let Some((p, _)) = states.iter().find(|s| s.1.is_none()) {
+        raise(error::UNDEFINED_OBJECT, format!("job {p} does not exist"));
+    }
+    // completed is final (retry takes failed and cancelled jobs only)
+    let all_completed = states.iter().all(|s| s.1.as_deref() == Some("completed"));
+    let flow_id = Spi::get_one_with_args::<i64>(
+        "SELECT pg_catalog.min(j.flow_id) FROM pgque.jobs j WHERE j.id = ANY ($1::bigint[])",
+        &[parents.clone().into()],
+    )
+    .unwrap_or_else(|e| pgrx::error!("{e}"));
+    let pending = if all_completed {
+        0
+    } else {
+        parents.len() as i32
+    };
     let out = insert(
         queue,
         std::slice::from_ref(&job),
@@ -591,29 +613,184 @@ pub fn enqueue_after(queue: &str, job: FlowJob, parents: &[i64]) -> i64 {
     );
     let id = out[0].2;
     Spi::run_with_args(
-        "WITH d AS (INSERT INTO pgque.job_deps (parent_id, child_id)
-                    SELECT p, $2 FROM unnest($1::bigint[]) p)
-         UPDATE pgque.jobs j SET has_children = true
-         WHERE j.id = ANY ($3::bigint[]) AND j.has_children IS NOT TRUE",
-        &[
-            parents.clone().into(),
-            id.into(),
-            open.iter()
-                .chain(ended.iter().map(|e| &e.0))
-                .copied()
-                .collect::<Vec<i64>>()
-                .into(),
-        ],
+        "INSERT INTO pgque.job_deps (parent_id, child_id)
+         SELECT p, $2 FROM pg_catalog.unnest($1::bigint[]) p",
+        &[parents.into(), id.into()],
     )
     .unwrap_or_else(|e| pgrx::error!("{e}"));
-    // parents that ended already act on the new job as if they ended now
-    for word in ["failed", "cancelled"] {
-        let ids: Vec<i64> = ended.iter().filter(|e| e.1 == word).map(|e| e.0).collect();
+    if !all_completed {
+        Spi::run_with_args(
+            "INSERT INTO pgque.job_links (child_id) VALUES ($1)",
+            &[id.into()],
+        )
+        .unwrap_or_else(|e| pgrx::error!("{e}"));
+        // an idle worker runs job_maint at once (duty_due counts job_links)
+        crate::worker::wake::at_commit();
+    }
+    id
+}
+
+/// Whether pgque.job_links exists: a schema older than the library (0.7.0
+/// and before, until ALTER EXTENSION pgque UPDATE) has none.
+fn has_job_links() -> bool {
+    Spi::get_one::<bool>("SELECT pg_catalog.to_regclass('pgque.job_links') IS NOT NULL")
+        .ok()
+        .flatten()
+        .unwrap_or(false)
+}
+
+/// $1 child: its parents in pgque.jobs, locked (id order) unless another
+/// transaction holds one (SKIP LOCKED), with the number of them there is.
+const LOCK_PARENTS_SQL: &str = r#"
+WITH p AS (SELECT d.parent_id AS id FROM pgque.job_deps d WHERE d.child_id = $1),
+locked AS (
+    SELECT j.id, j.state FROM pgque.jobs j
+    WHERE j.id = ANY (ARRAY(SELECT p.id FROM p))
+    ORDER BY j.id
+    FOR UPDATE SKIP LOCKED
+)
+SELECT (SELECT pg_catalog.count(*)::int FROM pgque.jobs j WHERE j.id = ANY (ARRAY(SELECT p.id FROM p))),
+       (SELECT pg_catalog.count(*)::int FROM locked),
+       COALESCE((SELECT pg_catalog.array_agg(l.id ORDER BY l.id) FROM locked l
+                  WHERE l.state IN ('waiting', 'scheduled', 'ready', 'running')), '{}'),
+       COALESCE((SELECT pg_catalog.array_agg(l.id ORDER BY l.id) FROM locked l
+                  WHERE l.state = 'failed'), '{}'),
+       COALESCE((SELECT pg_catalog.array_agg(l.id ORDER BY l.id) FROM locked l
+                  WHERE l.state = 'cancelled'), '{}')
+"#;
+
+/// Links up to `limit` jobs that `enqueue_after` left in pgque.job_links:
+/// for each, its parents still in the job log move into pgque.jobs, the
+/// parents are marked as having children, and the job waits for those not
+/// completed (ready at once when none is left; parents that failed or were
+/// cancelled act on it as if they ended now). Every lock is only tried, as
+/// in any duty (duties.rs): a job whose parent, lane or claim another
+/// transaction holds stays for the next run. Returns the jobs linked.
+/// Called by job_maint; touches pgque.jobs, job_links and the job log.
+pub fn link_late(limit: i64) -> i32 {
+    if !has_job_links() {
+        return 0;
+    }
+    let children: Vec<i64> = Spi::connect_mut(|c| {
+        c.update(
+            "SELECT l.child_id FROM pgque.job_links l ORDER BY l.child_id LIMIT $1
+             FOR UPDATE SKIP LOCKED",
+            None,
+            &[limit.into()],
+        )
+        .map(|t| t.filter_map(|r| r.get::<i64>(1).ok().flatten()).collect())
+        .unwrap_or_else(|e| pgrx::error!("{e}"))
+    });
+    let mut linked = 0;
+    for child in children {
+        if link_one(child) {
+            linked += 1;
+        }
+    }
+    linked
+}
+
+/// link_late for one job; false when something it needs is locked.
+fn link_one(child: i64) -> bool {
+    let forget = || {
+        Spi::run_with_args(
+            "DELETE FROM pgque.job_links l WHERE l.child_id = $1",
+            &[child.into()],
+        )
+        .unwrap_or_else(|e| pgrx::error!("{e}"))
+    };
+    let in_log: Vec<i64> = Spi::connect(|c| {
+        c.select(
+            "SELECT d.parent_id FROM pgque.job_deps d WHERE d.child_id = $1
+               AND NOT EXISTS (SELECT 1 FROM pgque.jobs j WHERE j.id = d.parent_id)
+             ORDER BY 1",
+            None,
+            &[child.into()],
+        )
+        .map(|t| t.filter_map(|r| r.get::<i64>(1).ok().flatten()).collect())
+        .unwrap_or_else(|e| pgrx::error!("{e}"))
+    });
+    // a parent still in the log moves into pgque.jobs, where its end finds
+    // its children; one that completed there stays (and counts as done),
+    // as does one pruned since the enqueue
+    for p in in_log {
+        if super::log::release::try_job_to_side(p).is_none() {
+            return false;
+        }
+    }
+    // lock order parent, then child: as a completer takes them
+    let (present, locked, open, failed, cancelled) = Spi::connect_mut(|c| {
+        let t = c
+            .update(LOCK_PARENTS_SQL, None, &[child.into()])
+            .unwrap_or_else(|e| pgrx::error!("{e}"));
+        let r = t.first();
+        (
+            r.get::<i32>(1).ok().flatten().unwrap_or(0),
+            r.get::<i32>(2).ok().flatten().unwrap_or(0),
+            r.get::<Vec<i64>>(3).ok().flatten().unwrap_or_default(),
+            r.get::<Vec<i64>>(4).ok().flatten().unwrap_or_default(),
+            r.get::<Vec<i64>>(5).ok().flatten().unwrap_or_default(),
+        )
+    });
+    if locked < present {
+        return false;
+    }
+    // the job, locked unless another transaction holds it (its row then
+    // still exists: this job waits for the next run)
+    let state: Option<Option<String>> = Spi::connect_mut(|c| {
+        let t = c
+            .update(
+                "SELECT j.state FROM pgque.jobs j WHERE j.id = $1 FOR UPDATE SKIP LOCKED",
+                None,
+                &[child.into()],
+            )
+            .unwrap_or_else(|e| pgrx::error!("{e}"));
+        (!t.is_empty()).then(|| t.first().get::<String>(1).ok().flatten())
+    });
+    let Some(state) = state else {
+        let exists = Spi::get_one_with_args::<bool>(
+            "SELECT EXISTS (SELECT 1 FROM pgque.jobs j WHERE j.id = $1)",
+            &[child.into()],
+        )
+        .ok()
+        .flatten()
+        .unwrap_or(true);
+        if exists {
+            return false;
+        }
+        // the job is gone (pruned): nothing to link
+        forget();
+        return true;
+    };
+    forget();
+    if state.as_deref() != Some("waiting") {
+        // cancelled, or made ready by its parents' ends meanwhile
+        return true;
+    }
+    let pending = (open.len() + failed.len() + cancelled.len()) as i32;
+    let marked: Vec<i64> = open
+        .iter()
+        .chain(&failed)
+        .chain(&cancelled)
+        .copied()
+        .collect();
+    Spi::run_with_args(
+        "WITH c AS (UPDATE pgque.jobs j SET pending_parents = $2 WHERE j.id = $1)
+         UPDATE pgque.jobs j SET has_children = true
+         WHERE j.id = ANY ($3::bigint[]) AND j.has_children IS NOT TRUE",
+        &[child.into(), pending.into(), marked.into()],
+    )
+    .unwrap_or_else(|e| pgrx::error!("{e}"));
+    if pending == 0 {
+        wake(vec![child]);
+    }
+    // parents that ended already act on the job as if they ended now
+    for (ids, word) in [(failed, "failed"), (cancelled, "cancelled")] {
         if !ids.is_empty() {
             propagate(ids, word);
         }
     }
-    id
+    true
 }
 
 /// $1 completed parents: each waiting child's pending count goes down by

@@ -269,9 +269,10 @@ mod tests {
         assert_eq!(count("SELECT count(*) FROM pgque.job_deps"), 0);
     }
 
-    /// enqueue(..., depends_on) behind existing jobs: a ready log job moves
-    /// into pgque.jobs in its place, a completed log job counts as done, a
-    /// failed one cancels the new job.
+    /// enqueue(..., depends_on) behind existing jobs: the writer's call links
+    /// nothing on the parents' side (a running log parent stays in the log);
+    /// job_maint then moves it into pgque.jobs, a completed log job counts as
+    /// done, a failed one cancels the new job.
     #[pg_test]
     fn enqueue_behind_existing_jobs() {
         run("SELECT pgque.create_job_queue('dq')");
@@ -290,12 +291,17 @@ mod tests {
         ))
         .unwrap();
         assert_eq!(state(child), "waiting");
-        assert_eq!(
+        let stored = |id: i64| {
             one::<String>(&format!(
-                "SELECT stored_in || ' ' || state FROM pgque.get_job({l2})"
-            )),
-            Some("jobs running".into())
-        );
+                "SELECT stored_in || ' ' || state FROM pgque.get_job({id})"
+            ))
+        };
+        assert_eq!(stored(l2), Some("log running".into()));
+        assert_eq!(count("SELECT count(*) FROM pgque.job_links"), 1);
+        run("SELECT pgque.job_maint()");
+        assert_eq!(count("SELECT count(*) FROM pgque.job_links"), 0);
+        assert_eq!(stored(l2), Some("jobs running".into()));
+        assert_eq!(state(child), "waiting");
         // l2's worker completes it under its token: the child is ready
         assert!(complete(got[1], "2"));
         assert_eq!(state(child), "ready");
@@ -312,6 +318,7 @@ mod tests {
         ))
         .unwrap();
         assert_eq!(state(c2), "ready");
+        assert_eq!(count("SELECT count(*) FROM pgque.job_links"), 0);
         // behind a failed job: cancelled at once
         let f = one::<i64>("SELECT pgque.enqueue('dq', 'f', max_attempts => 1)").unwrap();
         let got: Vec<(i64, i64)> = dispatch("dq").into_iter().filter(|g| g.0 == f).collect();
@@ -323,7 +330,41 @@ mod tests {
             "SELECT pgque.enqueue('dq', 'c3', depends_on => ARRAY[{f}])"
         ))
         .unwrap();
+        assert_eq!(state(c3), "waiting");
+        run("SELECT pgque.job_maint()");
         assert_eq!(state(c3), "cancelled");
+    }
+
+    /// depends_on is capped like complete_many's arrays (54000), and its
+    /// run_at and a flow's must be finite (22023): an infinite run_at made
+    /// every status view fail.
+    #[pg_test]
+    fn depends_on_is_capped_and_times_are_finite() {
+        run("SELECT pgque.create_job_queue('cq')");
+        let p = one::<i64>("SELECT pgque.enqueue('cq', 'p')").unwrap();
+        assert_eq!(
+            sqlstate(&format!(
+                "SELECT pgque.enqueue('cq', 'k', depends_on => array_fill({p}::bigint, ARRAY[10001]))"
+            )),
+            "54000"
+        );
+        for t in ["infinity", "-infinity"] {
+            assert_eq!(
+                sqlstate(&format!(
+                    r#"SELECT * FROM pgque.enqueue_flow('cq', '[{{"key": "a", "kind": "k", "run_at": "{t}"}}]')"#
+                )),
+                "22023",
+                "{t}"
+            );
+            assert_eq!(
+                sqlstate(&format!(
+                    "SELECT pgque.enqueue('cq', 'k', run_at => '{t}', depends_on => ARRAY[{p}])"
+                )),
+                "22023",
+                "{t}"
+            );
+        }
+        assert_eq!(count("SELECT count(*) FROM pgque.job_links"), 0);
     }
 
     /// A 10,000-job flow (1 -> 9,998 -> 1) is one call; the fan-in job is

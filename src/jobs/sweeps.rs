@@ -245,6 +245,8 @@ fn job_maint() -> TableIterator<
         name!(pruned, i32),
     ),
 > {
+    // jobs enqueued behind existing jobs since the last run (flows.rs)
+    super::flows::link_late(1000);
     let rescued = rescue_expired_leases(Some(1000));
     let promoted = promote_scheduled_jobs(Some(1000));
     let events_swept = sweep_job_events(Some(10000));

@@ -471,8 +471,20 @@ SELECT count(*)::int FROM ins
 /// Brings job `id` of the log into pgque.jobs for an admin action on one job
 /// (cancel): a ready job in its place (and a hole in its lane), a running one
 /// out of its claim. Returns whether the job is in the log at all (a
-/// completed log job is, and stays there).
+/// completed log job is, and stays there). Waits for the lane's and the
+/// claim's locks.
 pub fn job_to_side(id: i64) -> bool {
+    move_to_side(id, true).unwrap_or(true)
+}
+
+/// As `job_to_side`, for the worker's duties, which never wait on a lock a
+/// caller's transaction can hold: the lane's and the claim's locks are only
+/// tried. None when one of them is held (nothing moved: try again later).
+pub fn try_job_to_side(id: i64) -> Option<bool> {
+    move_to_side(id, false)
+}
+
+fn move_to_side(id: i64, wait: bool) -> Option<bool> {
     let lane = with_generic_plans(|| {
         Spi::connect(|client| {
             let stmt = prepared(client, FIND_SQL, &[ty(pg_sys::INT8OID)]);
@@ -482,14 +494,21 @@ pub fn job_to_side(id: i64) -> bool {
                 .and_then(|t| t.first().get::<i32>(1).ok().flatten())
         })
     });
-    let Some(lane) = lane else { return false };
+    let Some(lane) = lane else {
+        return Some(false);
+    };
+    // (wait: an admin's cancel; the worker always reads committed)
     super::require_read_committed("cancel");
     // no dispatcher of the lane moves its cursor meanwhile
-    Spi::run_with_args(
-        crate::locks::sql("SELECT pgque.xact_lock(1785684580, $1)"),
-        &[lane.into()],
-    )
-    .unwrap_or_else(|e| pgrx::error!("{e}"));
+    if wait {
+        Spi::run_with_args(
+            crate::locks::sql("SELECT pgque.xact_lock(1785684580, $1)"),
+            &[lane.into()],
+        )
+        .unwrap_or_else(|e| pgrx::error!("{e}"));
+    } else if !crate::locks::try_lock(1785684580, lane as i64) {
+        return None;
+    }
     let args = [lane.into(), id.into()];
     let moved = Spi::get_one_with_args::<i32>(READY_TO_SIDE_SQL, &args)
         .ok()
@@ -500,11 +519,15 @@ pub fn job_to_side(id: i64) -> bool {
             .ok()
             .flatten();
         if let Some(claim) = claim {
-            super::lock_claims(&[claim]);
+            if wait {
+                super::lock_claims(&[claim]);
+            } else if !super::try_lock_claim(claim) {
+                return None;
+            }
             to_side(claim, Some(&[id]), None, true, false);
         }
     }
-    true
+    Some(true)
 }
 
 #[cfg(test)]
