@@ -5,6 +5,15 @@
 //! At least once: a batch is acked after its handler calls returned; a batch
 //! cut short (a crash, a lost slot lease) is delivered again. A handler error
 //! nacks its event; the nacks and the ack of a batch commit together.
+//!
+//! Exactly-once handlers ([`Consumer::new_tx`], [`PartitionedConsumer::new_tx`])
+//! get the transaction that acks the batch (a savepoint of it per event): the
+//! batch's effects, nacks and ack commit together or not at all. A handler
+//! error takes back only its own event's effects (its savepoint) and nacks
+//! it. For a partitioned consumer the ack is fenced by the slot lease: a task
+//! that lost its slot gets 55000 from `ack_partitioned` (or notices at a
+//! renewal, made on a second connection so it takes effect at once), and the
+//! batch's effects roll back; the new owner gets the same batch.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -15,7 +24,7 @@ use std::time::{Duration, Instant, SystemTime};
 use deadpool_postgres::{Manager, Object, Pool};
 use serde_json::Value;
 use tokio::sync::watch;
-use tokio_postgres::{Config, NoTls, Row};
+use tokio_postgres::{Client, Config, NoTls, Row, Transaction};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::worker::BoxError;
@@ -66,6 +75,45 @@ impl Message {
 
 type MsgHandler =
     Arc<dyn Fn(Message) -> Pin<Box<dyn Future<Output = std::result::Result<(), BoxError>> + Send>> + Send + Sync>;
+/// The future an exactly-once message handler returns: it may borrow the
+/// transaction it was given (write `Box::pin(async move { ... })`).
+pub type TxMsgFuture<'a> = Pin<Box<dyn Future<Output = std::result::Result<(), BoxError>> + Send + 'a>>;
+type TxMsgHandler = Arc<dyn for<'a, 'b> Fn(Message, &'a mut Transaction<'b>) -> TxMsgFuture<'a> + Send + Sync>;
+
+#[derive(Clone)]
+enum Handler {
+    Plain(MsgHandler),
+    Tx(TxMsgHandler),
+}
+
+impl Handler {
+    fn is_tx(&self) -> bool {
+        matches!(self, Handler::Tx(_))
+    }
+}
+
+/// Runs the handler for one event. Plain: on its own. Exactly-once: in a
+/// savepoint of `tx`, released on success, rolled back on an error. Returns
+/// the handler's error text (the event is then nacked).
+async fn handle_one(h: &Handler, m: &Message, tx: Option<&mut Transaction<'_>>) -> Result<Option<String>> {
+    match (h, tx) {
+        (Handler::Plain(f), _) => Ok(f(m.clone()).await.err().map(|e| e.to_string())),
+        (Handler::Tx(f), Some(tx)) => {
+            let mut sp = tx.transaction().await?;
+            match f(m.clone(), &mut sp).await {
+                Ok(()) => {
+                    sp.commit().await?;
+                    Ok(None)
+                }
+                Err(e) => {
+                    sp.rollback().await?;
+                    Ok(Some(e.to_string()))
+                }
+            }
+        }
+        (Handler::Tx(_), None) => Err(Error::Invalid("an exactly-once handler needs a transaction".into())),
+    }
+}
 
 const COLS: &str = "msg_id, batch_id, type, payload, retry_count, created_at, extra1, extra2, extra3, extra4";
 const MSG_ROW: &str = "ROW($1::int8, $2::int8, $3::text, $4::text, $5::int4, $6::timestamptz, \
@@ -136,7 +184,7 @@ pub struct Consumer {
     config: Config,
     queue: String,
     consumer: String,
-    handler: MsgHandler,
+    handler: Handler,
     batch_size: i32,
     poll_interval: Duration,
     retry_after: Duration,
@@ -150,11 +198,41 @@ impl Consumer {
         F: Fn(Message) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = std::result::Result<(), BoxError>> + Send + 'static,
     {
+        Self::with(dsn, queue, consumer, Handler::Plain(wrap(handler)))
+    }
+
+    /// A consumer with an exactly-once handler: it gets each event and the
+    /// transaction that acks its batch (a savepoint of it), so the batch's
+    /// effects and its ack commit together. An error rolls back that event's
+    /// effects only and nacks it.
+    ///
+    /// ```no_run
+    /// use pgque_client::{Consumer, Message, Shutdown};
+    ///
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// let consumer = Consumer::new_tx("host=/tmp dbname=app", "orders", "billing", |m: Message, tx| {
+    ///     Box::pin(async move {
+    ///         tx.execute("INSERT INTO billed (msg_id, body) VALUES ($1, $2)", &[&m.msg_id, &m.payload])
+    ///             .await?;
+    ///         Ok(())
+    ///     })
+    /// })?;
+    /// consumer.run(Shutdown::on_signals()).await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn new_tx<F>(dsn: &str, queue: &str, consumer: &str, handler: F) -> Result<Consumer>
+    where
+        F: for<'a, 'b> Fn(Message, &'a mut Transaction<'b>) -> TxMsgFuture<'a> + Send + Sync + 'static,
+    {
+        Self::with(dsn, queue, consumer, Handler::Tx(Arc::new(handler)))
+    }
+
+    fn with(dsn: &str, queue: &str, consumer: &str, handler: Handler) -> Result<Consumer> {
         Ok(Consumer {
             config: parse(dsn)?,
             queue: queue.into(),
             consumer: consumer.into(),
-            handler: wrap(handler),
+            handler,
             batch_size: 100,
             poll_interval: Duration::from_secs(2),
             retry_after: Duration::from_secs(60),
@@ -226,14 +304,24 @@ impl Consumer {
         }
         let msgs: Vec<Message> = rows.iter().map(Message::from_row).collect();
         let mut failed = Vec::new();
-        for m in &msgs {
-            if let Err(e) = (self.handler)(m.clone()).await {
-                failed.push((m, e.to_string()));
+        if !self.handler.is_tx() {
+            for m in &msgs {
+                if let Some(why) = handle_one(&self.handler, m, None).await? {
+                    failed.push((m, why));
+                }
+                self.stats.handled.fetch_add(1, Ordering::Relaxed);
             }
-            self.stats.handled.fetch_add(1, Ordering::Relaxed);
         }
         let retry = self.retry_after.as_secs_f64();
-        let tx = c.transaction().await?;
+        let mut tx = c.transaction().await?;
+        if self.handler.is_tx() {
+            for m in &msgs {
+                if let Some(why) = handle_one(&self.handler, m, Some(&mut tx)).await? {
+                    failed.push((m, why));
+                }
+                self.stats.handled.fetch_add(1, Ordering::Relaxed);
+            }
+        }
         for (m, why) in &failed {
             let sql = format!("SELECT pgque.nack($11::int8, {MSG_ROW}, make_interval(secs => $12::float8), $13::text)");
             nack_in(&tx, &sql, m, &[&m.batch_id, &retry, why]).await?;
@@ -258,7 +346,7 @@ pub struct PartitionedConsumer {
     queue: String,
     consumer: String,
     n: i32,
-    handler: MsgHandler,
+    handler: Handler,
     workers: usize,
     ttl: Duration,
     batch_size: i32,
@@ -275,12 +363,28 @@ impl PartitionedConsumer {
         F: Fn(Message) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = std::result::Result<(), BoxError>> + Send + 'static,
     {
+        Self::with(dsn, queue, consumer, n, Handler::Plain(wrap(handler)))
+    }
+
+    /// A partitioned consumer with an exactly-once handler (as
+    /// [`Consumer::new_tx`]): a batch's effects, nacks and fenced
+    /// `ack_partitioned` commit together; a task that lost its slot rolls
+    /// the batch's effects back. Each task then uses two connections (the
+    /// second renews the slot lease outside the batch's transaction).
+    pub fn new_tx<F>(dsn: &str, queue: &str, consumer: &str, n: i32, handler: F) -> Result<PartitionedConsumer>
+    where
+        F: for<'a, 'b> Fn(Message, &'a mut Transaction<'b>) -> TxMsgFuture<'a> + Send + Sync + 'static,
+    {
+        Self::with(dsn, queue, consumer, n, Handler::Tx(Arc::new(handler)))
+    }
+
+    fn with(dsn: &str, queue: &str, consumer: &str, n: i32, handler: Handler) -> Result<PartitionedConsumer> {
         Ok(PartitionedConsumer {
             config: parse(dsn)?,
             queue: queue.into(),
             consumer: consumer.into(),
             n,
-            handler: wrap(handler),
+            handler,
             workers: 1,
             ttl: Duration::from_secs(30),
             batch_size: 100,
@@ -327,7 +431,8 @@ impl PartitionedConsumer {
 
     /// Consumes until `shutdown` (each task finishes and acks its batch first).
     pub async fn run(self: &Arc<Self>, shutdown: Shutdown) -> Result<()> {
-        let pool = pool_for(&self.config, self.workers + 1)?;
+        let per_task = if self.handler.is_tx() { 2 } else { 1 };
+        let pool = pool_for(&self.config, self.workers * per_task + 1)?;
         {
             let c = pool.get().await?;
             c.execute(
@@ -375,6 +480,13 @@ impl PartitionedConsumer {
         let idle_round = (self.n as usize).div_ceil(self.workers).max(1);
         let mut idle = 0;
         let mut c = pool.get().await?;
+        // Exactly-once: lease renewals go through a second connection, so they
+        // take effect at once rather than at the batch's commit.
+        let side = if self.handler.is_tx() {
+            Some(pool.get().await?)
+        } else {
+            None
+        };
         while !shutdown.is_triggered() {
             rx.borrow_and_update();
             let row = c
@@ -388,7 +500,10 @@ impl PartitionedConsumer {
                 continue;
             };
             let (slot, epoch): (i32, i64) = (row.get(0), row.get(1));
-            match self.serve_slot(&mut c, &wid, slot, epoch, &shutdown).await {
+            match self
+                .serve_slot(&mut c, side.as_deref(), &wid, slot, epoch, &shutdown)
+                .await
+            {
                 Ok(got) => idle = if got > 0 { 0 } else { idle + 1 },
                 Err(Error::SlotLost { .. }) => {
                     self.stats.lost_slots.fetch_add(1, Ordering::Relaxed);
@@ -407,6 +522,7 @@ impl PartitionedConsumer {
     async fn serve_slot(
         &self,
         c: &mut Object,
+        side: Option<&deadpool_postgres::ClientWrapper>,
         wid: &str,
         slot: i32,
         mut epoch: i64,
@@ -419,7 +535,6 @@ impl PartitionedConsumer {
                 e
             }
         };
-        let ttl = self.ttl.as_secs_f64();
         let retry = self.retry_after.as_secs_f64();
         let mut total = 0;
         for _ in 0..16 {
@@ -437,39 +552,35 @@ impl PartitionedConsumer {
             if rows.is_empty() {
                 break;
             }
+            let msgs: Vec<Message> = rows.iter().map(Message::from_row).collect();
             let mut failed = Vec::new();
-            for m in rows.iter().map(Message::from_row) {
-                if renewed.elapsed() > self.ttl / 3 {
-                    let got: Option<i64> = c
-                        .query_one(
-                            "SELECT pgque.claim_slot($1::text, $2::text, $3::int4, $4::text, make_interval(secs => $5::float8))",
-                            &[&self.queue, &self.consumer, &slot, &wid, &ttl],
-                        )
-                        .await?
-                        .get(0);
-                    // Same epoch: renewed; epoch + 1: it had lapsed and nobody
-                    // took it in between. Anything else: another worker held it.
-                    match got {
-                        Some(e) if e == epoch || e == epoch + 1 => epoch = e,
-                        Some(_) => {
-                            let _ = c
-                                .execute(
-                                    "SELECT pgque.release_slot($1::text, $2::text, $3::int4, $4::text)",
-                                    &[&self.queue, &self.consumer, &slot, &wid],
-                                )
-                                .await;
-                            return Err(Error::SlotLost { slot });
-                        }
-                        None => return Err(Error::SlotLost { slot }),
+            if !self.handler.is_tx() {
+                for m in &msgs {
+                    if renewed.elapsed() > self.ttl / 3 {
+                        epoch = self.renew(c, wid, slot, epoch).await?;
+                        renewed = Instant::now();
                     }
-                    renewed = Instant::now();
+                    if let Some(why) = handle_one(&self.handler, m, None).await? {
+                        failed.push((m, why));
+                    }
+                    self.stats.handled.fetch_add(1, Ordering::Relaxed);
                 }
-                if let Err(e) = (self.handler)(m.clone()).await {
-                    failed.push((m, e.to_string()));
-                }
-                self.stats.handled.fetch_add(1, Ordering::Relaxed);
             }
-            let tx = c.transaction().await?;
+            let mut tx = c.transaction().await?;
+            if self.handler.is_tx() {
+                let side = side.expect("a second connection with an exactly-once handler");
+                for m in &msgs {
+                    if renewed.elapsed() > self.ttl / 3 {
+                        // An error returns with tx dropped: the batch rolls back.
+                        epoch = self.renew(side, wid, slot, epoch).await?;
+                        renewed = Instant::now();
+                    }
+                    if let Some(why) = handle_one(&self.handler, m, Some(&mut tx)).await? {
+                        failed.push((m, why));
+                    }
+                    self.stats.handled.fetch_add(1, Ordering::Relaxed);
+                }
+            }
             for (m, why) in &failed {
                 let sql = format!(
                     "SELECT pgque.nack_partitioned($11::text, $12::text, $13::int4, $14::int4, $15::text, {MSG_ROW}, \
@@ -499,5 +610,33 @@ impl PartitionedConsumer {
         )
         .await?;
         Ok(total)
+    }
+
+    /// Renews the slot lease on `c`; returns its epoch, or SlotLost when
+    /// another worker took it over.
+    async fn renew(&self, c: &Client, wid: &str, slot: i32, epoch: i64) -> Result<i64> {
+        let ttl = self.ttl.as_secs_f64();
+        let got: Option<i64> = c
+            .query_one(
+                "SELECT pgque.claim_slot($1::text, $2::text, $3::int4, $4::text, make_interval(secs => $5::float8))",
+                &[&self.queue, &self.consumer, &slot, &wid, &ttl],
+            )
+            .await?
+            .get(0);
+        // Same epoch: renewed; epoch + 1: it had lapsed and nobody took it in
+        // between. Anything else: another worker held it.
+        match got {
+            Some(e) if e == epoch || e == epoch + 1 => Ok(e),
+            Some(_) => {
+                let _ = c
+                    .execute(
+                        "SELECT pgque.release_slot($1::text, $2::text, $3::int4, $4::text)",
+                        &[&self.queue, &self.consumer, &slot, &wid],
+                    )
+                    .await;
+                Err(Error::SlotLost { slot })
+            }
+            None => Err(Error::SlotLost { slot }),
+        }
     }
 }

@@ -82,7 +82,7 @@ mod producer;
 mod shutdown;
 mod worker;
 
-pub use consumer::{Consumer, ConsumerStats, Message, PartitionedConsumer};
+pub use consumer::{Consumer, ConsumerStats, Message, PartitionedConsumer, TxMsgFuture};
 pub use error::{Error, ErrorKind, Result};
 pub use features::Features;
 pub use producer::{

@@ -240,3 +240,134 @@ async fn cancelled_mid_handler_leaves_no_effects() {
     assert!(effects(&c).await.is_empty());
     assert_eq!(stats.completed.load(Ordering::SeqCst), 0);
 }
+
+// ---- event consumers ----------------------------------------------------------
+
+async fn msg_effects(c: &tokio_postgres::Client) -> HashMap<i64, i64> {
+    c.query("SELECT msg_id, count(*) FROM msg_effects GROUP BY msg_id", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consumer_batch_effects_commit_with_its_ack() {
+    // Each event's insert commits with the batch's ack; an event whose
+    // handler fails after its insert takes back only that insert (its
+    // savepoint) and is nacked; it comes back once.
+    let (dsn, c) = test_db("xo_consumer").await;
+    c.batch_execute(
+        "SELECT pgque.create_queue('ev'); SELECT pgque.subscribe('ev', 'c1'); \
+         CREATE TABLE msg_effects (msg_id bigint NOT NULL)",
+    )
+    .await
+    .unwrap();
+    let payloads: Vec<serde_json::Value> = (0..30).map(|i| json!({ "i": i })).collect();
+    let ids = send_batch(&c, "ev", "t", &payloads, None).await.unwrap();
+    let consumer = Consumer::new_tx(&dsn, "ev", "c1", |m: Message, tx| {
+        Box::pin(async move {
+            tx.execute("INSERT INTO msg_effects (msg_id) VALUES ($1)", &[&m.msg_id])
+                .await?;
+            if m.json()?["i"] == 7 && m.retry_count.is_none() {
+                return Err("first delivery of 7 fails after its insert".into());
+            }
+            Ok(())
+        })
+    })
+    .unwrap()
+    .poll_interval(Duration::from_millis(200))
+    .retry_after(Duration::ZERO);
+    let sd = Shutdown::new();
+    let consumer = Arc::new(consumer);
+    let h = tokio::spawn({
+        let (sd, consumer) = (sd.clone(), consumer.clone());
+        async move { consumer.run(sd).await }
+    });
+    c.execute("SELECT pgque.force_tick('ev')", &[]).await.unwrap();
+    wait_until(30, "every event's effect", || async {
+        msg_effects(&c).await.len() == 30
+    })
+    .await;
+    sd.trigger();
+    h.await.unwrap().unwrap();
+    let fx = msg_effects(&c).await;
+    let mut got: Vec<i64> = fx.keys().copied().collect();
+    got.sort();
+    assert_eq!(got, ids);
+    assert!(fx.values().all(|&v| v == 1), "{fx:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn partitioned_slot_lost_mid_batch_rolls_the_batch_back() {
+    // One slot, a 1 s lease: the handler of the third event sleeps past it
+    // and a thief claims the slot meanwhile. The task notices at its next
+    // renewal and the batch's inserts so far roll back; once the thief's
+    // lease lapses the task handles the same batch again: one row per event.
+    let (dsn, c) = test_db("xo_partitioned").await;
+    c.batch_execute(
+        "SELECT pgque.create_queue('ev'); SELECT pgque.subscribe_partitioned('ev', 'pc', 1); \
+         CREATE TABLE msg_effects (msg_id bigint NOT NULL)",
+    )
+    .await
+    .unwrap();
+    let payloads: Vec<serde_json::Value> = (0..6).map(|i| json!({ "i": i })).collect();
+    let ids = send_batch(&c, "ev", "t", &payloads, Some(&[Some("k"); 6]))
+        .await
+        .unwrap();
+    let calls: Arc<std::sync::Mutex<Vec<i64>>> = Arc::default();
+    let stolen = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (calls2, stolen2, dsn2) = (calls.clone(), stolen.clone(), dsn.clone());
+    let pc = Arc::new(
+        PartitionedConsumer::new_tx(&dsn, "ev", "pc", 1, move |m: Message, tx| {
+            let (calls, stolen, dsn) = (calls2.clone(), stolen2.clone(), dsn2.clone());
+            Box::pin(async move {
+                calls.lock().unwrap().push(m.msg_id);
+                tx.execute("INSERT INTO msg_effects (msg_id) VALUES ($1)", &[&m.msg_id])
+                    .await?;
+                if m.json()?["i"] == 2 && !stolen.load(Ordering::SeqCst) {
+                    tokio::time::sleep(Duration::from_millis(1300)).await; // past the 1 s lease
+                    let thief = connect(&dsn).await;
+                    let epoch: Option<i64> = thief
+                        .query_one("SELECT pgque.claim_slot('ev', 'pc', 0, 'thief', '1 second')", &[])
+                        .await?
+                        .get(0);
+                    assert!(epoch.is_some(), "the thief got the slot");
+                    stolen.store(true, Ordering::SeqCst);
+                }
+                Ok(())
+            })
+        })
+        .unwrap()
+        .ttl(Duration::from_secs(1))
+        .poll_interval(Duration::from_millis(200))
+        .worker_id("A"),
+    );
+    let sd = Shutdown::new();
+    let h = tokio::spawn({
+        let (sd, pc) = (sd.clone(), pc.clone());
+        async move { pc.run(sd).await }
+    });
+    c.execute("SELECT pgque.force_tick('ev')", &[]).await.unwrap();
+    wait_until(30, "the batch handled again and committed", || async {
+        msg_effects(&c).await.len() == 6
+    })
+    .await;
+    sd.trigger();
+    h.await.unwrap().unwrap();
+    assert!(stolen.load(Ordering::SeqCst));
+    assert!(pc.stats().lost_slots.load(Ordering::SeqCst) >= 1);
+    let calls = calls.lock().unwrap().clone();
+    assert_eq!(&calls[..3], &ids[..3], "{calls:?}");
+    assert_eq!(
+        &calls[3..],
+        &ids[..],
+        "the first try stopped after the third event: {calls:?}"
+    );
+    let fx = msg_effects(&c).await;
+    let mut got: Vec<i64> = fx.keys().copied().collect();
+    got.sort();
+    assert_eq!(got, ids);
+    assert!(fx.values().all(|&v| v == 1), "{fx:?}");
+}
