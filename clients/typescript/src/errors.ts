@@ -104,12 +104,16 @@ const BY_SQLSTATE: ReadonlyMap<string, typeof PgqueError> = new Map(
  * state (25). Errors of these classes are passed through untranslated. */
 const PASS_THROUGH = new Set(["08", "53", "57", "58", "40", "25"]);
 
+/** The SQLSTATE of a server error (node-postgres' DatabaseError, recognised
+ * by its fields so that a caller's own copy of `pg` works too), else
+ * undefined. Node's system errors also have a `code` (EPIPE, ECONNRESET) but
+ * no `severity`. */
 function sqlstateOf(err: unknown): string | undefined {
-  if (err instanceof Error && "code" in err) {
-    const code = (err as { code?: unknown }).code;
-    if (typeof code === "string" && /^[0-9A-Z]{5}$/.test(code)) return code;
-  }
-  return undefined;
+  if (!(err instanceof Error)) return undefined;
+  const e = err as { code?: unknown; severity?: unknown; syscall?: unknown };
+  if (typeof e.code !== "string" || !/^[0-9A-Z]{5}$/.test(e.code)) return undefined;
+  if (typeof e.severity !== "string" || e.syscall !== undefined) return undefined;
+  return e.code;
 }
 
 /**

@@ -510,13 +510,25 @@ export class Worker {
     await new Promise((r) => setImmediate(r));
     while (this.outcomes.length > 0) {
       const batch = this.outcomes.splice(0, 1000);
-      try {
-        await this.send(batch);
-      } catch (err) {
-        // The leases of these jobs expire and the server's rescue hands them
-        // out again: at least once, never lost.
-        this.log.error(`worker ${this.workerId}: could not report ${batch.length} job outcomes: ${(err as Error).message}`);
-        if (isConnectionError(err)) await this.resetControl();
+      for (let attempt = 1; ; attempt++) {
+        try {
+          await this.send(batch);
+          break;
+        } catch (err) {
+          const lostConnection = isConnectionError(err);
+          if (lostConnection) await this.resetControl();
+          // A dropped control connection (a restart, a terminated backend) is
+          // re-made and the batch sent again: complete_many and fail are fenced,
+          // so a repeat of what did commit changes nothing.
+          if (lostConnection && attempt < 3 && this.active) {
+            await sleep(200 * attempt);
+            continue;
+          }
+          // The leases of these jobs expire and the server's rescue hands them
+          // out again: at least once, never lost.
+          this.log.error(`worker ${this.workerId}: could not report ${batch.length} job outcomes: ${(err as Error).message}`);
+          break;
+        }
       }
     }
   }

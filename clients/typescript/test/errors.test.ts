@@ -21,10 +21,12 @@ import {
 } from "../src/index.js";
 import { client, freshDatabase, uniq } from "./helpers.js";
 
+let cfg: pg.ClientConfig;
 let conn: pg.Client;
 
 before(async () => {
-  conn = await client(await freshDatabase("pgque_ts_errors"));
+  cfg = await freshDatabase("pgque_ts_errors");
+  conn = await client(cfg);
 });
 after(async () => {
   await conn.end();
@@ -84,8 +86,22 @@ test("other codes are PgqueError; connection-level errors pass through", async (
   assert.ok(other instanceof PgqueError && other.constructor === PgqueError);
   assert.equal((other as PgqueError).code, "22012");
 
-  const shutdown = Object.assign(new Error("terminating connection due to administrator command"), { code: "57P01" });
+  const shutdown = Object.assign(new Error("terminating connection due to administrator command"), {
+    code: "57P01",
+    severity: "FATAL",
+  });
   assert.equal(translateError(shutdown), shutdown, "57P01 is about the server, not the call");
   const plain = new TypeError("not a database error");
   assert.equal(translateError(plain), plain);
+  const epipe = Object.assign(new Error("write EPIPE"), { code: "EPIPE", errno: -32, syscall: "write" });
+  assert.equal(translateError(epipe), epipe, "a system error's code is not a SQLSTATE");
+  // A real one, from a session the server terminates.
+  const victim = await client(cfg);
+  const { rows } = await victim.query("SELECT pg_backend_pid() AS pid");
+  // The client reports the FATAL, then the closed socket: keep listening for both.
+  const dropped = new Promise<Error>((resolve) => victim.on("error", resolve));
+  await conn.query("SELECT pg_terminate_backend($1)", [rows[0].pid]);
+  const err = await dropped;
+  assert.equal((err as { code?: string }).code, "57P01");
+  assert.equal(translateError(err), err);
 });

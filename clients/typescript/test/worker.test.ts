@@ -307,3 +307,74 @@ test("an unknown queue is a typed error from run()", async () => {
   const w = new Worker({ connection: cfg, queues: [`no_such_${uniq()}`], handleSignals: false });
   await assert.rejects(w.run(), UndefinedObject);
 });
+
+test("a cancelled job's signal aborts at the next heartbeat; its completion is refused", async () => {
+  const q = uniq();
+  await conn.query("SELECT pgque.create_job_queue($1)", [q]);
+  const id = (await enqueue(conn, q, "long", {})) as number;
+  const started = gate();
+  let sawAbort = false;
+  const w = new Worker({
+    connection: cfg,
+    queues: q,
+    heartbeatIntervalMs: 200,
+    pollIntervalMs: 200,
+    handleSignals: false,
+  }).handle("long", async (job) => {
+    started.open();
+    await new Promise<void>((resolve) => job.signal.addEventListener("abort", () => resolve(), { once: true }));
+    sawAbort = job.cancelled;
+    return { late: true };
+  });
+  const r = running(w);
+  try {
+    await started.promise;
+    await conn.query("SELECT pgque.cancel($1)", [id]);
+    await waitUntil(() => w.refused === 1, 10_000, "the refused completion");
+  } finally {
+    await r.stop();
+  }
+  assert.equal(sawAbort, true);
+  const job = await getJob(conn, id);
+  assert.deepEqual([job.state, job.output], ["cancelled", null]);
+  assert.equal(w.completed, 0);
+});
+
+test("the worker survives its backends being terminated (dispatch, control, LISTEN)", async () => {
+  const q = uniq();
+  await conn.query("SELECT pgque.create_job_queue($1)", [q]);
+  const done = new Set<number>();
+  const w = new Worker({
+    connection: { ...cfg, application_name: `w_${q}` },
+    queues: q,
+    concurrency: 2,
+    heartbeatIntervalMs: 200,
+    pollIntervalMs: 500,
+    handleSignals: false,
+    logger: { warn: () => undefined, error: () => undefined },
+  }).handle("k", async (job) => {
+    await sleep(300); // running while its worker's backends go
+    done.add(job.id);
+  });
+  const r = running(w);
+  const kill = async (): Promise<number> =>
+    (
+      await conn.query(
+        "SELECT count(pg_terminate_backend(pid))::int AS n FROM pg_stat_activity WHERE application_name = $1",
+        [`w_${q}`],
+      )
+    ).rows[0].n as number;
+  try {
+    const first = (await enqueueMany(conn, q, [["k", {}], ["k", {}]])).map((e) => e.jobId as number);
+    await waitUntil(async () => (await jobStates(conn, q)).running === 2, 10_000, "both jobs running");
+    assert.ok((await kill()) >= 3, "dispatch, control and LISTEN connections terminated");
+    await waitUntil(async () => (await jobStates(conn, q)).completed === 2, 15_000, "the running jobs' completions");
+    assert.deepEqual([...done].sort(), first.sort());
+    // New connections: the NOTIFY of a new job reaches it again, its outcome is sent.
+    await sleep(1500);
+    const later = (await enqueue(conn, q, "k", {})) as number;
+    await waitUntil(async () => (await getJob(conn, later)).state === "completed", 15_000, "a job after the kill");
+  } finally {
+    await r.stop();
+  }
+});
