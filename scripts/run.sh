@@ -72,19 +72,25 @@ fi
 echo "== demo"
 "${PSQL[@]}" -d "$DB" -v ON_ERROR_STOP=1 -f "$ROOT/scripts/demo.sql"
 
-# The dashboard beside it (pgque-web, as the superuser: admin actions on).
+# The dashboard beside it (pgque-web, as the superuser: admin actions on, so
+# it requires a login). Its admin token is made once, readable by this user
+# only, and handed over in the environment (never on the command line).
 WEB_LISTEN=${PGQUE_WEB_LISTEN:-127.0.0.1:8080}
-WEB_CMD="pgque-web --database-url 'host=$SOCK port=$PORT user=postgres dbname=$DB' --listen $WEB_LISTEN"
+WEB_TOKEN_FILE="$ROOT/.run/web-token"
+if [ ! -s "$WEB_TOKEN_FILE" ]; then
+  (umask 077; python3 -c 'import secrets; print(secrets.token_hex(16))' > "$WEB_TOKEN_FILE")
+fi
+WEB_CMD="PGQUE_WEB_ADMIN_TOKEN=\$(cat $WEB_TOKEN_FILE) pgque-web --database-url 'host=$SOCK port=$PORT user=postgres dbname=$DB' --listen $WEB_LISTEN"
 echo "== building and starting the dashboard (pgque-web)"
 if [ -f "$ROOT/.run/web.pid" ]; then kill "$(cat "$ROOT/.run/web.pid")" 2>/dev/null || true; rm -f "$ROOT/.run/web.pid"; fi
-web_msg="Dashboard: could not start; run it with: cargo run -p pgque-web -- ${WEB_CMD#pgque-web }"
+web_msg="Dashboard: could not start (see .run/web.log); run it with: $WEB_CMD"
 if cargo build -q -p pgque-web >/tmp/pgque_run_web_build.log 2>&1; then
   WEB_BIN=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')/debug/pgque-web
-  nohup "$WEB_BIN" --database-url "host=$SOCK port=$PORT user=postgres dbname=$DB" --listen "$WEB_LISTEN" \
+  PGQUE_WEB_ADMIN_TOKEN=$(cat "$WEB_TOKEN_FILE") nohup "$WEB_BIN" --database-url "host=$SOCK port=$PORT user=postgres dbname=$DB" --listen "$WEB_LISTEN" \
     >"$ROOT/.run/web.log" 2>&1 &
   echo $! > "$ROOT/.run/web.pid"
   for _ in $(seq 1 50); do
-    python3 -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=1)' "http://$WEB_LISTEN/healthz" >/dev/null 2>&1 && { web_msg="Dashboard: http://$WEB_LISTEN/   (Prometheus: http://$WEB_LISTEN/metrics; log .run/web.log)"; break; }
+    python3 -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=1)' "http://$WEB_LISTEN/healthz" >/dev/null 2>&1 && { web_msg="Dashboard: http://$WEB_LISTEN/   (log in with the admin token in .run/web-token; Prometheus: http://$WEB_LISTEN/metrics with that token as a Bearer token; log .run/web.log)"; break; }
     kill -0 "$(cat "$ROOT/.run/web.pid")" 2>/dev/null || break
     sleep 0.2
   done
