@@ -402,13 +402,13 @@ class PartitionedConsumer(_Runner):
                 break
             msgs = [Message(*r) for r in rows]
             failed: list[tuple[Message, str]] = []
-            lease = [epoch, renewed]
 
             def handle_all() -> None:
+                nonlocal epoch, renewed
                 for m in msgs:
-                    if time.monotonic() - lease[1] > self.ttl / 3:
-                        lease[0] = self._renew(side, wid, slot, lease[0], ttl)
-                        lease[1] = time.monotonic()
+                    if time.monotonic() - renewed > self.ttl / 3:
+                        epoch = self._renew(side, wid, slot, epoch, ttl)
+                        renewed = time.monotonic()
                     self._call(conn, m, failed)
 
             if not self.transactional:
@@ -425,7 +425,6 @@ class PartitionedConsumer(_Runner):
                     conn.execute("SELECT pgque.ack_partitioned(%s, %s, %s, %s, %s)", args)
             except WrongState as e:
                 raise SlotLost(f"slot {slot}: lease lost before ack ({e})") from e
-            epoch = lease[0]
             renewed = time.monotonic()
             total += len(rows)
             with self._lock:
