@@ -1,0 +1,1 @@
+-- pgque explorer (stub)

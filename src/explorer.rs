@@ -1,0 +1,12 @@
+//! The job explorer behind pgque-web's jobs, job, flow and schedules pages:
+//! SQL functions (sql/34_explorer.sql) that read one page of jobs by keyset,
+//! one job with its history and relatives, a flow's graph, and run a
+//! schedule now. All SECURITY DEFINER, granted to pgque_reader (reads) or
+//! pgque_admin (changes), so the dashboard never reads pgque's tables.
+use pgrx::prelude::*;
+
+extension_sql_file!(
+    "../sql/34_explorer.sql",
+    name = "explorer",
+    requires = ["job_log", "flows", "schedules"]
+);
