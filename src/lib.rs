@@ -30,6 +30,7 @@ use pgrx::prelude::*;
 pub mod admin;
 pub mod api;
 pub mod error;
+pub mod explorer;
 pub mod gucs;
 pub mod jobs;
 pub mod locks;
