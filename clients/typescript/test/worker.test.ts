@@ -127,13 +127,13 @@ test("heartbeats keep a handler longer than its lease alive", async () => {
     connection: cfg,
     queues: q,
     concurrency: 2,
-    leaseMs: 1500,
+    leaseMs: 2000,
     heartbeatIntervalMs: 400,
     pollIntervalMs: 200,
     handleSignals: false,
   }).handle("long", async (job) => {
     runs.push(job.attempt);
-    await sleep(3500);
+    await sleep(4500); // more than twice the lease
     assert.equal(job.cancelled, false);
   });
   const r = running(w);
