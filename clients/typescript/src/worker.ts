@@ -192,9 +192,11 @@ export class Worker {
   completed = 0;
   /** Jobs failed (reported with `fail`). */
   failed = 0;
-  /** Completions the server refused (lease lost or job cancelled); for
-   * transactional handlers, their effects were rolled back. */
-  refused = 0;
+  /** Outcomes the server refused (the lease was lost, the job cancelled or
+   * handed back): for transactional handlers, their effects were rolled
+   * back. The job is not failed: it belongs to its new run, or it is
+   * cancelled. (`lost`, as the Python and Rust clients name it.) */
+  lost = 0;
   /** Jobs handed back at shutdown (snoozed to now: the attempt is not counted). */
   handedBack = 0;
 
@@ -249,7 +251,7 @@ export class Worker {
    * same transaction and COMMITs: the effects and the completion commit
    * together. If complete returns false (the lease was lost or the job
    * cancelled) the worker ROLLBACKs, so the effects vanish (counted in
-   * `refused`; another attempt may run the job again). A throw ROLLBACKs
+   * `lost` and logged; another attempt may run the job again). A throw ROLLBACKs
    * and fails the job in a separate transaction. `fn` must not COMMIT or
    * ROLLBACK `tx` itself. Returns the worker, for chaining.
    */
@@ -451,8 +453,12 @@ export class Worker {
       if (!ok) {
         // Lease lost, job cancelled or handed back: the effects must not stay.
         broken = await rollback(tx);
-        this.refused++;
+        this.lost++;
         job.lose("completion refused: lease lost or job cancelled");
+        this.log.warn(
+          `worker ${this.workerId}: job ${job.id} not completed (its lease was lost or it was cancelled); ` +
+            "its transaction was rolled back",
+        );
         return;
       }
       try {
@@ -554,7 +560,7 @@ export class Worker {
         done = rows[0]?.n ?? 0;
       }
       this.completed += done;
-      this.refused += oks.length - done;
+      this.lost += oks.length - done;
     }
     for (const o of fails) {
       const { rows } = await query<{ state: string | null }>(ctl, "SELECT pgque.fail($1::int8, $2::int8, $3::text) AS state", [
@@ -562,7 +568,7 @@ export class Worker {
         o.job.leaseToken,
         o.error,
       ]);
-      if (rows[0]?.state === null) this.refused++;
+      if (rows[0]?.state === null) this.lost++;
       else this.failed++;
     }
   }

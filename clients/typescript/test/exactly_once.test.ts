@@ -151,7 +151,7 @@ test("a job cancelled mid-handler: complete() is refused, the effects vanish", a
     const { rows } = await conn.query("SELECT pgque.cancel($1) AS ok", [id]);
     assert.equal(rows[0].ok, true);
     cancelled.open();
-    await waitUntil(() => w.refused === 1, 10_000, "the refused completion");
+    await waitUntil(() => w.lost === 1, 10_000, "the refused completion");
   } finally {
     await r.stop();
   }
@@ -195,7 +195,7 @@ test("a lease that lapsed mid-handler: the late completion is refused and leaves
     await conn.query("SELECT pgque.rescue_expired_leases()"); // or the background worker's next job_maint
     await waitUntil(async () => ((await getJob(conn, id)).attempt as number) >= 2, 10_000, "the rescue");
     rescued.open();
-    await waitUntil(async () => (await getJob(conn, id)).state === "completed" && w.refused === 1, 15_000, "both outcomes");
+    await waitUntil(async () => (await getJob(conn, id)).state === "completed" && w.lost === 1, 15_000, "both outcomes");
   } finally {
     rescued.open();
     await r.stop();

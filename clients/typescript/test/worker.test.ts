@@ -330,7 +330,7 @@ test("a cancelled job's signal aborts at the next heartbeat; its completion is r
   try {
     await started.promise;
     await conn.query("SELECT pgque.cancel($1)", [id]);
-    await waitUntil(() => w.refused === 1, 10_000, "the refused completion");
+    await waitUntil(() => w.lost === 1, 10_000, "the refused completion");
   } finally {
     await r.stop();
   }
