@@ -155,7 +155,9 @@ pub fn available() -> bool {
 /// Outcome of a worker's attempt to take the slot of its database.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Claim {
-    Claimed(usize),
+    /// The slot's index, and whether the worker is a due start: the pool's
+    /// entry it took was left by a worker that parked (pool::Demand::due_only).
+    Claimed(usize, bool),
     /// Another live worker serves this database.
     Busy,
     /// Every slot is in use.
@@ -206,7 +208,7 @@ pub fn claim(db_oid: u32, pid: i32, now: i64) -> Claim {
             None => return Claim::Full,
         },
     };
-    crate::worker::pool::forget(&mut w.demand, db_oid);
+    let due_only = crate::worker::pool::forget(&mut w.demand, db_oid).is_some_and(|d| d.due_only());
     let keep = w.slots[idx].db_oid == db_oid;
     let duties = if keep {
         w.slots[idx].duties
@@ -220,7 +222,7 @@ pub fn claim(db_oid: u32, pid: i32, now: i64) -> Claim {
         duties,
         ..DbSlot::EMPTY
     };
-    Claim::Claimed(idx)
+    Claim::Claimed(idx, due_only)
 }
 
 /// Frees the slot if `pid` still holds it (a restarted worker starts its
@@ -284,6 +286,9 @@ pub fn park_worker(idx: usize, pid: i32, due_at: i64, wanted: bool, now: i64) ->
     if !crate::worker::pool::put(&mut w.demand, s.db_oid, due_at, wanted.then_some(now)) {
         return false;
     }
+    if let Some(d) = w.demand.iter_mut().find(|d| d.db_oid == s.db_oid) {
+        d.parked = true;
+    }
     let slot = &mut w.slots[idx];
     slot.parking = true;
     slot.wake_pending = false;
@@ -338,7 +343,7 @@ pub fn want_worker(db_oid: u32, now: i64) -> Option<i32> {
 /// Drops the pool's record of `db_oid` (dropped, or found to want no worker).
 pub fn forget_demand(db_oid: u32) {
     let mut w = WORKERS.exclusive();
-    crate::worker::pool::forget(&mut w.demand, db_oid);
+    let _ = crate::worker::pool::forget(&mut w.demand, db_oid);
 }
 
 /// The pool's entry for `db_oid`, if it has no process (for status()).

@@ -282,14 +282,7 @@ impl Cluster {
     /// 0): the tests time duties on their active cadences; tests/idle.rs
     /// switches idle mode on in `extra_conf`.
     pub fn start_new(name: &str, extra_conf: &str) -> Cluster {
-        let dir = format!("/tmp/pgque_priv_{}_{name}", major());
-        // Port: one per name, out of the shared servers' 54000+ range.
-        let port = 56000
-            + (name
-                .bytes()
-                .fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(b as u32))
-                % 900) as u16;
-        let cl = Cluster { dir, port };
+        let cl = Cluster::named(name);
         cl.pg_ctl(&["stop", "-m", "immediate"]);
         let _ = std::fs::remove_dir_all(&cl.dir);
         std::fs::create_dir_all(&cl.dir).unwrap();
@@ -321,6 +314,64 @@ impl Cluster {
         cl
     }
 
+    /// The data directory (/tmp/pgque_priv_<major>_<name>) and port of the
+    /// cluster named `name`; nothing is created.
+    fn named(name: &str) -> Cluster {
+        let dir = format!("/tmp/pgque_priv_{}_{name}", major());
+        // Port: one per name, out of the shared servers' 54000+ range.
+        let port = 56000
+            + (name
+                .bytes()
+                .fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(b as u32))
+                % 900) as u16;
+        Cluster { dir, port }
+    }
+
+    /// A hot standby of this cluster, named `name` (its own data directory,
+    /// socket and port, as start_new's): `pg_basebackup -R` (which writes
+    /// standby.signal and primary_conninfo), then started; it streams from
+    /// this cluster. `extra_conf` lines are appended to its postgresql.conf
+    /// (after the primary's, which the backup copies). Stopped and removed
+    /// on drop.
+    pub fn start_standby(&self, name: &str, extra_conf: &str) -> Cluster {
+        let sb = Cluster::named(name);
+        sb.pg_ctl(&["stop", "-m", "immediate"]);
+        let _ = std::fs::remove_dir_all(&sb.dir);
+        let port = self.port.to_string();
+        let out = as_postgres(
+            &format!("{}/pg_basebackup", bindir()),
+            &[
+                "-D",
+                &sb.dir,
+                "-h",
+                &self.dir,
+                "-p",
+                &port,
+                "-U",
+                "postgres",
+                "-R",
+                "-X",
+                "stream",
+                "-c",
+                "fast",
+                "--no-sync",
+            ],
+        );
+        assert!(out.status.success(), "pg_basebackup: {out:?}");
+        let conf = format!(
+            "port = {}\nunix_socket_directories = '{}'\nhot_standby = on\n{extra_conf}\n",
+            sb.port, sb.dir
+        );
+        let sh = format!("cat >> '{}/postgresql.conf' <<'CONF'\n{conf}CONF\n", sb.dir);
+        let out = as_postgres("sh", &["-c", &sh]);
+        assert!(out.status.success(), "write standby conf: {out:?}");
+        // the backup copied the primary's server.log (it lives in the data
+        // directory): start() writes this cluster's own
+        let _ = std::fs::remove_file(format!("{}/server.log", sb.dir));
+        sb.start();
+        sb
+    }
+
     fn pg_ctl(&self, args: &[&str]) -> std::process::Output {
         let mut all = vec!["-D", &self.dir, "-w"];
         all.extend_from_slice(args);
@@ -332,6 +383,14 @@ impl Cluster {
         let log = format!("{}/server.log", self.dir);
         let out = self.pg_ctl(&["-l", &log, "start"]);
         assert!(out.status.success(), "pg_ctl start: {out:?}");
+    }
+
+    /// `pg_ctl restart -m fast`: a clean shutdown, then a start (shared
+    /// memory and every background worker start afresh).
+    pub fn restart(&self) {
+        let log = format!("{}/server.log", self.dir);
+        let out = self.pg_ctl(&["-l", &log, "-m", "fast", "restart"]);
+        assert!(out.status.success(), "pg_ctl restart: {out:?}");
     }
 
     /// `pg_ctl stop -m immediate`: no checkpoint, the next start runs crash recovery.

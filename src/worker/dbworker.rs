@@ -17,8 +17,8 @@
 //! then or at a producer's commit) when another database waits for a
 //! process, or after pgque.worker_idle_exit if that is set; a busy one
 //! parks for its turn after pgque.worker_turn while another waits. A worker
-//! started for a due duty is idle from the start: it runs what is due and
-//! parks again.
+//! started for a due duty of a database its last worker parked is idle from
+//! the start: it runs what is due and parks again.
 //!
 //! Exit status tells the postmaster whether to restart it: 0 (no restart) when
 //! it parks, when it is not wanted here (no extension, stop(), pgque.enabled off, database
@@ -199,7 +199,7 @@ struct Schedule {
 pub extern "C-unwind" fn pgque_db_worker_main(arg: pg_sys::Datum) {
     let db_oid = (arg.value() as u64 & 0xFFFF_FFFF) as u32;
     let await_install = arg.value() as u64 & super::AWAIT_INSTALL != 0;
-    let due_start = arg.value() as u64 & super::DUE_START != 0;
+    let pool_start = arg.value() as u64 & super::DUE_START != 0;
     BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP | SignalWakeFlags::SIGTERM);
     if shmem::is_dropped(db_oid) {
         exit_clean();
@@ -207,8 +207,14 @@ pub extern "C-unwind" fn pgque_db_worker_main(arg: pg_sys::Datum) {
     BackgroundWorker::connect_worker_to_spi_by_oid(Some(pg_sys::Oid::from(db_oid)), None);
     pin_session();
     let pid = unsafe { pg_sys::MyProcPid };
-    let idx = match shmem::claim(db_oid, pid, now_ts()) {
-        shmem::Claim::Claimed(i) => i,
+    // A due start (one pass of what is due, then it parks again when idle)
+    // only for a database its last worker parked, as the pool's entry says:
+    // after a server start or a crash, shared memory holds no parked
+    // database, and the launcher's first look at each (or the postmaster
+    // restarting a worker that was a due start) gets a worker that stays,
+    // as CREATE EXTENSION's does.
+    let (idx, due_start) = match shmem::claim(db_oid, pid, now_ts()) {
+        shmem::Claim::Claimed(i, due_only) => (i, pool_start && due_only),
         // (a pool-started worker finds its database's slot taken when a
         // producer's commit got it a worker first)
         shmem::Claim::Busy => exit_clean(),

@@ -134,8 +134,10 @@ fn serve_pool() -> Option<i64> {
         shmem::mark_starting(oid, now);
         // Wanted now: a producer committed there, or start() ran (the
         // extension of a CREATE EXTENSION may not be visible yet: the
-        // worker waits for it). Due only: one pass of its duties, then it
-        // parks again if idle.
+        // worker waits for it). Due only: no wait for the extension; a
+        // database its last worker parked gets one pass of what is due (it
+        // parks again if idle), one the launcher only looked at (new since
+        // the server started) a worker that stays (dbworker, claim).
         let how = if wanted {
             super::Start::Wanted
         } else {

@@ -31,8 +31,11 @@ pub mod wake;
 /// Bit of the worker's argument (above the 32-bit database oid) that asks it
 /// to wait for the extension to be installed.
 pub const AWAIT_INSTALL: u64 = 1 << 32;
-/// Bit of the worker's argument: started by the pool because a duty of a
-/// database without a process came due: one pass of the duties, then idle.
+/// Bit of the worker's argument: started by the pool for a database
+/// without a process that is due, not wanted (no install wait). It is a due
+/// start (one pass of what is due, then it parks when idle) only when the
+/// pool's entry was left by a worker that parked (shmem::Claim::Claimed);
+/// the launcher's first look at a database gets a worker that stays.
 pub const DUE_START: u64 = 1 << 33;
 
 /// Why a database worker is started.
@@ -44,7 +47,9 @@ pub enum Start {
     /// created it).
     Wanted,
     /// A duty came due in a database without a process (pool.rs), or the
-    /// launcher looks at a database it does not know yet.
+    /// launcher looks at a database it does not know yet (after a server
+    /// start or a crash, every database): no install wait; a database
+    /// without the extension is left alone for a while.
     Due,
 }
 

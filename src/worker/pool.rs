@@ -24,12 +24,18 @@ pub struct Demand {
     /// 0 = free entry.
     pub db_oid: u32,
     /// Wants a worker now, since this time (a producer's commit, a busy
-    /// database's turn, a database the launcher has not looked at yet).
+    /// database's turn, start()). The launcher's first look at a database
+    /// is a due time of now instead: no wait for an extension to appear.
     pub wanted_since: i64,
     /// Wants one at this time (its next duty, as its last worker read it).
     pub due_at: i64,
     /// When the launcher last asked PostgreSQL for a worker for it.
     pub starting_at: i64,
+    /// Put here by a worker that parked (shmem::park_worker): the worker
+    /// started for its due time only runs what is due and parks again. Any
+    /// other entry (the launcher's first look at a database, after a server
+    /// start or a crash has rebuilt shared memory) gets a resident worker.
+    pub parked: bool,
 }
 
 impl Demand {
@@ -38,6 +44,7 @@ impl Demand {
         wanted_since: 0,
         due_at: 0,
         starting_at: 0,
+        parked: false,
     };
 
     /// Since when this database waits for a worker at `now`; None: it does not.
@@ -58,6 +65,15 @@ impl Demand {
     /// second one, which would only see the slot taken and leave).
     pub fn starting(&self, now: i64, grace: i64) -> bool {
         self.starting_at != 0 && now - self.starting_at < grace
+    }
+
+    /// Whether the worker that takes this entry is a due start (runs what
+    /// is due, parks again when idle): only for a database its last worker
+    /// parked, not wanted since. A database the launcher only looked at
+    /// (new to this shared memory: after a restart or a crash every
+    /// database is) gets a worker that stays, as after CREATE EXTENSION.
+    pub fn due_only(&self) -> bool {
+        self.db_oid != 0 && self.parked && self.wanted_since == 0
     }
 }
 
@@ -102,10 +118,14 @@ pub fn is_wanted(table: &[Demand], db_oid: u32) -> bool {
 }
 
 /// Drops `db_oid`'s entry: its worker took its slot, or it is gone.
-pub fn forget(table: &mut [Demand], db_oid: u32) {
+/// Returns the entry as it was (None: there was none).
+pub fn forget(table: &mut [Demand], db_oid: u32) -> Option<Demand> {
+    let mut was = None;
     for d in table.iter_mut().filter(|d| d.db_oid == db_oid) {
+        was = Some(*d);
         *d = Demand::EMPTY;
     }
+    was
 }
 
 /// The databases to start a worker for at `now`, the longest-waiting first,
@@ -173,8 +193,24 @@ mod tests {
         assert_eq!((d.wanted_since, d.due_at), (100, 5_000));
         assert!(is_wanted(&t, 7));
         assert!(!is_wanted(&t, 8));
-        forget(&mut t, 7);
+        assert!(forget(&mut t, 7).is_some());
         assert!(t.iter().all(|d| d.db_oid == 0));
+        assert_eq!(forget(&mut t, 7), None);
+    }
+
+    #[test]
+    fn only_a_parked_database_not_wanted_since_gets_a_due_start() {
+        let mut t = table();
+        // the launcher's first look (server start, crash restart): resident
+        put(&mut t, 1, 500, None);
+        assert!(!t[0].due_only());
+        // a worker parked with its next due time: due start
+        put(&mut t, 2, 900, None);
+        t[1].parked = true;
+        assert!(t[1].due_only());
+        // ... until a producer commits there: resident again
+        put(&mut t, 2, 0, Some(950));
+        assert!(!t[1].due_only());
     }
 
     #[test]
