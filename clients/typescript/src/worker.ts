@@ -307,6 +307,10 @@ export class Worker {
         const cfg = typeof this.connection === "string" ? { connectionString: this.connection } : this.connection;
         this.pool = new pg.Pool({ ...cfg, max: this.concurrency });
         this.pool.on("error", (err) => this.log.warn(`idle transaction connection: ${err.message}`));
+        // A checked-out client reports a dropped connection on itself, not on
+        // the pool: without a listener that would be an uncaught 'error'. The
+        // handler's next query fails instead, and the job is failed (retried).
+        this.pool.on("connect", (c) => c.on("error", () => undefined));
       }
       listener = new Listener(this.connection, await this.channels(dconn), () => this.waker.notify(), this.log);
       await listener.start();

@@ -303,3 +303,68 @@ test("partitioned txHandler: a slot lease lost mid-batch rolls the batch's effec
     "the new owner gets the whole batch again",
   );
 });
+
+test("under lapsing leases and terminated backends every completed job has exactly one run's effects", async () => {
+  const q = uniq();
+  await conn.query("SELECT pgque.create_job_queue($1)", [q]);
+  const n = 240;
+  const ids = (
+    await enqueueMany(
+      conn,
+      q,
+      Array.from({ length: n }, (_, i): [string, unknown] => ["pay", { slow: i % 40 === 7 }]),
+    )
+  ).map((e) => e.jobId as number);
+  const app = `eo_${q}`;
+  const quiet = { warn: () => undefined, error: () => undefined };
+  // No heartbeats and a 1.5 s lease: the slow runs (1 in 40) lose their lease
+  // to the rescue and run again while the first run still holds its transaction.
+  const workers = [0, 1].map(() =>
+    new Worker({
+      connection: { ...cfg, application_name: app },
+      queues: q,
+      concurrency: 4,
+      leaseMs: 1500,
+      heartbeatIntervalMs: 60_000,
+      pollIntervalMs: 200,
+      handleSignals: false,
+      logger: quiet,
+    }).handleTx("pay", async (job, tx) => {
+      await insertEffect(tx, job, `eo:${job.id}:${job.attempt}`);
+      await sleep((job.args as { slow: boolean }).slow && job.attempt === 1 ? 2500 : Math.random() * 10);
+      return { attempt: job.attempt };
+    }),
+  );
+  const runs = workers.map((w) => running(w));
+  try {
+    // Terminate every backend of both workers (dispatch, control, LISTEN,
+    // handler transactions) three times while they work.
+    for (let i = 0; i < 3; i++) {
+      await sleep(700);
+      await conn.query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1", [app]);
+    }
+    await waitUntil(async () => (await jobStates(conn, q)).completed === n, 90_000, "every job completed", 200);
+  } finally {
+    await Promise.all(runs.map((r) => r.stop()));
+  }
+  const { rows } = await conn.query(
+    "SELECT j.id::int AS id, j.attempt, j.output, count(e.*)::int AS rows, max(e.attempt) AS effect_attempt " +
+      "FROM pgque.all_jobs j LEFT JOIN effects e ON e.job_id = j.id WHERE j.queue = $1 GROUP BY 1, 2, 3",
+    [q],
+  );
+  assert.equal(rows.length, n);
+  for (const r of rows) {
+    assert.equal(r.rows, 1, `job ${r.id}: one run's effects, got ${r.rows}`);
+    assert.equal(r.effect_attempt, r.attempt, `job ${r.id}: the effects of the run that completed it`);
+    assert.deepEqual(r.output, { attempt: r.attempt });
+  }
+  assert.ok(
+    rows.some((r) => r.attempt > 1),
+    "some runs lost their lease (or their connection) and ran again",
+  );
+  assert.ok(workers[0]!.lost + workers[1]!.lost >= 1, "refused completions were rolled back");
+  assert.deepEqual(
+    rows.map((r) => r.id).sort((a, b) => a - b),
+    ids,
+  );
+});
