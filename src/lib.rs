@@ -49,6 +49,13 @@ extension_sql_file!("../sql/99_finalize.sql", name = "finalize", finalize);
 /// `shared_preload_libraries`, or on first use in a backend otherwise).
 #[pg_guard]
 pub extern "C-unwind" fn _PG_init() {
+    // pgrx's panic hook captures a backtrace whenever RUST_BACKTRACE is set
+    // in the server's environment and sends it in the error's DETAIL: to
+    // every client, pgque's internals with it. RUST_LIB_BACKTRACE takes
+    // precedence for Backtrace::capture(), which reads it once: off before
+    // the first capture in this process (and in every process the
+    // postmaster forks after loading us).
+    std::env::set_var("RUST_LIB_BACKTRACE", "0");
     gucs::init();
     if unsafe { pg_sys::process_shared_preload_libraries_in_progress } {
         shmem::init();

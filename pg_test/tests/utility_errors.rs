@@ -79,3 +79,38 @@ fn utility_errors_reach_the_client_whole_with_and_without_the_extension() {
     let without = TestDb::without_extension("ue_without");
     check(&mut without.connect());
 }
+
+/// A server started with RUST_BACKTRACE=1 in its environment (a common
+/// setting in a developer's shell or a container image) sends no Rust
+/// backtrace to clients: not for an error pgque raises itself, nor for one
+/// PostgreSQL raises inside pgque's code (a statement timeout in the middle
+/// of a call).
+#[test]
+fn no_rust_backtrace_reaches_a_client_when_the_server_has_rust_backtrace_set() {
+    // the private cluster's postmaster inherits this process's environment
+    std::env::set_var("RUST_BACKTRACE", "1");
+    let cl = Cluster::start_new("backtrace", "");
+    let mut c = cl.create_db("bt");
+    c.batch_execute("SELECT pgque.create_job_queue('jq')")
+        .unwrap();
+    let raised = db_error(&mut c, "SELECT pgque.send('no_such_queue', 'x'::text)");
+    assert_eq!(raised.code().code(), "42704");
+    // a lock another session holds makes pgque's own statement time out
+    let mut holder = cl.connect("bt");
+    holder
+        .batch_execute("BEGIN; LOCK TABLE pgque.job_queues IN ACCESS EXCLUSIVE MODE")
+        .unwrap();
+    c.batch_execute("SET lock_timeout = '200ms'").unwrap();
+    let timed_out = db_error(&mut c, "SELECT pgque.enqueue('jq', 'k')");
+    assert_eq!(timed_out.code().code(), "55P03");
+    holder.batch_execute("ROLLBACK").unwrap();
+    for e in [raised, timed_out] {
+        let detail = e.detail().unwrap_or("");
+        assert!(
+            !detail.contains("backtrace")
+                && !detail.contains("pgque::")
+                && detail.lines().count() <= 2,
+            "a backtrace in DETAIL: {detail}"
+        );
+    }
+}
