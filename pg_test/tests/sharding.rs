@@ -433,3 +433,59 @@ fn sharding_router_routes_keys_splits_batches_and_survives_a_stopped_shard() {
     let per = check_placement(&mut [&mut sa, &mut sb], &want, ROUNDS as usize + 1);
     assert_eq!(per[0] + per[1], KEYS * (ROUNDS as usize + 1));
 }
+
+/// The router script refuses a schema pgque that a role other than a
+/// superuser owns, or that holds a function such a role owns (CREATE OR
+/// REPLACE would keep that owner, who could then change what every router
+/// user runs), with 42501 and nothing created; a schema its own earlier run
+/// left passes (tested above by running it twice).
+#[test]
+fn sharding_router_refuses_a_schema_someone_else_controls() {
+    if major() != 15 {
+        eprintln!(
+            "sharding: skipped on PostgreSQL {}: PL/Proxy is packaged for 15 only",
+            major()
+        );
+        return;
+    }
+    let db = TestDb::without_extension("shard_router_trust");
+    let mut su = db.connect();
+    su.batch_execute(
+        "DO $r$ BEGIN CREATE ROLE router_mallory LOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END $r$",
+    )
+    .unwrap();
+    // a pre-created schema owned by someone else
+    su.batch_execute("CREATE SCHEMA pgque AUTHORIZATION router_mallory")
+        .unwrap();
+    assert_eq!(sqlstate(su.batch_execute(&router_sql())), "42501");
+    let n: i64 = su
+        .query_one(
+            "SELECT count(*) FROM pg_proc WHERE pronamespace = 'pgque'::regnamespace",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(n, 0, "nothing was created");
+    // a superuser's schema holding a function of someone else's
+    su.batch_execute(
+        "ALTER SCHEMA pgque OWNER TO postgres; GRANT CREATE ON SCHEMA pgque TO router_mallory;",
+    )
+    .unwrap();
+    assert_eq!(sqlstate(su.batch_execute(&router_sql())), "42501");
+    su.batch_execute("REVOKE CREATE ON SCHEMA pgque FROM router_mallory")
+        .unwrap();
+    su.batch_execute(
+        "CREATE FUNCTION pgque.shard_count() RETURNS int LANGUAGE sql AS 'SELECT 1';
+         ALTER FUNCTION pgque.shard_count() OWNER TO router_mallory;",
+    )
+    .unwrap();
+    let err = su.batch_execute(&router_sql()).unwrap_err();
+    assert_eq!(err.code().map(|c| c.code()), Some("42501"));
+    let msg = err
+        .as_db_error()
+        .map(|d| d.message().to_string())
+        .unwrap_or_default();
+    assert!(msg.contains("shard_count"), "{msg}");
+    su.batch_execute("DROP SCHEMA pgque CASCADE").unwrap();
+    su.batch_execute(&router_sql()).unwrap();
+}

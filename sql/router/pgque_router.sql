@@ -24,6 +24,61 @@
 -- calling role, so the shards' own grants (pgque_writer, ...) decide; the
 -- role must exist on the router and on every shard.
 
+-- Install-time trust, as the extension's (sql/00_bootstrap.sql): this script
+-- reuses a schema pgque that exists already, and CREATE OR REPLACE keeps the
+-- owner of a function that exists already. Whoever owns that schema, may
+-- create in it or owns an object in it could replace the functions that
+-- every router user (superusers included) then runs, so it is refused
+-- unless only superusers control it; so are pgque's roles when they can log
+-- in or are administered by a role that is not a superuser. A schema left
+-- by an earlier run of this script (all owned by the superuser who ran it)
+-- passes. Every name is qualified.
+DO $trust$
+DECLARE
+    ns pg_catalog.oid := pg_catalog.to_regnamespace('pgque')::pg_catalog.oid;
+    bad pg_catalog.text;
+    r pg_catalog.text;
+BEGIN
+    SELECT pg_catalog.string_agg(w.what, ', ') INTO bad FROM (
+        SELECT 'the schema''s owner ' || pg_catalog.quote_ident(a.rolname) AS what
+          FROM pg_catalog.pg_namespace n JOIN pg_catalog.pg_authid a ON a.oid = n.nspowner
+         WHERE n.oid = ns AND NOT a.rolsuper
+        UNION ALL
+        SELECT 'a grant of ' || x.privilege_type || ' to '
+               || CASE WHEN x.grantee = 0 THEN 'PUBLIC' ELSE pg_catalog.quote_ident(a.rolname) END
+          FROM pg_catalog.pg_namespace n, pg_catalog.aclexplode(n.nspacl) x
+          LEFT JOIN pg_catalog.pg_authid a ON a.oid = x.grantee
+         WHERE n.oid = ns AND NOT coalesce(a.rolsuper, false)
+           AND NOT (x.privilege_type = 'USAGE'
+                    AND a.rolname IN ('pgque_reader', 'pgque_writer', 'pgque_admin'))
+        UNION ALL
+        SELECT o.kind || ' ' || o.name || ' owned by ' || pg_catalog.quote_ident(a.rolname)
+          FROM (SELECT 'relation' AS kind, c.relname::pg_catalog.text AS name, c.relowner AS own
+                  FROM pg_catalog.pg_class c WHERE c.relnamespace = ns
+                UNION ALL SELECT 'function', p.proname, p.proowner FROM pg_catalog.pg_proc p WHERE p.pronamespace = ns
+                UNION ALL SELECT 'type', t.typname, t.typowner FROM pg_catalog.pg_type t WHERE t.typnamespace = ns
+                UNION ALL SELECT 'operator', o.oprname, o.oprowner FROM pg_catalog.pg_operator o WHERE o.oprnamespace = ns
+               ) o JOIN pg_catalog.pg_authid a ON a.oid = o.own
+         WHERE NOT a.rolsuper
+        UNION ALL
+        SELECT 'role ' || a.rolname || ' can log in' FROM pg_catalog.pg_authid a
+         WHERE a.rolname IN ('pgque_reader', 'pgque_writer', 'pgque_admin') AND a.rolcanlogin
+        UNION ALL
+        SELECT 'role ' || g.rolname || ' is administered by ' || pg_catalog.quote_ident(m.rolname)
+          FROM pg_catalog.pg_auth_members am
+          JOIN pg_catalog.pg_authid g ON g.oid = am.roleid
+          JOIN pg_catalog.pg_authid m ON m.oid = am.member
+         WHERE g.rolname IN ('pgque_reader', 'pgque_writer', 'pgque_admin')
+           AND am.admin_option AND NOT m.rolsuper
+    ) w;
+    IF bad IS NOT NULL THEN
+        RAISE EXCEPTION 'pgque router: refusing to install over objects a role that is not a superuser controls: %', bad
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = 'Whoever controls schema pgque or pgque''s roles controls what router users run. Check them, then drop that schema (or give it to a superuser) and fix the roles before running this script.';
+    END IF;
+END
+$trust$;
+
 CREATE EXTENSION IF NOT EXISTS plproxy;
 CREATE SCHEMA IF NOT EXISTS pgque;
 
