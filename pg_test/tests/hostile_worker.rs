@@ -101,7 +101,8 @@ fn hostile_db(cl: &Cluster) -> Client {
         "CREATE ROLE hw_owner LOGIN; CREATE ROLE hw_anyone LOGIN; CREATE ROLE hw_admin LOGIN;",
     )
     .unwrap();
-    pg.batch_execute("CREATE DATABASE hw OWNER hw_owner").unwrap();
+    pg.batch_execute("CREATE DATABASE hw OWNER hw_owner")
+        .unwrap();
     // The database owner: a schema named after the bootstrap superuser, a
     // table everyone may log into, and a search_path that puts the planted
     // objects before pg_catalog for every session that does not set its own.
@@ -226,21 +227,19 @@ fn the_worker_never_runs_planted_code_as_superuser() {
 fn ticker_loop_runs_nothing_planted_and_works_for_an_admin() {
     let cl = Cluster::start_new("hostile_ticker_loop", "");
     let mut su = hostile_db(&cl);
-    su.batch_execute(
-        "SELECT pgque.stop(); SELECT pgque.create_queue('tq');",
-    )
-    .unwrap();
+    su.batch_execute("SELECT pgque.stop(); SELECT pgque.create_queue('tq');")
+        .unwrap();
     assert!(
         wait_until(Duration::from_secs(10), || worker_pid(&mut su).is_none()),
         "the worker did not stop"
     );
     // A superuser session on the database's own search_path (as pg_cron's).
     let mut cron = cl.connect("hw");
-    let path: String = cron
-        .query_one("SHOW search_path", &[])
-        .unwrap()
-        .get(0);
-    assert!(path.contains("public"), "the hostile path is in effect: {path}");
+    let path: String = cron.query_one("SHOW search_path", &[]).unwrap().get(0);
+    assert!(
+        path.contains("public"),
+        "the hostile path is in effect: {path}"
+    );
     for who in [None, Some("hw_admin")] {
         if let Some(role) = who {
             cron = cl.connect_as("hw", role);
@@ -248,15 +247,22 @@ fn ticker_loop_runs_nothing_planted_and_works_for_an_admin() {
         let before = ticks(&mut su);
         su.batch_execute("SELECT pgque.send('tq', 'x'::pg_catalog.text)")
             .unwrap();
-        cron.batch_execute("SET statement_timeout = '1500ms'").unwrap();
+        cron.batch_execute("SET statement_timeout = '1500ms'")
+            .unwrap();
         let r = cron.batch_execute("CALL pgque.ticker_loop()");
         assert_eq!(
             sqlstate(r),
             "57014",
             "ticker_loop ({who:?}) must run until cancelled"
         );
-        assert!(ticks(&mut su) > before, "ticker_loop ({who:?}) did not tick");
+        assert!(
+            ticks(&mut su) > before,
+            "ticker_loop ({who:?}) did not tick"
+        );
     }
     let ran = superuser_rows(&mut su);
-    assert!(ran.is_empty(), "planted code ran as superuser in ticker_loop: {ran:?}");
+    assert!(
+        ran.is_empty(),
+        "planted code ran as superuser in ticker_loop: {ran:?}"
+    );
 }

@@ -255,7 +255,10 @@ fn depends_on_holds_up_nothing_in_the_parents_queue() {
         .query_one("SELECT pgque.complete($1, $2)", &[&p_other, &p_other_tok])
         .unwrap()
         .get(0);
-    assert!(done, "a parent completes while the writer's transaction is open");
+    assert!(
+        done,
+        "a parent completes while the writer's transaction is open"
+    );
     let too_many = them.query_one(
         "SELECT pgque.enqueue('mine', 'k', depends_on => array_fill($1::bigint, ARRAY[10001]))",
         &[&p_run],

@@ -14,7 +14,9 @@ use std::time::Duration;
 static CREATE: Mutex<()> = Mutex::new(());
 
 /// Every released version, oldest first: each must update to the current one.
-const RELEASED: [&str; 7] = ["0.1.0", "0.2.0", "0.3.0", "0.4.0", "0.5.0", "0.6.0", "0.7.0"];
+const RELEASED: [&str; 7] = [
+    "0.1.0", "0.2.0", "0.3.0", "0.4.0", "0.5.0", "0.6.0", "0.7.0",
+];
 
 fn default_version(c: &mut pgque_pg_test::postgres::Client) -> String {
     c.query_one(
