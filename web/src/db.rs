@@ -236,48 +236,6 @@ pub async fn failed_jobs(pool: &Pool, limit: i64) -> Result<Table, DbError> {
     .await
 }
 
-/// The schedules view, when this pgque has it (None: it does not).
-pub async fn schedules(pool: &Pool) -> Result<Option<Table>, DbError> {
-    let c = pool.get().await?;
-    let exists: bool = c
-        .query_one("SELECT to_regclass('pgque.schedules') IS NOT NULL", &[])
-        .await?
-        .get(0);
-    drop(c);
-    if !exists {
-        return Ok(None);
-    }
-    let mut t = json_table(
-        pool,
-        "SELECT to_jsonb(s) FROM pgque.schedules s ORDER BY to_jsonb(s) ->> 'name' LIMIT 1000",
-        &[],
-        None,
-    )
-    .await?;
-    // The view's columns in the order DESIGN.md lists them, any others after.
-    const ORDER: &[&str] = &[
-        "name",
-        "cron",
-        "timezone",
-        "queue_name",
-        "kind",
-        "args",
-        "misfire",
-        "paused",
-        "next_run_at",
-        "last_run_at",
-        "last_job_id",
-    ];
-    let rank = |c: &str| ORDER.iter().position(|o| *o == c).unwrap_or(ORDER.len());
-    let mut idx: Vec<usize> = (0..t.columns.len()).collect();
-    idx.sort_by_key(|&i| rank(&t.columns[i]));
-    t.columns = idx.iter().map(|&i| t.columns[i].clone()).collect();
-    for r in &mut t.rows {
-        *r = idx.iter().map(|&i| r[i].clone()).collect();
-    }
-    Ok(Some(t))
-}
-
 /// An admin action, as the form names it. Each is one pgque function call.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Action {

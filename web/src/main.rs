@@ -18,6 +18,7 @@
 //! required whenever it listens beyond loopback or offers admin actions.
 mod auth;
 mod db;
+mod explorer;
 mod guard;
 mod history;
 mod pages;
@@ -330,6 +331,10 @@ name or address browsers use to reach it",
         .route("/", get(page_overview))
         .route("/events", get(page_events))
         .route("/jobs", get(page_jobs))
+        .route("/jobs/list", get(page_job_list))
+        .route("/jobs/bulk", post(bulk_confirm))
+        .route("/jobs/{id}", get(page_job))
+        .route("/flows/{id}", get(page_flow))
         .route("/schedules", get(page_schedules))
         .route("/worker", get(page_worker))
         .route("/fragment/{page}", get(fragment))
@@ -562,7 +567,17 @@ async fn content(app: &App, p: Page, ctx: &Ctx<'_>) -> Result<String, String> {
             let h = app.history.lock().unwrap();
             pages::jobs(ctx, &f, &h, failed.as_ref())
         }
-        Page::Schedules => pages::schedules(&db::schedules(&app.pool).await.map_err(|e| e.0)),
+        Page::JobList => {
+            let f = explorer::Filter::default();
+            explorer::list_page(
+                ctx,
+                &f,
+                &explorer::list(&app.pool, &f).await.map_err(|e| e.0),
+            )
+        }
+        Page::Schedules => {
+            explorer::schedules_page(ctx, &explorer::schedules(&app.pool).await.map_err(|e| e.0))
+        }
         Page::Worker => {
             let st = db::status(&app.pool).await.map_err(|e| e.0);
             let h = app.history.lock().unwrap();
@@ -914,6 +929,23 @@ async fn action(
         Some(_) => return refuse(StatusCode::FORBIDDEN, &what, "wrong CSRF token"),
         None => return refuse(StatusCode::FORBIDDEN, &what, "no CSRF token"),
     }
+    let back = form
+        .get("back")
+        .map(String::as_str)
+        .filter(|b| explorer::safe_back(b))
+        .unwrap_or("/")
+        .to_string();
+    let who = v.user.as_ref().map_or("", |(n, _)| n.as_str()).to_string();
+    if let Some(res) = explorer_action(&app, &name, &form).await {
+        let msg = match res {
+            Ok(m) => {
+                log(&format!("action {name} by {who}: {m}"));
+                m
+            }
+            Err(e) => format!("{name} failed: {e}"),
+        };
+        return back_with(&back, &msg);
+    }
     let Some(act) = db::Action::parse(&name) else {
         return (StatusCode::NOT_FOUND, "no such action\n").into_response();
     };
@@ -934,11 +966,6 @@ async fn action(
         },
         None => None,
     };
-    let back = form
-        .get("back")
-        .and_then(|b| Page::from_path(b))
-        .unwrap_or(Page::Overview);
-    let who = v.user.as_ref().map_or("", |(n, _)| n.as_str());
     let msg = match db::act(&app.pool, act, queue, job_id).await {
         Ok(m) => {
             log(&format!("action {name} by {who}: {m}"));
@@ -946,15 +973,220 @@ async fn action(
         }
         Err(e) => format!("{name} failed: {}", e.0),
     };
-    let mut to = format!("{}?msg=", back.path());
-    for b in msg.bytes() {
-        if b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.' {
-            to.push(b as char);
-        } else {
-            to.push_str(&format!("%{b:02X}"));
+    back_with(&back, &msg)
+}
+
+/// The redirect back to a page (a local path) with a message for it.
+fn back_with(back: &str, msg: &str) -> Response {
+    let sep = if back.contains('?') { '&' } else { '?' };
+    Redirect::to(&format!("{back}{sep}msg={}", explorer::urlenc(msg))).into_response()
+}
+
+/// Runs an action of the explorer (schedules, bulk retry / cancel); None
+/// for another action. The caller checked the admin login and the CSRF
+/// token.
+async fn explorer_action(
+    app: &App,
+    name: &str,
+    form: &HashMap<String, String>,
+) -> Option<Result<String, String>> {
+    match name {
+        "pause_schedule" | "resume_schedule" | "run_schedule" => {
+            let Some(s) = form.get("schedule").filter(|s| !s.is_empty()) else {
+                return Some(Err("a schedule name is required".into()));
+            };
+            Some(
+                explorer::schedule_action(&app.pool, name, s)
+                    .await
+                    .map_err(|e| e.0),
+            )
         }
+        "bulk_retry" | "bulk_cancel" => {
+            let act = explorer::Bulk::parse(&name[5..])?;
+            let Some(d) = form.get("digest") else {
+                return Some(Err("no confirmation digest".into()));
+            };
+            let pairs: Vec<(String, String)> =
+                form.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+            let f = explorer::Filter::from_form(&pairs);
+            let ids = match form.get("selected") {
+                Some(list) => match parse_ids(list.split(',')) {
+                    Ok(v) => Some(v),
+                    Err(e) => return Some(Err(e)),
+                },
+                None => None,
+            };
+            Some(
+                explorer::bulk_apply(&app.pool, act, ids.as_deref(), &f, d)
+                    .await
+                    .map_err(|e| e.0),
+            )
+        }
+        _ => None,
     }
-    Redirect::to(&to).into_response()
+}
+
+/// Job ids from a form (blank entries skipped). Err: the first that is not one.
+fn parse_ids<'a>(it: impl Iterator<Item = &'a str>) -> Result<Vec<i64>, String> {
+    let mut v = Vec::new();
+    for s in it.map(str::trim).filter(|s| !s.is_empty()) {
+        v.push(
+            s.parse::<i64>()
+                .map_err(|_| format!("{s:?} is not a job id"))?,
+        );
+    }
+    Ok(v)
+}
+
+/// The query string as pairs (repeated keys kept).
+#[derive(Deserialize)]
+#[serde(transparent)]
+struct Pairs(Vec<(String, String)>);
+
+/// GET /jobs/list: a page of jobs for the filters of the query string
+/// (queue, state, kind, q, before).
+async fn page_job_list(
+    State(app): State<Shared>,
+    Query(Pairs(q)): Query<Pairs>,
+    h: HeaderMap,
+) -> Response {
+    let Some(v) = viewer(&app, &h) else {
+        return login_instead(Page::JobList);
+    };
+    let mut f = explorer::Filter::from_form(&q);
+    match explorer::field(&q, "before")
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+    {
+        Some(b) => match b.parse::<i64>() {
+            Ok(b) => f.before = Some(b),
+            Err(_) => return html(StatusCode::BAD_REQUEST, "before must be a job id".into()),
+        },
+        None => f.before = None,
+    }
+    let c = ctx(&app, &v, explorer::field(&q, "msg"));
+    let page = explorer::list(&app.pool, &f).await.map_err(|e| e.0);
+    html(
+        StatusCode::OK,
+        pages::page(Page::JobList, &c, &explorer::list_page(&c, &f, &page), ""),
+    )
+}
+
+/// GET /jobs/<id>: one job, its history, parents and children.
+async fn page_job(
+    State(app): State<Shared>,
+    Path(id): Path<String>,
+    Query(q): Query<PageQuery>,
+    h: HeaderMap,
+) -> Response {
+    let Some(v) = viewer(&app, &h) else {
+        return login_instead(Page::JobList);
+    };
+    let Ok(id) = id.parse::<i64>() else {
+        return html(StatusCode::NOT_FOUND, "no such page".into());
+    };
+    let c = ctx(&app, &v, q.msg.as_deref());
+    let (status, body) = match explorer::job(&app.pool, id).await {
+        Ok(d) if d.job.is_none() => (StatusCode::NOT_FOUND, explorer::job_page(&c, id, &d)),
+        Ok(d) => (StatusCode::OK, explorer::job_page(&c, id, &d)),
+        Err(e) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("<p class=\"bad\">{}</p>", pages::esc(&e.0)),
+        ),
+    };
+    html(
+        status,
+        pages::page_titled(Page::JobList, &format!("Job {id}"), &c, &body, ""),
+    )
+}
+
+/// GET /flows/<id>: a flow's graph and its counts by state.
+async fn page_flow(State(app): State<Shared>, Path(id): Path<String>, h: HeaderMap) -> Response {
+    let Some(v) = viewer(&app, &h) else {
+        return login_instead(Page::JobList);
+    };
+    let Ok(id) = id.parse::<i64>() else {
+        return html(StatusCode::NOT_FOUND, "no such page".into());
+    };
+    let c = ctx(&app, &v, None);
+    let (status, body) = match explorer::flow(&app.pool, id).await {
+        Ok(d) if d.status.is_none() => (StatusCode::NOT_FOUND, explorer::flow_page(id, &d)),
+        Ok(d) => (StatusCode::OK, explorer::flow_page(id, &d)),
+        Err(e) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("<p class=\"bad\">{}</p>", pages::esc(&e.0)),
+        ),
+    };
+    html(
+        status,
+        pages::page_titled(Page::JobList, &format!("Flow {id}"), &c, &body, ""),
+    )
+}
+
+/// POST /jobs/bulk (admin, CSRF): the confirmation of a bulk retry or
+/// cancel, of the selected jobs or of every job matching the filters,
+/// saying how many jobs it will change. Changes nothing itself.
+async fn bulk_confirm(
+    State(app): State<Shared>,
+    headers: HeaderMap,
+    Form(form): Form<Vec<(String, String)>>,
+) -> Response {
+    let what = "POST /jobs/bulk";
+    let Some(v) = viewer(&app, &headers) else {
+        return refuse(StatusCode::FORBIDDEN, what, "not logged in");
+    };
+    if !app.admin {
+        return refuse(StatusCode::FORBIDDEN, what, "this dashboard is read-only");
+    }
+    if !v.admin {
+        return refuse(StatusCode::FORBIDDEN, what, "this login is read-only");
+    }
+    match explorer::field(&form, "csrf") {
+        Some(t) if same(t, &v.csrf) => {}
+        Some(_) => return refuse(StatusCode::FORBIDDEN, what, "wrong CSRF token"),
+        None => return refuse(StatusCode::FORBIDDEN, what, "no CSRF token"),
+    }
+    let op = explorer::field(&form, "op").unwrap_or("");
+    let Some((act, mode)) = op.split_once('-') else {
+        return html(StatusCode::BAD_REQUEST, "no bulk operation".into());
+    };
+    let Some(act) = explorer::Bulk::parse(act) else {
+        return html(StatusCode::BAD_REQUEST, "unknown bulk operation".into());
+    };
+    let f = explorer::Filter::from_form(&form);
+    let ids = if mode == "selected" {
+        match parse_ids(
+            form.iter()
+                .filter(|(k, _)| k == "ids")
+                .map(|(_, v)| v.as_str()),
+        ) {
+            Ok(v) => Some(v),
+            Err(e) => return html(StatusCode::BAD_REQUEST, pages::esc(&e)),
+        }
+    } else {
+        None
+    };
+    let c = ctx(&app, &v, None);
+    let body = match app.pool.get().await {
+        Ok(conn) => match explorer::bulk_targets(&conn, act, ids.as_deref(), &f).await {
+            Ok(t) => explorer::confirm_page(&c, act, ids.as_deref(), &f, &t),
+            Err(e) => format!("<p class=\"bad\">{}</p>", pages::esc(&e.0)),
+        },
+        Err(e) => format!(
+            "<p class=\"bad\">{}</p>",
+            pages::esc(&db::DbError::from(e).0)
+        ),
+    };
+    html(
+        StatusCode::OK,
+        pages::page_titled(
+            Page::JobList,
+            &format!("Confirm: {} jobs", act.name()),
+            &c,
+            &body,
+            "",
+        ),
+    )
 }
 
 #[cfg(test)]

@@ -11,6 +11,8 @@ pub enum Page {
     Overview,
     Events,
     Jobs,
+    /// The jobs list (the explorer: web/src/explorer.rs), not refreshed in place.
+    JobList,
     Schedules,
     Worker,
 }
@@ -19,6 +21,7 @@ pub const PAGES: &[Page] = &[
     Page::Overview,
     Page::Events,
     Page::Jobs,
+    Page::JobList,
     Page::Schedules,
     Page::Worker,
 ];
@@ -29,6 +32,7 @@ impl Page {
             Page::Overview => "/",
             Page::Events => "/events",
             Page::Jobs => "/jobs",
+            Page::JobList => "/jobs/list",
             Page::Schedules => "/schedules",
             Page::Worker => "/worker",
         }
@@ -38,6 +42,7 @@ impl Page {
             Page::Overview => "overview",
             Page::Events => "events",
             Page::Jobs => "jobs",
+            Page::JobList => "joblist",
             Page::Schedules => "schedules",
             Page::Worker => "worker",
         }
@@ -47,6 +52,7 @@ impl Page {
             Page::Overview => "Overview",
             Page::Events => "Event queues",
             Page::Jobs => "Job queues",
+            Page::JobList => "Jobs",
             Page::Schedules => "Schedules",
             Page::Worker => "Worker",
         }
@@ -56,6 +62,11 @@ impl Page {
     }
     pub fn from_path(s: &str) -> Option<Page> {
         PAGES.iter().copied().find(|p| p.path() == s)
+    }
+    /// Whether the page's figures refresh in place (the explorer's pages
+    /// do not: a refresh would drop a selection or a position).
+    pub fn refreshes(self) -> bool {
+        self != Page::JobList
     }
 }
 
@@ -164,6 +175,12 @@ pub const CSP: &str = "default-src 'none'; script-src 'unsafe-inline'; style-src
 /// returns) and `fixed` (parts that must not be replaced by a refresh, such
 /// as a form being typed into).
 pub fn page(p: Page, ctx: &Ctx, content: &str, fixed: &str) -> String {
+    page_titled(p, p.title(), ctx, content, fixed)
+}
+
+/// A page with a title of its own (a job's, a flow's), under the nav entry
+/// of `p`; refreshed in place only when `p` is.
+pub fn page_titled(p: Page, title: &str, ctx: &Ctx, content: &str, fixed: &str) -> String {
     let mut nav = String::new();
     for q in PAGES {
         let _ = write!(
@@ -181,14 +198,15 @@ pub fn page(p: Page, ctx: &Ctx, content: &str, fixed: &str) -> String {
     format!(
         "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">\
 <meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">\
-<link rel=\"icon\" href=\"data:,\"><title>pgque · {title}</title><style>{CSS}</style></head>\
+<link rel=\"icon\" href=\"data:,\"><title>pgque · {title}</title><style>{CSS}{ECSS}</style></head>\
 <body data-refresh=\"{refresh}\" data-fragment=\"/fragment/{slug}\" data-admin=\"{admin}\">\
 <header><strong>pgque</strong>{nav}<span class=\"who\">database <b>{db}</b> as role <b>{role}</b> · {mode}{user}</span></header>\
 <main><h1>{title}</h1>{msg}<div id=\"content\">{content}</div>{fixed}</main>\
-<footer><span id=\"updated\">rendered {when}</span> · refreshes every {secs} s · <a href=\"/metrics\">/metrics</a></footer>\
+<footer><span id=\"updated\">rendered {when}</span>{every} · <a href=\"/metrics\">/metrics</a></footer>\
 <script>{JS}</script></body></html>",
-        title = p.title(),
-        refresh = ctx.refresh_ms,
+        title = esc(title),
+        ECSS = crate::explorer::CSS,
+        refresh = if p.refreshes() { ctx.refresh_ms } else { 0 },
         slug = p.slug(),
         admin = ctx.admin,
         db = esc(ctx.database),
@@ -199,7 +217,11 @@ pub fn page(p: Page, ctx: &Ctx, content: &str, fixed: &str) -> String {
             "read-only"
         },
         when = "now",
-        secs = ctx.refresh_ms as f64 / 1000.0,
+        every = if p.refreshes() {
+            format!(" · refreshes every {} s", ctx.refresh_ms as f64 / 1000.0)
+        } else {
+            String::new()
+        },
         user = user(ctx),
     )
 }
@@ -821,15 +843,6 @@ pub fn jobs_fixed(ctx: &Ctx) -> String {
 <button type=\"submit\" data-action=\"cancel_job\">Cancel job</button></form>",
         esc(ctx.csrf)
     )
-}
-
-pub fn schedules(s: &Result<Option<Table>, String>) -> String {
-    match s {
-        Ok(None) => "<p class=\"muted\" id=\"no-schedules\">This pgque has no schedules (view pgque.schedules does not exist).</p>".into(),
-        Ok(Some(t)) if t.rows.is_empty() => "<p class=\"muted\" id=\"no-schedules\">No schedules (pgque.create_schedule).</p>".into(),
-        Ok(Some(t)) => format!("<div id=\"schedules\">{}</div>", table(t, None, "")),
-        Err(e) => format!("<p class=\"bad\">{}</p>", esc(e)),
-    }
 }
 
 pub fn worker(f: &Figures, h: &History, status: &Result<Table, String>) -> String {
