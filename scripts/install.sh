@@ -31,8 +31,11 @@ case "${3:---debug}" in
   --release) profile=() ;;
   *) echo "install.sh: unknown profile ${3}" >&2; exit 2 ;;
 esac
-stage="${CARGO_TARGET_DIR:-$ROOT/target}/pgque-stage-pg$VER"
+# One stage per run: tiers installing side by side (or two developers' runs)
+# must not remove each other's package before it is put in place.
+stage="${CARGO_TARGET_DIR:-$ROOT/target}/pgque-stage-pg$VER.$$"
 rm -rf "$stage"
+trap 'rm -rf "$stage"' EXIT
 cargo pgrx package "${profile[@]}" --pg-config "$PG_CONFIG" --no-default-features \
   --features "pg$VER" --out-dir "$stage"
 put() { # MODE SRC DESTDIR: a new file beside the old one, then an atomic rename

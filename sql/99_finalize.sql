@@ -12,6 +12,8 @@ GRANT EXECUTE ON FUNCTION pgque.stop() TO pgque_admin;
 GRANT EXECUTE ON FUNCTION pgque.status() TO pgque_admin, pgque_reader;
 -- When each duty next has work (src/worker/due.rs).
 GRANT EXECUTE ON FUNCTION pgque.duty_due() TO pgque_admin, pgque_reader;
+-- Who keeps the job log's due truncation from running (src/jobs/log/rotate.rs).
+GRANT EXECUTE ON FUNCTION pgque.job_log_blockers() TO pgque_admin, pgque_reader;
 GRANT EXECUTE ON FUNCTION pgque.version() TO pgque_admin, pgque_reader, pgque_writer;
 -- Metrics for dashboards and Prometheus (src/metrics.rs).
 GRANT EXECUTE ON FUNCTION pgque.metrics() TO pgque_admin, pgque_reader;

@@ -154,3 +154,22 @@ LEFT JOIN side s ON s.queue = q.queue_name
 LEFT JOIN (SELECT g.queue, sum(g.ready)::bigint AS ready, min(g.oldest) AS oldest,
                   sum(g.running)::bigint AS running, sum(g.completed)::bigint AS completed
            FROM log_lanes g GROUP BY g.queue) g ON g.queue = q.queue_name;
+
+-- job_log_blockers(): the sessions keeping the job log's due truncation
+-- from running (a reader's open transaction over job_queue_status).
+CREATE OR REPLACE FUNCTION "job_log_blockers"() RETURNS TABLE (
+	"seg" smallint,
+	"due_for_s" double precision,
+	"pid" INT,
+	"usename" TEXT,
+	"application_name" TEXT,
+	"state" TEXT,
+	"xact_age_s" double precision
+)
+STRICT SECURITY DEFINER PARALLEL SAFE
+SET search_path TO pg_catalog, pgque, pg_temp
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'job_log_blockers_wrapper';
+REVOKE ALL ON FUNCTION pgque.job_log_blockers() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION pgque.job_log_blockers() TO pgque_admin, pgque_reader;
+ALTER FUNCTION pgque.job_log_blockers() SET jit = off;

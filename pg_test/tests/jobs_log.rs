@@ -1143,3 +1143,60 @@ fn log_rotation_keeps_young_segments_and_truncates_in_ring_order() {
     assert_eq!(count(&mut c, "SELECT count(*) FROM pgque.job_log_2"), 1);
     assert_eq!(kinds(&dispatch(&mut c, "ro", 5, "w", None)), vec!["c.1"]);
 }
+
+/// A reader that read job_queue_status and keeps its transaction open holds
+/// locks on every job-log partition, so the due truncation of a sealed
+/// segment never gets its lock: rotate_job_log() says busy, and
+/// job_log_blockers() names that session (pid, user, state), how long the
+/// truncation has been due and how long the blocker's transaction is open;
+/// once the reader ends, the truncation runs and nothing is reported.
+#[test]
+fn a_blocked_log_truncation_names_the_session_that_blocks_it() {
+    let (db, mut c) = rotation_db("jlog_blockers", "bq");
+    enqueue(&mut c, "bq", "k", 3);
+    let jobs = dispatch(&mut c, "bq", 3, "w", None);
+    assert_eq!(complete_many(&mut c, &jobs), 3);
+    assert_eq!(rotate(&mut c), (true, None, 0), "seal 0, open 1");
+    // sealed longer ago than pgque.completed_job_retention: truncation due
+    c.batch_execute(
+        "UPDATE pgque.job_log_segments SET sealed_at = now() - interval '400 days' WHERE seg = 0",
+    )
+    .unwrap();
+    let mut reader = db.connect();
+    let reader_pid: i32 = reader
+        .query_one("SELECT pg_backend_pid()", &[])
+        .unwrap()
+        .get(0);
+    reader
+        .batch_execute("BEGIN; SELECT * FROM pgque.job_queue_status;")
+        .unwrap();
+    let busy: bool = c
+        .query_one("SELECT busy FROM pgque.rotate_job_log()", &[])
+        .unwrap()
+        .get(0);
+    assert!(busy, "the truncation is due and blocked");
+    let rows = c
+        .query(
+            "SELECT seg, due_for_s, pid, usename, state, xact_age_s FROM pgque.job_log_blockers()",
+            &[],
+        )
+        .unwrap();
+    assert_eq!(rows.len(), 1, "one blocker");
+    let r = &rows[0];
+    assert_eq!(r.get::<_, i16>(0), 0, "segment 0 waits");
+    assert!(r.get::<_, f64>(1) >= 0.0);
+    assert_eq!(r.get::<_, i32>(2), reader_pid);
+    assert_eq!(r.get::<_, Option<String>>(3).as_deref(), Some("postgres"));
+    assert_eq!(
+        r.get::<_, Option<String>>(4).as_deref(),
+        Some("idle in transaction")
+    );
+    assert!(r.get::<_, Option<f64>>(5).unwrap_or(-1.0) >= 0.0);
+    reader.batch_execute("COMMIT").unwrap();
+    let (_, truncated, _) = rotate(&mut c);
+    assert_eq!(truncated, Some(0));
+    assert_eq!(
+        count(&mut c, "SELECT count(*) FROM pgque.job_log_blockers()"),
+        0
+    );
+}

@@ -253,6 +253,81 @@ pub fn rotate() -> (bool, Option<i16>, i32, bool) {
     (switched, Some(seg), evacuated, false)
 }
 
+/// $1 retention: the oldest sealed segment whose truncation is due (as
+/// OLDEST_SEALED_SQL), how long it has been due, and every other session
+/// holding a lock on one of its four partitions, which keeps the
+/// truncation's ACCESS EXCLUSIVE lock (taken without waiting) from ever
+/// being granted. A reader's open transaction that read job_queue_status
+/// (or a LOCK TABLE of it) holds such locks until it ends.
+const BLOCKERS_SQL: &str = r#"
+WITH cur AS (
+    SELECT c.seg FROM pgque.job_log_segments c
+    WHERE c.opened_at IS NOT NULL AND c.sealed_at IS NULL
+),
+due AS (
+    SELECT s.seg, s.sealed_at + $1::pg_catalog.interval AS due_at
+    FROM pgque.job_log_segments s, cur
+    WHERE s.sealed_at IS NOT NULL
+    ORDER BY (s.seg OPERATOR(pg_catalog.-) cur.seg OPERATOR(pg_catalog.+) 3) OPERATOR(pg_catalog.%) 3
+    LIMIT 1
+),
+parts AS (
+    SELECT due.seg, due.due_at,
+           pg_catalog.to_regclass(pg_catalog.format('pgque.%s_%s', t.name, due.seg))::pg_catalog.oid AS rel
+    FROM due, pg_catalog.unnest(ARRAY['job_log', 'job_claims', 'job_done', 'job_progress']) AS t(name)
+    WHERE due.due_at <= pg_catalog.now()
+)
+SELECT DISTINCT p.seg,
+       pg_catalog.date_part('epoch', pg_catalog.now() - p.due_at)::pg_catalog.float8,
+       l.pid, a.usename::pg_catalog.text, a.application_name, a.state,
+       pg_catalog.date_part('epoch', pg_catalog.now() - a.xact_start)::pg_catalog.float8
+FROM parts p
+JOIN pg_catalog.pg_locks l ON l.relation = p.rel AND l.granted AND l.pid <> pg_catalog.pg_backend_pid()
+LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = l.pid
+ORDER BY l.pid
+"#;
+
+/// job_log_blockers(): the sessions that keep the job log's due truncation
+/// from running, one row each: the segment, how long its truncation has
+/// been due (s), the session's pid, user, application, state and how long
+/// its transaction has been open (s). No row: nothing due is blocked. A
+/// truncation that stays blocked keeps every job of that segment's rows on
+/// disk (docs/operations.md, "Threat model"); status() and metrics() report
+/// it. Reads pg_locks and pg_stat_activity; changes nothing.
+#[pg_extern(security_definer, parallel_safe)]
+#[search_path(pg_catalog, pgque, pg_temp)]
+fn job_log_blockers() -> TableIterator<
+    'static,
+    (
+        name!(seg, i16),
+        name!(due_for_s, f64),
+        name!(pid, i32),
+        name!(usename, Option<String>),
+        name!(application_name, Option<String>),
+        name!(state, Option<String>),
+        name!(xact_age_s, Option<f64>),
+    ),
+> {
+    let retention = format!("{} seconds", gucs::completed_job_retention().as_secs());
+    let rows = Spi::connect(|c| {
+        c.select(BLOCKERS_SQL, None, &[retention.into()])
+            .unwrap_or_else(|e| pgrx::error!("{e}"))
+            .map(|r| {
+                (
+                    r.get::<i16>(1).ok().flatten().unwrap_or_default(),
+                    r.get::<f64>(2).ok().flatten().unwrap_or_default(),
+                    r.get::<i32>(3).ok().flatten().unwrap_or_default(),
+                    r.get::<String>(4).ok().flatten(),
+                    r.get::<String>(5).ok().flatten(),
+                    r.get::<String>(6).ok().flatten(),
+                    r.get::<f64>(7).ok().flatten(),
+                )
+            })
+            .collect::<Vec<_>>()
+    });
+    TableIterator::new(rows)
+}
+
 /// One step of the job log's segment ring (the worker runs it every
 /// pgque.job_maint_period_ms): switch the current segment when it is due,
 /// truncate the oldest sealed one when it may go (module comment). Returns
