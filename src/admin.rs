@@ -60,10 +60,47 @@ fn ts_text(ts: i64) -> String {
     t.map(|t| t.to_string()).unwrap_or_else(|| ts.to_string())
 }
 
-/// One row per component: `mode` (preloaded or manual), `worker` (this
-/// database's worker: running / parked / starting / stopped / absent), `launcher`, and
-/// `duty:<name>` for each duty (runs, failures, last run, last error).
-/// Reads shared memory and pgque.worker_config; changes nothing.
+/// Whether this database's worker is switched on (pgque.worker_config; on
+/// when the row is missing). On SPI's read path: pgrx's Spi::get_one takes
+/// the write path, which assigns the transaction an id, and a hot standby
+/// refuses that ("cannot assign TransactionIds during recovery").
+pub(crate) fn worker_enabled() -> bool {
+    Spi::connect(|c| {
+        c.select(
+            "SELECT worker_enabled FROM pgque.worker_config",
+            Some(1),
+            &[],
+        )
+        .ok()
+        .and_then(|t| t.first().get_one::<bool>().ok().flatten())
+    })
+    .unwrap_or(true)
+}
+
+/// Whether this server is a standby (recovery in progress): pgque's tables
+/// are read-only here and no worker runs until it is promoted.
+pub(crate) fn in_recovery() -> bool {
+    unsafe { pg_sys::RecoveryInProgress() }
+}
+
+/// status()'s `recovery` row on a standby.
+fn recovery_row() -> (String, String, String) {
+    (
+        "recovery".into(),
+        "standby".into(),
+        "a hot standby replaying the primary's WAL: pgque's queues and jobs are read-only \
+         here and no worker runs; the status and metrics functions show what was \
+         replicated. Promotion (pg_promote()) starts the workers within a second."
+            .into(),
+    )
+}
+
+/// One row per component: `mode` (preloaded or manual), `recovery` (only
+/// on a standby: status `standby`), `worker` (this database's worker:
+/// running / parked / starting / stopped / standby / absent), `launcher`,
+/// and `duty:<name>` for each duty (runs, failures, last run, last error).
+/// Reads shared memory and pgque.worker_config; changes nothing and takes
+/// no transaction id, so it answers on a hot standby too.
 #[pg_extern(security_definer)]
 #[search_path(pg_catalog, pgque, pg_temp)]
 fn status() -> TableIterator<
@@ -75,10 +112,8 @@ fn status() -> TableIterator<
     ),
 > {
     let mut rows: Vec<(String, String, String)> = Vec::new();
-    let enabled = Spi::get_one::<bool>("SELECT worker_enabled FROM pgque.worker_config")
-        .ok()
-        .flatten()
-        .unwrap_or(true);
+    let enabled = worker_enabled();
+    let standby = in_recovery();
     if !shmem::available() {
         rows.push((
             "mode".into(),
@@ -87,6 +122,9 @@ fn status() -> TableIterator<
              (every 100 ms or so) and pgque.maint() (every second or so) from any scheduler."
                 .into(),
         ));
+        if standby {
+            rows.push(recovery_row());
+        }
         rows.push((
             "worker".into(),
             "absent".into(),
@@ -99,6 +137,28 @@ fn status() -> TableIterator<
         "preloaded".into(),
         "duties run in the background worker".into(),
     ));
+    if standby {
+        // The launcher starts when recovery finishes (BgWorkerStartTime::
+        // RecoveryFinished): nothing here can run a duty, and no slot or
+        // pool entry of this server describes the primary's worker.
+        rows.push(recovery_row());
+        rows.push((
+            "launcher".into(),
+            "standby".into(),
+            "starts when the server is promoted".into(),
+        ));
+        rows.push((
+            "worker".into(),
+            "standby".into(),
+            if enabled {
+                "no worker on a standby; one starts within a second of promotion"
+            } else {
+                "no worker on a standby; switched off by pgque.stop(), so none starts after promotion either"
+            }
+            .into(),
+        ));
+        return TableIterator::new(rows);
+    }
     let lpid = shmem::launcher_pid();
     rows.push((
         "launcher".into(),

@@ -118,6 +118,13 @@ fn worker_figures(enabled: bool) -> Vec<Figure> {
     };
     let preloaded = shmem::available();
     put("pgque_preloaded", json!({}), preloaded as u8 as f64);
+    // 1 on a hot standby: no worker runs there (pgque_worker_up is 0) and
+    // the queue figures are what was replicated.
+    put(
+        "pgque_in_recovery",
+        json!({}),
+        crate::admin::in_recovery() as u8 as f64,
+    );
     put("pgque_worker_enabled", json!({}), enabled as u8 as f64);
     let db = unsafe { pg_sys::MyDatabaseId }.to_u32();
     let snap = if preloaded { shmem::snapshot(db) } else { None };
@@ -177,14 +184,18 @@ fn worker_figures(enabled: bool) -> Vec<Figure> {
 
 /// pgque.metrics(): one row per figure (name, labels as a jsonb object of
 /// strings, value). Reads the status functions' sources and shared memory;
-/// changes nothing. Rows without a value (a queue never ticked has no tick
-/// age) are left out rather than reported as 0.
+/// changes nothing and takes no transaction id (it answers on a hot
+/// standby, where `pgque_in_recovery` is 1). Rows without a value (a queue
+/// never ticked has no tick age) are left out rather than reported as 0.
 #[pg_extern(stable, security_definer)]
 #[search_path(pg_catalog, pgque, pg_temp)]
 fn metrics(
 ) -> TableIterator<'static, (name!(name, String), name!(labels, JsonB), name!(value, f64))> {
     let (mut rows, enabled) = Spi::connect_mut(|c| {
-        let rows: Vec<Figure> = log::exec(c, FIGURES, &[])
+        // On SPI's read path (a WITH is not one log::exec can prove
+        // read-only): the write path assigns the transaction an id, which
+        // a hot standby refuses, and monitoring must work there.
+        let rows: Vec<Figure> = log::exec_read(c, FIGURES, &[])
             .map(|r| {
                 (
                     log::col::<String>(&r, 1).unwrap(),
