@@ -7,11 +7,12 @@
 -- both stores: pgque.jobs through the index below, the job log lane by lane
 -- through job_log_lane_idx (lane_id, id_hi), reading only the batch rows
 -- that hold the page's jobs. Filters an index cannot serve (kind and the
--- text search, in the log where kinds and args live in per-batch arrays)
--- look at no more than EXPLORER_WINDOW (2000) candidate jobs per store
--- stream and page; when that window ends before the page is full, the page
--- ends with a row whose id is NULL and whose cursor_id says where to go on.
--- So a page costs the same with 100 or 10 million jobs stored.
+-- text search: in the log kinds and args live in per-batch arrays) look at
+-- no more than 2000 candidate jobs per store stream and page, and so does
+-- the log's walk for any filter (it passes over the jobs of its batch rows
+-- that moved to pgque.jobs); when that window ends before the page is full,
+-- the page ends with a row whose id is NULL and whose cursor_id says where
+-- to go on. So a page costs the same with 100 or 10 million jobs stored.
 
 -- The jobs list's index on pgque.jobs: a queue's jobs in a state, newest
 -- first (queue and state filters; a queue alone is its 7 states merged, a
@@ -66,6 +67,7 @@ DECLARE
     v_lim int := COALESCE($6, 50);
     v_windowed boolean;
     v_w int;
+    v_lw int;
     v_side bigint[];
     v_match bigint[] := '{}';
     v_front bigint;
@@ -95,6 +97,9 @@ BEGIN
     END IF;
     v_windowed := v_k IS NOT NULL OR v_s IS NOT NULL;
     v_w := CASE WHEN v_windowed THEN GREATEST(2000, v_lim) ELSE v_lim END;
+    -- the log's window applies to every filter: jobs of its batch rows that
+    -- moved to pgque.jobs (failed, cancelled, retried) are passed over
+    v_lw := GREATEST(2000, v_lim);
 
     -- pgque.jobs: the newest v_w rows the indexed filters let through
     IF v_q IS NOT NULL AND v_st IS NOT NULL THEN
@@ -214,7 +219,7 @@ BEGIN
                 v_got := v_got + pg_catalog.cardinality(v_ids);
                 v_seen := v_seen + v_n;
                 EXIT WHEN v_got >= v_lim;
-                IF v_seen >= v_w THEN
+                IF v_seen >= v_lw THEN
                     v_front := GREATEST(v_front, v_lo);
                     EXIT;
                 END IF;

@@ -799,6 +799,268 @@ def test_help_documents_every_flag(ctx):
         assert flag in out, flag
 
 
+# ---- the job explorer (jobs list, job, flow, bulk actions, schedules) --------------------
+def visit_static(b, web, path, shot=None):
+    """A page that does not refresh in place: loaded, no console errors."""
+    b.go(web.base + path)
+    wait_for(f"{path} rendered", lambda: b.js("return document.readyState") == "complete"
+             and b.find("#content"))
+    errs = errors_in(b.console())
+    assert not errs, f"console errors on {path}: {errs}"
+    if shot:
+        shoot(b, shot)
+
+
+def explorer_fixture(ctx):
+    """Queue `explore`: 130 jobs of the log (one batch row each) of kinds mail
+    and resize, 60 dispatched: 40 completed, 5 failed (their last attempt,
+    an error each), 15 running; 2 of the ready ones cancelled; and a flow of
+    four jobs in queue `flows`, its root completed. Returns the flow's id. Made once per run."""
+    if "flow" in ctx:
+        return ctx["flow"]
+    c = ctx["c"]
+    q(c, "SELECT pgque.create_job_queue('explore')")
+    q(c, "SELECT pgque.enqueue('explore', CASE WHEN g % 3 = 0 THEN 'resize' ELSE 'mail' END, "
+         "jsonb_build_object('n', g, 'to', 'user' || g || '@example.test'), max_attempts => 1) "
+         "FROM generate_series(1, 130) g")
+    got = q(c, "SELECT job_id, lease_token FROM pgque.dispatch(ARRAY['explore'], 60, 'wx', '1 hour')")
+    assert len(got) == 60, got
+    q(c, "SELECT pgque.complete_many(%s, %s)", ([g[0] for g in got[:40]], [g[1] for g in got[:40]]))
+    for jid, tok in got[40:45]:
+        q(c, "SELECT pgque.fail(%s, %s, %s)", (jid, tok, f"smtp timeout #{jid}"))
+    ready = [r[0] for r in q(c, "SELECT id FROM pgque.list_jobs('explore', 'ready', max_jobs => 2)")]
+    for jid in ready:
+        q(c, "SELECT pgque.cancel(%s)", (jid,))
+    q(c, "SELECT pgque.create_job_queue('flows')")
+    rows = q(c, """SELECT flow_id, key, job_id FROM pgque.enqueue_flow('flows', '[
+        {"key": "fetch", "kind": "fetch", "args": {"day": "2026-12-01"}},
+        {"key": "left", "kind": "render", "depends_on": ["fetch"]},
+        {"key": "right", "kind": "render", "depends_on": ["fetch"]},
+        {"key": "notify", "kind": "mail", "depends_on": ["left", "right"]}]')""")
+    ctx["flow"] = rows[0][0]
+    ctx["flow_jobs"] = {k: j for _, k, j in rows}
+    # the flow's root runs and completes: left and right become ready
+    tok = one(c, "SELECT lease_token FROM pgque.dispatch(ARRAY['flows'], 1, 'wf', '1 hour') "
+                 "WHERE job_id = %s", (ctx["flow_jobs"]["fetch"],))
+    if tok is not None:
+        q(c, "SELECT pgque.complete(%s, %s, '{\"rows\": 3}')", (ctx["flow_jobs"]["fetch"], tok))
+    return ctx["flow"]
+
+
+def shown_jobs(b):
+    return b.js("return Array.from(document.querySelectorAll('#job-list tr[data-job]'))"
+                ".map(r => [+r.dataset.job, r.dataset.state])")
+
+
+def oracle(c, where, args=(), limit=50, offset=0):
+    """What a list page must show, from the all_jobs view (the test's own
+    slow reading of both stores)."""
+    return [[i, s] for i, s in q(c, f"SELECT id, state FROM pgque.all_jobs WHERE {where} "
+                                    "ORDER BY id DESC LIMIT %s OFFSET %s", (*args, limit, offset))]
+
+
+def test_the_jobs_list_shows_what_the_database_holds(ctx):
+    b, web, c = ctx["browser"], ctx["admin"], ctx["c"]
+    explorer_fixture(ctx)
+    ensure_login(b, web, ADMIN_TOKEN)
+    visit_static(b, web, "/jobs/list?queue=explore", "jobs-list.png")
+    assert shown_jobs(b) == oracle(c, "queue = 'explore'"), "page 1"
+    # Keyset pages: the "older" link, page after page, to the end.
+    seen = shown_jobs(b)
+    pages = 1
+    while b.find("#older"):
+        b.click(b.find("#older")[0])
+        wait_for("the next page", lambda: b.js("return document.readyState") == "complete")
+        page = shown_jobs(b)
+        assert page == oracle(c, "queue = 'explore'", offset=len(seen)), f"page {pages + 1}"
+        seen += page
+        pages += 1
+    total = one(c, "SELECT count(*) FROM pgque.all_jobs WHERE queue = 'explore'")
+    assert len(seen) == total and pages == -(-total // 50), (len(seen), total, pages)
+    assert not errors_in(b.console())
+    for query, where, args in (
+            ("state=failed", "state = 'failed'", ()),
+            ("queue=explore&state=completed&kind=resize", "queue = 'explore' AND state = 'completed' AND kind = 'resize'", ()),
+            ("queue=explore&state=running", "queue = 'explore' AND state = 'running'", ()),
+            ("state=cancelled", "state = 'cancelled'", ()),
+            ("kind=render", "kind = 'render'", ()),
+            ("q=SMTP+TIMEOUT", "errors -> -1 ->> 'error' ILIKE %s", ("%smtp timeout%",)),
+            ("q=user77%40", "args::text ILIKE %s OR errors -> -1 ->> 'error' ILIKE %s", ("%user77@%", "%user77@%")),
+            ("queue=explore&state=ready", "queue = 'explore' AND state = 'ready'", ())):
+        visit_static(b, web, "/jobs/list?" + query)
+        want = oracle(c, where, args)
+        assert want, f"the fixture has no job for {query}"
+        assert shown_jobs(b) == want, (query, shown_jobs(b), want)
+    visit_static(b, web, "/jobs/list?state=bogus")
+    assert "unknown job state bogus" in b.js("return document.getElementById('list-error').textContent")
+
+
+def test_a_job_page_and_a_flow_page_show_what_the_database_holds(ctx):
+    b, web, c = ctx["browser"], ctx["admin"], ctx["c"]
+    flow = explorer_fixture(ctx)
+    ensure_login(b, web, ADMIN_TOKEN)
+    failed = one(c, "SELECT id FROM pgque.all_jobs WHERE queue = 'explore' AND state = 'failed' "
+                    "ORDER BY id DESC LIMIT 1")
+    visit_static(b, web, f"/jobs/{failed}", "job.png")
+    job = json.loads(json.dumps(q(c, "SELECT to_jsonb(g) FROM pgque.get_job(%s) g", (failed,))[0][0]))
+    fields = dict(b.js("return Array.from(document.querySelectorAll('#job dd[data-field][data-raw]'))"
+                       ".map(e => [e.dataset.field, e.dataset.raw])"))
+    for k in ("id", "queue", "kind", "state", "attempt", "max_attempts", "priority", "worker",
+              "enqueued_at", "dispatched_at", "finished_at", "stored_in"):
+        want = "" if job[k] is None else str(job[k])
+        assert fields[k] == want, (k, fields[k], want)
+    assert json.loads(b.js("return document.getElementById('args').textContent")) == job["args"]
+    errs = b.js("return Array.from(document.querySelectorAll('#errors tr.error')).map(r => r.cells[2].textContent)")
+    assert errs == [e["error"] for e in job["errors"]] == [f"smtp timeout #{failed}"], errs
+    events = b.js("return Array.from(document.querySelectorAll('#timeline tr[data-event]')).map(r => r.dataset.event)")
+    assert events[0] == "enqueued" and "dispatched" in events and events[-1] == "failed", events
+    assert b.find("button[data-action='retry_job']") and not b.find("button[data-action='cancel_job']")
+    # The flow: a child's page links its parents; the graph's figures.
+    fj = ctx["flow_jobs"]
+    visit_static(b, web, f"/jobs/{fj['notify']}")
+    parents = b.js("return Array.from(document.querySelectorAll('#parents tr[data-job]')).map(r => +r.dataset.job)")
+    assert parents == [fj["left"], fj["right"]], parents
+    assert b.find(f"#flow-link[href='/flows/{flow}']")
+    visit_static(b, web, f"/jobs/{fj['fetch']}")
+    children = b.js("return Array.from(document.querySelectorAll('#children tr[data-job]')).map(r => +r.dataset.job)")
+    assert children == [fj["left"], fj["right"]], children
+    assert "rows" in b.js("return document.getElementById('output').textContent")
+    visit_static(b, web, f"/flows/{flow}", "flow.png")
+    status = q(c, "SELECT to_jsonb(s) FROM pgque.flow_status(%s) s", (flow,))[0][0]
+    counts = dict(b.js("return Array.from(document.querySelectorAll('#flow-counts [data-count]'))"
+                       ".map(e => [e.dataset.count, +e.dataset.value])"))
+    for k, v in counts.items():
+        assert status[k] == v, (k, status[k], v)
+    nodes = dict((int(j), s) for j, s in b.js(
+        "return Array.from(document.querySelectorAll('#flow-graph g.node')).map(g => [g.dataset.job, g.dataset.state])"))
+    assert nodes == {j: s for j, s in q(c, "SELECT id, state FROM pgque.all_jobs WHERE id = ANY (%s)",
+                                        (list(fj.values()),))}, nodes
+    edges = sorted(tuple(map(int, e)) for e in b.js(
+        "return Array.from(document.querySelectorAll('#flow-graph line.edge')).map(l => [l.dataset.from, l.dataset.to])"))
+    assert edges == sorted(q(c, "SELECT parent_id, child_id FROM pgque.job_deps WHERE child_id = ANY (%s)",
+                             (list(fj.values()),))), edges
+    # laid out by depth: fetch, then left and right in one column, then notify
+    xs = dict((int(j), float(x)) for j, x in b.js(
+        "return Array.from(document.querySelectorAll('#flow-graph g.node')).map(g => [g.dataset.job, g.querySelector('rect').getAttribute('x')])"))
+    assert xs[fj["fetch"]] < xs[fj["left"]] == xs[fj["right"]] < xs[fj["notify"]], xs
+    b.click(b.find(f"#flow-graph a[href='/jobs/{fj['notify']}']")[0])
+    wait_for("the node's job page", lambda: b.js("return location.pathname") == f"/jobs/{fj['notify']}")
+    assert not errors_in(b.console())
+    # An unknown job or flow is a 404 page, not an error.
+    assert web.get("/jobs/999999999")[0] == 404 and web.get("/flows/999999999")[0] == 404
+
+
+def test_bulk_actions_change_exactly_the_jobs_confirmed(ctx):
+    b, web, c = ctx["browser"], ctx["admin"], ctx["c"]
+    explorer_fixture(ctx)
+    ensure_login(b, web, ADMIN_TOKEN)
+    states = lambda: dict(q(c, "SELECT id, state FROM pgque.all_jobs WHERE queue = 'explore'"))
+    before = states()
+    failed = sorted(i for i, s in before.items() if s == "failed")
+    assert len(failed) == 5, failed
+    # Retry everything matching queue=explore, state=failed.
+    visit_static(b, web, "/jobs/list?queue=explore&state=failed")
+    b.click(b.find("button[data-action='bulk-retry-filter']")[0])
+    wait_for("the confirmation", lambda: b.find("#confirm-count"))
+    shoot(b, "bulk-confirm.png")
+    assert int(b.js("return document.getElementById('confirm-count').dataset.count")) == len(failed)
+    assert "retry" in b.js("return document.getElementById('confirm-count').textContent")
+    b.click(b.find("#confirm")[0])
+    wait_for("the action", lambda: "msg=" in b.js("return location.search"))
+    assert f"{len(failed)} of {len(failed)} jobs are ready again" in b.js(
+        "return document.getElementById('msg').textContent")
+    after = states()
+    changed = sorted(i for i in after if after[i] != before.get(i))
+    assert changed == failed, (changed, failed)
+    assert all(after[i] == "ready" for i in failed)
+    # Cancel two selected jobs.
+    before = after
+    visit_static(b, web, "/jobs/list?queue=explore&state=ready")
+    boxes = b.find("#job-list input[name='ids']")
+    assert len(boxes) >= 2
+    picked = [int(x) for x in b.js("return Array.from(document.querySelectorAll(\"#job-list input[name='ids']\"))"
+                                   ".slice(0, 2).map(e => e.value)")]
+    for box in boxes[:2]:
+        b.click(box)
+    b.click(b.find("button[data-action='bulk-cancel-selected']")[0])
+    wait_for("the confirmation", lambda: b.find("#confirm-count"))
+    assert int(b.js("return document.getElementById('confirm-count').dataset.count")) == 2
+    b.click(b.find("#confirm")[0])
+    wait_for("the action", lambda: "msg=" in b.js("return location.search"))
+    after = states()
+    assert sorted(i for i in after if after[i] != before.get(i)) == sorted(picked)
+    assert all(after[i] == "cancelled" for i in picked)
+    assert not errors_in(b.console())
+    # A confirmation that no longer holds changes nothing.
+    token = web.csrf("/jobs/list")
+    n_cancelled = lambda: one(c, "SELECT count(*) FROM pgque.all_jobs WHERE state = 'cancelled'")
+    n0 = n_cancelled()
+    st, _, h = web.request("POST", "/action/bulk_retry", urllib.parse.urlencode({
+        "csrf": token, "queue": "explore", "state": "cancelled", "digest": "0" * 64,
+        "back": "/jobs/list"}).encode(), {"Content-Type": "application/x-www-form-urlencoded",
+                                          "Origin": web.base})
+    assert st == 303 and n_cancelled() == n0, st
+    st, body, _ = web.get(h["location"])
+    assert "nothing changed" in body, body[:500]
+    # Without the CSRF token, or from a read login: refused.
+    assert web.post("/jobs/bulk", {"op": "retry-filter", "queue": "explore"})[0] == 403
+    assert web.post("/action/bulk_cancel", {"queue": "explore", "digest": "0" * 64})[0] == 403
+
+
+def test_the_schedules_page_fires_pauses_and_resumes(ctx):
+    b, web, c = ctx["browser"], ctx["admin"], ctx["c"]
+    ensure_login(b, web, ADMIN_TOKEN)
+    if not one(c, "SELECT to_regclass('pgque.schedules') IS NOT NULL"):
+        return
+    if not one(c, "SELECT count(*) FROM pgque.schedules WHERE name = 'hourly-digest'"):
+        q(c, "SELECT pgque.create_schedule('hourly-digest', '0 * * * *', 'reports', 'digest', '{\"to\": \"ops\"}')")
+    visit(b, web, "/schedules")
+    row = "#schedule-list tr[data-schedule='hourly-digest']"
+    raw = lambda f: b.js(f"return document.querySelector(\"{row} td[data-field='{f}']\").dataset.raw")
+    nxt = one(c, "SELECT to_jsonb(next_run_at) #>> '{}' FROM pgque.schedules WHERE name = 'hourly-digest'")
+    assert raw("next_run_at") == nxt, (raw("next_run_at"), nxt)
+    b.click(b.find(f"{row} button[data-action='run_schedule']")[0])
+    wait_for("the run", lambda: "msg=" in b.js("return location.search"))
+    job, last = q(c, "SELECT last_job_id, to_jsonb(last_run_at) #>> '{}' FROM pgque.schedules "
+                     "WHERE name = 'hourly-digest'")[0]
+    assert job and f"fired job {job}" in b.js("return document.getElementById('msg').textContent")
+    assert one(c, "SELECT kind FROM pgque.get_job(%s)", (job,)) == "digest"
+    assert raw("last_run_at") == last
+    assert b.find(f"{row} a[href='/jobs/{job}']"), "no link to the fired job"
+    shoot(b, "schedules.png")
+    b.click(b.find(f"{row} button[data-action='pause_schedule']")[0])
+    wait_for("the pause", lambda: one(c, "SELECT paused FROM pgque.schedules WHERE name = 'hourly-digest'"))
+    visit(b, web, "/schedules")
+    b.click(b.find(f"{row} button[data-action='resume_schedule']")[0])
+    wait_for("the resume", lambda: not one(c, "SELECT paused FROM pgque.schedules WHERE name = 'hourly-digest'"))
+    assert not errors_in(b.console())
+
+
+def test_a_reader_sees_the_explorer_without_actions(ctx):
+    b, c = ctx["browser"], ctx["c"]
+    web = ctx["reader"]
+    flow = explorer_fixture(ctx)
+    ensure_login(b, web, ENV_READ_TOKEN)
+    some_job = ctx["flow_jobs"]["fetch"]
+    for p in ("/jobs/list?queue=explore", "/jobs/list?state=failed", f"/jobs/{some_job}",
+              f"/flows/{flow}", "/schedules"):
+        visit_static(b, web, p, "jobs-list-read-only.png" if p == "/jobs/list?queue=explore" else None)
+        offered = b.js("return Array.from(document.querySelectorAll(\"form[method='post'], button[data-action], input[name='ids']\"))"
+                       ".filter(e => !e.closest('#logout')).length")
+        assert offered == 0, f"{p} offers actions to a reader"
+    visit_static(b, web, "/jobs/list?queue=explore")
+    assert shown_jobs(b) == oracle(c, "queue = 'explore'")
+    token = web.csrf("/")
+    for path, fields in (("/jobs/bulk", {"op": "cancel-filter", "queue": "explore"}),
+                         ("/action/bulk_cancel", {"queue": "explore", "digest": "0" * 64}),
+                         ("/action/run_schedule", {"schedule": "nightly-report"}),
+                         ("/action/pause_schedule", {"schedule": "nightly-report"})):
+        for f in (fields, {**fields, "csrf": token}):
+            st, text = web.post(path, f)
+            assert st == 403, (path, f, st, text)
+    assert not one(c, "SELECT paused FROM pgque.schedules WHERE name = 'nightly-report'")
+
+
 TESTS = [
     test_metrics_endpoint_equals_pgque_metrics,
     test_monitoring_files_use_only_exported_names,
@@ -815,6 +1077,11 @@ TESTS = [
     test_logins_back_off_and_the_cookie_is_secure_behind_tls,
     test_the_chart_history_is_capped,
     test_help_documents_every_flag,
+    test_the_jobs_list_shows_what_the_database_holds,
+    test_a_job_page_and_a_flow_page_show_what_the_database_holds,
+    test_bulk_actions_change_exactly_the_jobs_confirmed,
+    test_the_schedules_page_fires_pauses_and_resumes,
+    test_a_reader_sees_the_explorer_without_actions,
 ]
 
 
