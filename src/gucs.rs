@@ -384,7 +384,7 @@ pub fn delayed_period() -> Duration {
 #[cfg(any(test, feature = "pg_test"))]
 #[pgrx::pg_schema]
 mod tests {
-    use crate::jobs::tests::tests::{one, sqlstate};
+    use crate::test_util::{one, sqlstate};
     use pgrx::prelude::*;
 
     /// The pgque prefix is reserved: a misspelt setting is an error (42602),

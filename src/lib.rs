@@ -40,6 +40,9 @@ pub mod schedules;
 pub mod shmem;
 pub mod worker;
 
+#[cfg(any(test, feature = "pg_test"))]
+mod test_util;
+
 ::pgrx::pg_module_magic!(name, version);
 
 extension_sql_file!("../sql/00_bootstrap.sql", name = "bootstrap", bootstrap);

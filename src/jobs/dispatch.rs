@@ -409,7 +409,7 @@ fn dispatch(
         );
     }
     if let Some(l) = &lease {
-        super::lifecycle::check_positive_interval(l, "lease");
+        super::args::check_positive_interval(l, "lease");
     }
     let names: Vec<String> = queues.into_iter().flatten().collect();
     // The claims' leases expire at a time an idle worker must learn (rescue).

@@ -19,6 +19,7 @@
 //!    and one pg_notify on the queue's channel (`pgque.job_channel`) if a job is ready
 //!    (PostgreSQL folds identical notifications of one transaction into one,
 //!    and delivers them only at commit).
+use super::args::{check_max_attempts, check_priority, check_run_at};
 use super::outcomes::{Outcome, Outcomes};
 use super::stmt::{prepared, ty, with_generic_plans};
 use crate::error::{self, raise, required, valid_name};
@@ -235,33 +236,6 @@ pub fn parse_on_duplicate(v: Option<&str>) -> OnDuplicate {
             error::INVALID_PARAMETER_VALUE,
             format!("on_duplicate must be 'skip' or 'error', not {other:?}"),
         ),
-    }
-}
-
-pub fn check_priority(p: i32) {
-    if !(MIN_PRIORITY as i32..=MAX_PRIORITY as i32).contains(&p) {
-        raise(
-            error::OUT_OF_RANGE,
-            format!("priority must be between {MIN_PRIORITY} and {MAX_PRIORITY}, not {p}"),
-        );
-    }
-}
-
-pub fn check_max_attempts(n: i32) {
-    if !(1..=super::queues::MAX_MAX_ATTEMPTS).contains(&n) {
-        raise(
-            error::OUT_OF_RANGE,
-            format!(
-                "max_attempts must be between 1 and {}, not {n}",
-                super::queues::MAX_MAX_ATTEMPTS
-            ),
-        );
-    }
-}
-
-pub fn check_run_at(t: TimestampWithTimeZone) {
-    if t.is_infinity() || t.is_neg_infinity() {
-        raise(error::INVALID_PARAMETER_VALUE, "run_at must be finite");
     }
 }
 
@@ -512,7 +486,7 @@ fn enqueue_with_parents(
         check_run_at(r);
     }
     if let Some(d) = depends_on.as_deref().filter(|d| !d.is_empty()) {
-        let parents = super::flows::check_depends_on(d);
+        let parents = super::args::check_depends_on(d);
         if unique_key.is_some() {
             raise(
                 error::FEATURE_NOT_SUPPORTED,

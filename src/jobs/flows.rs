@@ -21,7 +21,7 @@
 //!   children (the error names the parent), and theirs in turn; a child that
 //!   says `"on_parent_failure": "run"` counts that parent as done instead.
 use super::stmt::{prepared, ty, with_generic_plans, with_settings, PLAN_SETTINGS};
-use crate::error::{self, raise, raise_detail};
+use crate::error::{self, raise};
 use pgrx::datum::DatumWithOid;
 use pgrx::prelude::*;
 use pgrx::{pg_sys, JsonB};
@@ -365,10 +365,10 @@ ORDER BY n.ord
 fn check_options(jobs: &[FlowJob]) {
     for j in jobs {
         if let Some(p) = j.priority {
-            super::enqueue::check_priority(p);
+            super::args::check_priority(p);
         }
         if let Some(m) = j.max_attempts {
-            super::enqueue::check_max_attempts(m);
+            super::args::check_max_attempts(m);
         }
         for (v, what) in [
             (&j.actor, "actor"),
@@ -1011,18 +1011,6 @@ pub fn timestamp_text(t: pgrx::datum::TimestampWithTimeZone) -> String {
         .ok()
         .flatten()
         .unwrap_or_else(|| pgrx::error!("pgque: cannot render a timestamp"))
-}
-
-/// Refuses a depends_on with NULL elements (22004).
-pub fn check_depends_on(d: &[Option<i64>]) -> Vec<i64> {
-    if d.iter().any(Option::is_none) {
-        raise_detail(
-            error::NULL_VALUE_NOT_ALLOWED,
-            "depends_on must not contain NULL",
-            "Pass the ids of the jobs this one waits for.",
-        );
-    }
-    d.iter().flatten().copied().collect()
 }
 
 #[cfg(test)]

@@ -20,23 +20,6 @@ use pgrx::datum::{DatumWithOid, Interval, TimestampWithTimeZone};
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 
-/// Raises 22023 unless `v` is a positive, finite interval.
-pub fn check_positive_interval(v: &Interval, what: &str) {
-    let ok = Spi::get_one_with_args::<bool>(
-        "SELECT $1 > interval '0' AND $1 < interval '1000 years'",
-        &[(*v).into()],
-    )
-    .ok()
-    .flatten()
-    .unwrap_or(false);
-    if !ok {
-        raise(
-            error::INVALID_PARAMETER_VALUE,
-            format!("{what} must be a positive, finite interval"),
-        );
-    }
-}
-
 /// `release_tail.sql` is the shared tail of every statement that takes jobs
 /// out of 'running': it gives back actor slots (locking the actor rows in
 /// order) and identity claims, and writes the job events, for the rows of the
@@ -352,7 +335,7 @@ fn fail(
     let token = required(lease_token, "lease_token");
     let err = required(error, "error");
     if let Some(r) = retry_at {
-        super::enqueue::check_run_at(r);
+        super::args::check_run_at(r);
     }
     // a job of the log leaves its claim into pgque.jobs, where it fails
     log::release::leave_claim(id, token);
@@ -423,7 +406,7 @@ fn heartbeat(
     let tokens = required(lease_tokens, "lease_tokens");
     error::check_len(ids.len().max(tokens.len()), "job_ids", error::MAX_ARRAY);
     let extend = required(extend, "extend");
-    check_positive_interval(&extend, "extend");
+    super::args::check_positive_interval(&extend, "extend");
     if ids.len() != tokens.len() {
         raise(
             error::INVALID_PARAMETER_VALUE,
@@ -478,7 +461,7 @@ fn snooze(
     let id = required(job_id, "job_id");
     let token = required(lease_token, "lease_token");
     let until = required(until, "until");
-    super::enqueue::check_run_at(until);
+    super::args::check_run_at(until);
     log::release::leave_claim(id, token);
     let n = run_int(
         SNOOZE_SQL,

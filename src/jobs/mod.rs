@@ -18,6 +18,7 @@
 //! and `sql/31_job_log.sql` (the log); user documentation in `docs/job-queues.md`.
 use pgrx::prelude::*;
 
+pub mod args;
 pub mod channel;
 pub mod dispatch;
 pub mod enqueue;

@@ -26,7 +26,7 @@
 //!   min(capacity left, tokens) per actor, and its `act` step debits what it
 //!   claimed (the same HOT update that raises `running`). Jobs with an actor
 //!   live in pgque.jobs only (the job log stores actorless jobs).
-use super::lifecycle::check_positive_interval;
+use super::args::check_positive_interval;
 use crate::error::{self, raise, required, valid_name};
 use pgrx::datum::Interval;
 use pgrx::pg_sys;

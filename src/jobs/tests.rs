@@ -7,35 +7,7 @@ use pgrx::prelude::*;
 pub mod tests {
     use pgrx::prelude::*;
 
-    pub fn run(sql: &str) {
-        Spi::run(sql).unwrap_or_else(|e| panic!("{sql}: {e}"));
-    }
-
-    pub fn one<T: pgrx::FromDatum + pgrx::IntoDatum>(sql: &str) -> Option<T> {
-        Spi::get_one::<T>(sql).unwrap_or_else(|e| panic!("{sql}: {e}"))
-    }
-
-    pub fn count(sql: &str) -> i64 {
-        one::<i64>(sql).unwrap_or(0)
-    }
-
-    /// SQLSTATE raised by `sql` (run in a subtransaction, so its effects are
-    /// rolled back), or "ok".
-    pub fn sqlstate(sql: &str) -> String {
-        let missing = one::<bool>(
-            "SELECT NOT EXISTS (SELECT 1 FROM pg_proc
-                                WHERE proname = 'sqlstate_of' AND pronamespace = pg_my_temp_schema())",
-        );
-        if missing == Some(true) {
-            run("CREATE FUNCTION pg_temp.sqlstate_of(q text) RETURNS text
-                 LANGUAGE plpgsql AS $$
-                 BEGIN EXECUTE q; RETURN 'ok';
-                 EXCEPTION WHEN OTHERS THEN RETURN SQLSTATE; END $$");
-        }
-        Spi::get_one_with_args::<String>("SELECT pg_temp.sqlstate_of($1)", &[sql.into()])
-            .unwrap()
-            .unwrap()
-    }
+    pub use crate::test_util::{count, one, run, sqlstate};
 
     fn jobs_in(queue: &str) -> i64 {
         count(&format!(

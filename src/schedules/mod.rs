@@ -141,11 +141,11 @@ fn create_schedule(
     check_args(&args);
     let tz_name = required(timezone, "timezone");
     let priority = required(priority, "priority");
-    crate::jobs::enqueue::check_priority(priority);
+    crate::jobs::args::check_priority(priority);
     let misfire = required(misfire, "misfire");
     check_misfire(misfire);
     if let Some(m) = max_attempts {
-        crate::jobs::enqueue::check_max_attempts(m);
+        crate::jobs::args::check_max_attempts(m);
     }
     let c = check_cron(cron_text);
     let tz = check_zone(tz_name);
@@ -250,13 +250,13 @@ fn alter_schedule(
         check_args(a);
     }
     if let Some(p) = priority {
-        crate::jobs::enqueue::check_priority(p);
+        crate::jobs::args::check_priority(p);
     }
     if let Some(m) = misfire {
         check_misfire(m);
     }
     if let Some(m) = max_attempts {
-        crate::jobs::enqueue::check_max_attempts(m);
+        crate::jobs::args::check_max_attempts(m);
     }
     let (old_cron, old_tz, _, _) = lock_schedule(name);
     if let Some(q) = queue {

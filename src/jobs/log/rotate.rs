@@ -294,6 +294,7 @@ ORDER BY l.pid
 /// truncation that stays blocked keeps every job of that segment's rows on
 /// disk (docs/operations.md, "Threat model"); status() and metrics() report
 /// it. Reads pg_locks and pg_stat_activity; changes nothing.
+#[allow(clippy::type_complexity)]
 #[pg_extern(security_definer, parallel_safe)]
 #[search_path(pg_catalog, pgque, pg_temp)]
 fn job_log_blockers() -> TableIterator<
