@@ -371,3 +371,128 @@ async fn partitioned_slot_lost_mid_batch_rolls_the_batch_back() {
     assert_eq!(got, ids);
     assert!(fx.values().all(|&v| v == 1), "{fx:?}");
 }
+
+// ---- chaos, small ----------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn terminated_backends_and_expiring_leases_leave_one_effect_per_job() {
+    // The Rust side of benches/results/exactly-once.md, in-process and small:
+    // two workers on 1 s leases (one without heartbeats), 2 % of handler runs
+    // sleeping past the lease, and every 300 ms one or two of the workers'
+    // backends terminated (dispatch, heartbeat, LISTEN, handler transactions).
+    // At the end every job is completed with one effect row, and its output
+    // names the attempt of that row.
+    let (dsn, c) = setup("xo_chaos").await;
+    c.execute("SELECT pgque.set_job_queue_config('q', 'max_attempts', '1000')", &[])
+        .await
+        .unwrap();
+    let n = 600;
+    let ids = enqueue_n(&c, "work", n).await;
+    let wdsn = format!("{dsn} application_name=rs_chaos");
+    let runs = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let make = |heartbeats: bool| {
+        let runs = runs.clone();
+        Worker::builder(&wdsn, ["q"])
+            .unwrap()
+            .concurrency(4)
+            .lease(Duration::from_secs(1))
+            .heartbeat_interval(Duration::from_millis(if heartbeats { 300 } else { 3_600_000 }))
+            .poll_interval(Duration::from_millis(200))
+            .shutdown_timeout(Duration::from_secs(5))
+            .tx_handler("work", move |job: Job, tx| {
+                let runs = runs.clone();
+                Box::pin(async move {
+                    let k = runs.fetch_add(1, Ordering::SeqCst);
+                    tx.execute(INSERT, &[&job.id, &job.attempt]).await?;
+                    let pause = if k % 50 == 7 { 1500 } else { 3 };
+                    tokio::time::sleep(Duration::from_millis(pause)).await;
+                    Ok(Some(json!({ "attempt": job.attempt })))
+                })
+            })
+            .build()
+            .unwrap()
+    };
+    let workers = [make(true), make(false)];
+    let stats: Vec<Arc<Stats>> = workers.iter().map(|w| w.stats().clone()).collect();
+    let sd = Shutdown::new();
+    let handles: Vec<_> = workers
+        .into_iter()
+        .map(|w| {
+            let sd = sd.clone();
+            tokio::spawn(async move { w.run(sd).await })
+        })
+        .collect();
+    let completed = || async {
+        c.query_one(
+            "SELECT completed FROM pgque.job_queue_status WHERE queue_name = 'q'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get::<_, i64>(0)
+    };
+    // The chaos starts once both workers run (a worker whose start-up queries
+    // fail returns that error from run()).
+    wait_until(30, "the workers running", || async { completed().await >= 50 }).await;
+    let mut terminated = 0i64;
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        let done = completed().await;
+        if done == n as i64 {
+            break;
+        }
+        if std::time::Instant::now() > deadline {
+            let left: Vec<String> = c
+                .query(
+                    "SELECT format('%s %s attempt %s run_at %s lease_until %s worker %s', id, state, attempt, \
+                     run_at, lease_until, worker) FROM pgque.all_jobs WHERE queue = 'q' AND state <> 'completed'",
+                    &[],
+                )
+                .await
+                .unwrap()
+                .iter()
+                .map(|r| r.get(0))
+                .collect();
+            panic!("only {done}/{n} completed; unfinished: {left:#?}");
+        }
+        let k: i64 = c
+            .query_one(
+                "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM \
+                 (SELECT pid FROM pg_stat_activity WHERE application_name = 'rs_chaos' \
+                  ORDER BY random() LIMIT 1 + (random() < 0.5)::int) s",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        terminated += k;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    sd.trigger();
+    for h in handles {
+        h.await.unwrap().unwrap();
+    }
+    assert_eq!(states(&c, "q").await, vec![("completed".into(), n as i64)]);
+    let fx = effects(&c).await;
+    let mut got: Vec<i64> = fx.keys().copied().collect();
+    got.sort();
+    assert_eq!(got, ids, "every job has an effect row, and no other job");
+    assert!(fx.values().all(|&v| v == 1), "a job has two effect rows");
+    let mismatched: i64 = c
+        .query_one(
+            "SELECT count(*) FROM pgque.all_jobs j JOIN effects e ON e.job_id = j.id \
+             WHERE j.queue = 'q' AND (j.output->>'attempt')::int IS DISTINCT FROM e.attempt",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(mismatched, 0, "an output names another attempt than its effect row");
+    let lost: u64 = stats.iter().map(|s| s.lost.load(Ordering::SeqCst)).sum();
+    let total_runs = runs.load(Ordering::SeqCst);
+    println!(
+        "chaos: {n} jobs, {total_runs} handler runs, {terminated} backends terminated, {lost} completions refused"
+    );
+    assert!(terminated > 0, "no backend was terminated: the test proved nothing");
+    assert!(total_runs > n as u64, "no job ran twice: the test proved nothing");
+}
