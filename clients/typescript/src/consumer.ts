@@ -427,26 +427,47 @@ export class PartitionedConsumer extends Runner {
     const idleRound = Math.max(1, Math.ceil(this.n / this.workers));
     let idle = 0;
     let conn: pg.Client | undefined;
+    // The slot this loop holds the lease of, kept across a lost connection:
+    // after reconnecting it claims that slot again first (the owner's re-claim
+    // renews its lease), instead of leaving it, and its open batch, to wait
+    // out the TTL.
+    let held: number | undefined;
     try {
       while (!this.stopping) {
         if (conn === undefined) conn = await connect(this.connection);
         const gen = this.waker.gen;
         let got: number;
         try {
-          const { rows } = await query<{ slot: number; epoch: unknown }>(
-            conn,
-            "SELECT slot, epoch FROM pgque.claim_next_slot($1::text, $2::text, $3::text, make_interval(secs => $4::float8))",
-            [this.queue, this.consumer, wid, ttl],
-          );
-          const row = rows[0];
-          if (row === undefined) {
+          let claim: { slot: number; epoch: unknown } | undefined;
+          if (held !== undefined) {
+            const { rows } = await query<{ epoch: unknown }>(
+              conn,
+              "SELECT pgque.claim_slot($1::text, $2::text, $3::int4, $4::text, make_interval(secs => $5::float8)) AS epoch",
+              [this.queue, this.consumer, held, wid, ttl],
+            );
+            const epoch = rows[0]?.epoch;
+            claim = epoch === null || epoch === undefined ? undefined : { slot: held, epoch };
+            held = undefined;
+          }
+          if (claim === undefined) {
+            const { rows } = await query<{ slot: number; epoch: unknown }>(
+              conn,
+              "SELECT slot, epoch FROM pgque.claim_next_slot($1::text, $2::text, $3::text, make_interval(secs => $4::float8))",
+              [this.queue, this.consumer, wid, ttl],
+            );
+            claim = rows[0];
+          }
+          if (claim === undefined) {
             // Every slot is held by a live lease of another loop or worker.
             await this.waitTick(gen);
             continue;
           }
-          got = await this.serveSlot(conn, wid, row.slot, toId(row.epoch));
+          held = claim.slot;
+          got = await this.serveSlot(conn, wid, claim.slot, toId(claim.epoch));
+          held = undefined;
         } catch (err) {
           if (err instanceof SlotLost) {
+            held = undefined;
             this.log.warn(`consumer ${wid}: ${err.message}`);
             this.lostSlots++;
             continue;

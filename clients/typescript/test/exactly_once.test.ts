@@ -4,6 +4,7 @@
  * transaction, and a completion the server refuses leaves no effects.
  */
 import assert from "node:assert/strict";
+import { randomUUID } from "node:crypto";
 import { after, before, test } from "node:test";
 
 import pg from "pg";
@@ -365,6 +366,61 @@ test("under lapsing leases and terminated backends every completed job has exact
   assert.ok(workers[0]!.lost + workers[1]!.lost >= 1, "refused completions were rolled back");
   assert.deepEqual(
     rows.map((r) => r.id).sort((a, b) => a - b),
+    ids,
+  );
+});
+
+test("partitioned txHandler under terminated backends: each event's effects exactly once, keys in order", async () => {
+  const q = uniq();
+  await conn.query("SELECT pgque.create_queue($1)", [q]);
+  await conn.query("SELECT pgque.subscribe_partitioned($1, 'pc', 4)", [q]);
+  const keys = Array.from({ length: 20 }, (_, k) => `key-${k}`);
+  const ids: number[] = [];
+  for (let round = 0; round < 10; round++) {
+    ids.push(...(await sendBatch(conn, q, keys.map((k) => ({ k, round })), { type: "t", partitionKeys: keys })));
+  }
+  const app = `pc_${q}`;
+  const pc = new PartitionedConsumer({
+    connection: { ...cfg, application_name: app },
+    queue: q,
+    consumer: "pc",
+    n: 4,
+    workers: 2,
+    batchSize: 10,
+    pollIntervalMs: 200,
+    handleSignals: false,
+    logger: { warn: () => undefined, error: () => undefined },
+    txHandler: async (m, tx) => {
+      await tx.query("INSERT INTO effects (job_id, attempt, note) VALUES ($1, $2, $3)", [
+        m.msgId,
+        0,
+        `ev:${q}:${m.msgId}:${randomUUID()}`, // a second commit would be a second row
+      ]);
+      await sleep(2);
+    },
+  });
+  const r = running(pc);
+  try {
+    await conn.query("SELECT pgque.force_tick($1)", [q]);
+    for (let i = 0; i < 2; i++) {
+      await sleep(150);
+      const { rows: killed } = await conn.query(
+        "SELECT count(pg_terminate_backend(pid))::int AS n FROM pg_stat_activity WHERE application_name = $1",
+        [app],
+      );
+      if (i === 0) assert.ok(killed[0].n >= 3, `both loops and the listener terminated (${killed[0].n})`);
+    }
+    // Well within the 30 s slot TTL: a loop that lost its connection claims its
+    // slot again at once instead of leaving it (and its open batch) to lapse.
+    await waitUntil(async () => (await eventEffects(q)).length >= ids.length, 20_000, "every event's effect", 200);
+    await sleep(300); // a duplicate would show up now
+  } finally {
+    await r.stop();
+  }
+  // One row per event: each batch's effects committed once, with its ack.
+  const rows = await eventEffects(q);
+  assert.deepEqual(
+    rows.map((e) => e.job_id),
     ids,
   );
 });
