@@ -28,7 +28,11 @@ completion and the effect come from the same attempt).
 Worker processes: half of them send heartbeats (their leases expire only when
 they are killed or their control backend is), half send none (a slow handler
 outlives its lease, the server's rescue hands the job to another worker and
-the slow one's completion is refused).
+the slow one's completion is refused). With ``--mode mixed`` (the default)
+they alternate between the sync ``pgque_client.Worker`` (threads, ``def
+handle(job, tx)``) and ``pgque_client.aio.Worker`` (tasks, ``async def
+handle(job, tx)``): of 4 workers, 0 sync with heartbeats, 1 aio without, 2
+aio with, 3 sync without.
 """
 
 from __future__ import annotations
@@ -100,6 +104,58 @@ def worker_main(dsn: str, queue: str, stats_path: str, concurrency: int, lease: 
         json.dump({"completed": w.completed, "failed": w.failed, "lost": w.lost}, f)
 
 
+def aio_worker_main(dsn: str, queue: str, stats_path: str, concurrency: int, lease: float, heartbeats: bool,
+                    slow_p: float, work_ms: float) -> None:  # fmt: skip
+    """The same worker on ``pgque_client.aio.Worker`` with an
+    ``async def handle(job, tx)`` handler."""
+    import asyncio
+
+    from pgque_client import aio
+
+    rnd = random.Random(os.getpid())
+
+    async def main() -> None:
+        w = aio.Worker(
+            dsn, [queue], concurrency=concurrency, lease=lease,
+            heartbeat_interval=lease / 3 if heartbeats else 3600.0,
+            poll_interval=0.5, shutdown_timeout=5.0, connect_kwargs={"application_name": APP},
+        )  # fmt: skip
+        side: list[psycopg.AsyncConnection[Any]] = []
+
+        @w.handler("soak")
+        async def handle(job: aio.Job, tx: psycopg.AsyncConnection[Any]) -> Any:
+            if not side or side[0].closed:
+                side[:] = [await psycopg.AsyncConnection.connect(dsn, autocommit=True, application_name=APP)]
+            await side[0].execute(
+                "INSERT INTO soak_runs (job_id, attempt, pid) VALUES (%s, %s, %s)", (job.id, job.attempt, os.getpid())
+            )
+            if rnd.random() < slow_p:
+                await asyncio.sleep(lease * 2)  # past the lease: without heartbeats the rescue takes the job
+            elif work_ms:
+                await asyncio.sleep(rnd.uniform(0, 2 * work_ms) / 1000)
+            await tx.execute("INSERT INTO soak_effects (job_id, attempt) VALUES (%s, %s)", (job.id, job.attempt))
+            return {"attempt": job.attempt}
+
+        def write() -> None:
+            tmp = stats_path + ".tmp"
+            with open(tmp, "w") as f:
+                json.dump({"completed": w.completed, "failed": w.failed, "lost": w.lost}, f)
+            os.replace(tmp, stats_path)
+
+        async def report() -> None:
+            while True:
+                write()
+                await asyncio.sleep(0.5)
+
+        reporter = asyncio.create_task(report())
+        print("ready", flush=True)
+        await w.run()
+        reporter.cancel()
+        write()
+
+    asyncio.run(main())
+
+
 # ---- the soak -----------------------------------------------------------------------
 
 
@@ -111,6 +167,7 @@ class Result:
     workers: int
     concurrency: int
     lease_s: float
+    mode: str
     seconds: float = 0.0
     worker_sigkills: int = 0
     backends_terminated: int = 0
@@ -164,10 +221,14 @@ def prepare(conn: psycopg.Connection[Any], queue: str, jobs: int) -> list[int]:
 
 def soak(dsn: str, jobs: int = 2000, workers: int = 3, concurrency: int = 4, lease: float = 2.0,
          chaos_every: float = 2.0, slow_p: float = 0.002, work_ms: float = 2.0,
-         timeout: float = 1800.0, queue: str | None = None) -> Result:  # fmt: skip
-    """Runs the soak against ``dsn`` and returns its figures (check ``ok()``)."""
+         timeout: float = 1800.0, queue: str | None = None, mode: str = "mixed") -> Result:  # fmt: skip
+    """Runs the soak against ``dsn`` and returns its figures (check ``ok()``).
+    ``mode``: the workers' kind, ``sync`` (pgque_client.Worker), ``aio``
+    (pgque_client.aio.Worker) or ``mixed`` (both, alternately)."""
+    if mode not in ("sync", "aio", "mixed"):
+        raise ValueError(f"mode must be sync, aio or mixed, not {mode!r}")
     queue = queue or f"soak_{os.getpid()}_{int(time.time())}"
-    res = Result(jobs, workers, concurrency, lease)
+    res = Result(jobs, workers, concurrency, lease, mode)
     statdir = Path(f"/tmp/pgque_soak_stats_{os.getpid()}")
     shutil.rmtree(statdir, ignore_errors=True)
     statdir.mkdir()
@@ -186,6 +247,7 @@ def soak(dsn: str, jobs: int = 2000, workers: int = 3, concurrency: int = 4, lea
                 sys.executable, os.path.abspath(__file__), "worker", dsn, queue,
                 str(statdir / f"w{seq[0]}.json"), str(concurrency), str(lease),
                 "1" if slot % 2 == 0 else "0", str(slow_p), str(work_ms),
+                "aio" if mode == "aio" or (mode == "mixed" and slot % 4 in (1, 2)) else "sync",
             ]  # fmt: skip
             with open(logdir / f"w{seq[0]}.log", "w") as err:
                 p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True)
@@ -202,7 +264,7 @@ def soak(dsn: str, jobs: int = 2000, workers: int = 3, concurrency: int = 4, lea
         t0 = time.monotonic()
         for i in range(workers):
             start(i)
-        _log(f"{workers} workers x {concurrency} handlers, lease {lease} s, chaos every ~{chaos_every} s")
+        _log(f"{workers} {mode} workers x {concurrency} handlers, lease {lease} s, chaos every ~{chaos_every} s")
         next_chaos = time.monotonic() + rnd.uniform(0.5, 1.5) * chaos_every
         last_report = 0.0
         chaos = rnd.randrange(2)
@@ -354,7 +416,8 @@ def main() -> int:
     """The command line: see the module docstring."""
     if len(sys.argv) > 1 and sys.argv[1] == "worker":
         a = sys.argv[2:]
-        worker_main(a[0], a[1], a[2], int(a[3]), float(a[4]), a[5] == "1", float(a[6]), float(a[7]))
+        run = aio_worker_main if a[8] == "aio" else worker_main
+        run(a[0], a[1], a[2], int(a[3]), float(a[4]), a[5] == "1", float(a[6]), float(a[7]))
         return 0
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--pg", type=int, default=15, help="PostgreSQL major of the private cluster (default 15)")
@@ -366,6 +429,8 @@ def main() -> int:
     ap.add_argument("--chaos-every", type=float, default=2.0, help="mean seconds between kills")
     ap.add_argument("--slow", type=float, default=0.002, help="share of handler runs that sleep 2 leases")
     ap.add_argument("--work-ms", type=float, default=2.0, help="mean handler sleep in ms")
+    ap.add_argument("--mode", choices=("sync", "aio", "mixed"), default="mixed",
+                    help="worker kind: sync Worker, aio.Worker, or both alternately (default)")  # fmt: skip
     ap.add_argument("--json", help="also write the figures to this file")
     args = ap.parse_args()
     cluster = None
@@ -376,7 +441,7 @@ def main() -> int:
         _log(f"private PostgreSQL {args.pg} in {cluster.data} (port {cluster.port})")
     try:
         res = soak(dsn, args.jobs, args.workers, args.concurrency, args.lease, args.chaos_every, args.slow,
-                   args.work_ms)  # fmt: skip
+                   args.work_ms, mode=args.mode)  # fmt: skip
     finally:
         if cluster is not None:
             cluster.stop()

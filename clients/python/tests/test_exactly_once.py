@@ -208,15 +208,15 @@ def test_partitioned_slot_lost_mid_batch_rolls_the_batch_back(dsn, conn, name):
 
 
 def test_exactly_once_soak_small(dsn, name):
-    """exactly_once_soak.py at 2,000 jobs: three worker processes, kills
-    (SIGKILL of a worker, pg_terminate_backend of its backends) every ~1.5 s,
-    a 1 s lease that 1 % of the handler runs outlive. Every job completes,
-    one effect row each."""
+    """exactly_once_soak.py at 2,000 jobs: three worker processes (one sync
+    Worker, two aio.Workers), kills (SIGKILL of a worker, pg_terminate_backend
+    of its backends) every ~1.5 s, a 1 s lease that 1 % of the handler runs
+    outlive. Every job completes, one effect row each."""
     import exactly_once_soak
 
     res = exactly_once_soak.soak(
         dsn, jobs=2000, workers=3, concurrency=4, lease=1.0, chaos_every=1.5, slow_p=0.01, work_ms=40.0,
-        timeout=300, queue=name,
+        timeout=300, queue=name, mode="mixed",
     )  # fmt: skip
     print(f"\nsoak (small): {res}")
     assert res.ok(), res
