@@ -362,7 +362,19 @@ impl Cluster {
             "port = {}\nunix_socket_directories = '{}'\nhot_standby = on\n{extra_conf}\n",
             sb.port, sb.dir
         );
-        let sh = format!("cat >> '{}/postgresql.conf' <<'CONF'\n{conf}CONF\n", sb.dir);
+        // -R's primary_conninfo (in postgresql.auto.conf, read last) names
+        // every option the new libpq knows, sslnegotiation on 17+, which the
+        // walreceiver refuses when the server runs with an older libpq (the
+        // relocatable 18 here): replaced by the few this needs.
+        let auto = format!(
+            "primary_conninfo = 'host={} port={} user=postgres application_name={name}'\n",
+            self.dir, self.port
+        );
+        let sh = format!(
+            "cat >> '{0}/postgresql.conf' <<'CONF'\n{conf}CONF\n\
+             cat >> '{0}/postgresql.auto.conf' <<'CONF'\n{auto}CONF\n",
+            sb.dir
+        );
         let out = as_postgres("sh", &["-c", &sh]);
         assert!(out.status.success(), "write standby conf: {out:?}");
         // the backup copied the primary's server.log (it lives in the data
