@@ -11,8 +11,8 @@
 //!   once, none acked or completed there again: the batch open at the
 //!   failover comes back whole with its id, a job lease whose worker goes
 //!   on completes with its token, job leases whose worker is gone come back
-//!   when they expire, a delayed event is promoted and an idempotency key
-//!   still dedupes. No replay wait before the stop: with
+//!   when they expire, a delayed event is promoted, an idempotency key
+//!   still dedupes, and a schedule fires every slot once across it. No replay wait before the stop: with
 //!   synchronous replication every commit had reached the standby.
 use pgque_pg_test::postgres::Client;
 use pgque_pg_test::*;
@@ -117,7 +117,9 @@ fn standby_reports_and_a_failover_delivers_everything_once() {
     let mut p = pri.create_db(db);
     p.batch_execute(
         "SELECT pgque.create_queue('q'); SELECT pgque.subscribe('q', 'c');
-         SELECT pgque.create_job_queue('j');",
+         SELECT pgque.create_job_queue('j');
+         SELECT pgque.create_job_queue('sj');
+         SELECT pgque.create_schedule('beat', '* * * * * *', 'sj', 'beat', misfire => 'catch_up');",
     )
     .unwrap();
     let sb = pri.start_standby("failover_sby", "");
@@ -387,4 +389,32 @@ fn standby_reports_and_a_failover_delivers_everything_once() {
         // the old lease's token no longer completes it
         assert!(!complete(&mut s, (*id, *token)), "job {id}'s old lease");
     }
+
+    // The schedule (every second, catch_up) fired on both sides of the
+    // failover: every slot from its first to its last once, none twice,
+    // none skipped, the latest ones by the new primary.
+    let (n, distinct, span, newest): (i64, i64, f64, f64) = {
+        let r = s
+            .query_one(
+                "SELECT count(*), count(DISTINCT args->>'scheduled_for'),
+                        extract(epoch FROM max((args->>'scheduled_for')::timestamptz)
+                                          - min((args->>'scheduled_for')::timestamptz))::float8,
+                        extract(epoch FROM clock_timestamp()
+                                          - max((args->>'scheduled_for')::timestamptz))::float8
+                   FROM pgque.all_jobs WHERE queue = 'sj'",
+                &[],
+            )
+            .unwrap();
+        (r.get(0), r.get(1), r.get(2), r.get(3))
+    };
+    assert_eq!(n, distinct, "a schedule slot fired twice");
+    assert_eq!(
+        n,
+        span.round() as i64 + 1,
+        "a schedule slot skipped ({n} jobs over {span} s)"
+    );
+    assert!(
+        newest < 3.0,
+        "the schedule stopped firing after the failover ({newest} s)"
+    );
 }
