@@ -424,3 +424,47 @@ test("partitioned txHandler under terminated backends: each event's effects exac
     ids,
   );
 });
+
+test("heartbeats keep a long tx handler's lease; a drain past the timeout rolls its effects back", async () => {
+  const q = uniq();
+  await conn.query("SELECT pgque.create_job_queue($1)", [q]);
+  const long = (await enqueue(conn, q, "long", {})) as number;
+  const w = new Worker({
+    connection: cfg,
+    queues: q,
+    leaseMs: 1500,
+    heartbeatIntervalMs: 300,
+    pollIntervalMs: 200,
+    shutdownTimeoutMs: 500,
+    handleSignals: false,
+  })
+    .handleTx("long", async (job, tx) => {
+      await insertEffect(tx, job, `long:${job.id}`);
+      await sleep(3500); // more than twice the lease, in the open transaction
+      return { ok: job.cancelled === false };
+    })
+    .handleTx("stuck", async (job, tx) => {
+      await insertEffect(tx, job, `stuck:${job.id}`);
+      await sleep(2500); // past the shutdown timeout: handed back meanwhile
+    });
+  const r = running(w);
+  let stuck = 0;
+  try {
+    await waitUntil(async () => (await getJob(conn, long)).state === "completed", 20_000, "the long job", 100);
+    stuck = (await enqueue(conn, q, "stuck", {})) as number;
+    await waitUntil(async () => (await getJob(conn, stuck)).state === "running", 10_000, "the stuck job running");
+    await sleep(200);
+  } finally {
+    await r.stop(); // returns after the 0.5 s timeout; the handler is still in its transaction
+  }
+  assert.deepEqual((await getJob(conn, long)).output, { ok: true });
+  assert.deepEqual(
+    (await effects([long])).map((e) => e.attempt),
+    [1],
+  );
+  assert.equal(w.handedBack, 1);
+  assert.ok(["ready", "scheduled"].includes((await getJob(conn, stuck)).state as string));
+  // The handed-back handler finishes later: its complete() is refused, its effects roll back.
+  await waitUntil(() => w.lost === 1, 10_000, "the handed-back run's refused completion");
+  assert.deepEqual(await effects([stuck]), []);
+});
