@@ -21,22 +21,6 @@
 -- predicates of the dispatch indexes).
 CREATE INDEX jobs_explorer_idx ON pgque.jobs (queue, state, id);
 
--- The state of a job of the log at or below its lane's cursor: 'completed'
--- (a done row of kind c), 'running' (in an active claim, not done), NULL
--- (spilled, or moved to pgque.jobs). Reads by key as pgque.get_job does.
-CREATE FUNCTION pgque.explorer_log_state(lane int, job bigint) RETURNS text
-LANGUAGE sql STABLE STRICT
-SET search_path = pg_catalog, pgque, pg_temp
-AS $explorer_log_state$
-SELECT CASE WHEN EXISTS (SELECT 1 FROM pgque.job_done d
-                         WHERE d.claim_id = c.claim_id AND d.kind = 'c' AND $2 = ANY (d.job_ids))
-            THEN 'completed'
-            WHEN c.state::text = 'a' THEN 'running' END
-FROM (SELECT c.claim_id, c.state, c.job_ids FROM pgque.job_claims c
-      WHERE c.lane_id = $1 AND c.hi >= $2 ORDER BY c.hi LIMIT 1) c
-WHERE c.state::text <> 's' AND $2 = ANY (c.job_ids)
-$explorer_log_state$;
-
 -- One page of jobs, newest first: those of queue `of_queue`, in state
 -- `in_state`, of kind `of_kind`, whose args or last error contain `search` (case-insensitive),
 -- with an id below `before_id` (NULL: from the newest); each filter NULL or
@@ -80,6 +64,8 @@ DECLARE
     v_n int;
     v_lo bigint;
     v_rows int;
+    v_hi bigint;
+    v_done bigint[];
 BEGIN
     IF v_st IS NOT NULL AND v_st <> ALL (ARRAY['waiting', 'scheduled', 'ready', 'running',
                                               'completed', 'failed', 'cancelled']) THEN
@@ -158,14 +144,17 @@ BEGIN
         LOOP
             IF v_st = 'running' THEN
                 -- the lane's active claims (few: one per dispatch holding a lease)
+                -- (each claim's jobs less its done rows' as a set difference)
                 SELECT COALESCE(pg_catalog.array_agg(x.jid ORDER BY x.jid DESC), '{}'),
                        pg_catalog.count(*)::int INTO v_ids, v_n FROM (
                     SELECT m.jid FROM pgque.job_claims c
-                    CROSS JOIN LATERAL pg_catalog.unnest(c.job_ids) AS m(jid)
+                    CROSS JOIN LATERAL (
+                        SELECT pg_catalog.unnest(c.job_ids)
+                        EXCEPT
+                        SELECT pg_catalog.unnest(d.job_ids) FROM pgque.job_done d
+                        WHERE d.claim_id = c.claim_id) AS m(jid)
                     WHERE c.state = 'a' AND c.lease_until > '-infinity' AND c.lane_id = v_lane.lane_id
                       AND m.jid < v_b
-                      AND NOT EXISTS (SELECT 1 FROM pgque.job_done d
-                                      WHERE d.claim_id = c.claim_id AND m.jid = ANY (d.job_ids))
                       AND NOT EXISTS (SELECT 1 FROM pgque.jobs j WHERE j.id = m.jid)
                     ORDER BY m.jid DESC LIMIT v_w) x;
                 IF v_windowed THEN
@@ -197,6 +186,23 @@ BEGIN
                    AND (v_st IS DISTINCT FROM 'ready' OR r.id_hi > v_lane.cur)
                  ORDER BY r.id_hi DESC)
             LOOP
+                -- completed: the jobs the done rows (kind c) of the claims
+                -- covering this row's jobs list, each claim and done row
+                -- unnested once (claims tile their lane)
+                v_done := '{}';
+                v_hi := LEAST(v_row.id_hi, v_start - 1, v_lane.cur);
+                IF v_st = 'completed' AND v_row.id_lo <= v_hi THEN
+                    SELECT COALESCE(pg_catalog.array_agg(m.jid), '{}') INTO v_done
+                    FROM pgque.job_claims c
+                    JOIN pgque.job_done d ON d.claim_id = c.claim_id AND d.kind = 'c'
+                    CROSS JOIN LATERAL pg_catalog.unnest(d.job_ids) AS m(jid)
+                    WHERE c.lane_id = v_lane.lane_id AND c.state::text <> 's'
+                      AND c.hi >= v_row.id_lo
+                      AND c.hi <= COALESCE((SELECT c2.hi FROM pgque.job_claims c2
+                                            WHERE c2.lane_id = v_lane.lane_id AND c2.hi >= v_hi
+                                            ORDER BY c2.hi LIMIT 1), v_hi)
+                      AND m.jid BETWEEN v_row.id_lo AND v_hi;
+                END IF;
                 SELECT COALESCE(pg_catalog.array_agg(x.jid ORDER BY x.jid DESC) FILTER (WHERE x.ok), '{}'),
                        pg_catalog.count(*)::int, pg_catalog.min(x.jid)
                 INTO v_ids, v_n, v_lo
@@ -206,12 +212,13 @@ BEGIN
                            AND (v_s IS NULL OR pg_catalog.strpos(pg_catalog.lower(u.args::text), v_s) > 0)
                            AND CASE WHEN v_st IS NULL THEN true
                                     WHEN u.jid > v_lane.cur THEN v_st = 'ready'
-                                    ELSE pgque.explorer_log_state(v_lane.lane_id, u.jid)
-                                         IS NOT DISTINCT FROM v_st END
+                                    ELSE dn.jid IS NOT NULL END
                            AND NOT EXISTS (SELECT 1 FROM pgque.jobs j WHERE j.id = u.jid) AS ok
                     FROM (SELECT COALESCE(v_row.ids[o.o], v_row.id_lo + o.o - 1) AS jid, o.kind, o.args
                           FROM ROWS FROM (pg_catalog.unnest(v_row.kinds), pg_catalog.unnest(v_row.args))
                                WITH ORDINALITY AS o(kind, args, o)) u
+                    LEFT JOIN (SELECT DISTINCT t.jid FROM pg_catalog.unnest(v_done) AS t(jid)) dn
+                           ON dn.jid = u.jid
                     WHERE u.jid < v_start
                       AND (v_st IS DISTINCT FROM 'ready' OR u.jid > v_lane.cur)
                       AND (v_st IS NULL OR v_st = 'ready' OR u.jid <= v_lane.cur)) x;
@@ -440,8 +447,7 @@ BEGIN
 END
 $run_schedule_now$;
 
-REVOKE ALL ON FUNCTION pgque.explorer_log_state(int, bigint),
-    pgque.list_jobs(text, text, text, text, bigint, int),
+REVOKE ALL ON FUNCTION pgque.list_jobs(text, text, text, text, bigint, int),
     pgque.match_jobs(text, text, text, text, text, int),
     pgque.job_detail(bigint), pgque.job_timeline(bigint), pgque.job_children(bigint),
     pgque.flow_graph(bigint, int), pgque.run_schedule_now(text)
