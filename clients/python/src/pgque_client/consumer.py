@@ -167,7 +167,9 @@ class Consumer(_Runner):
 
     ``subscribe=True`` subscribes the consumer first (a no-op when it is).
     ``run()`` blocks until ``stop()`` or SIGTERM / SIGINT (in the main thread);
-    the batch in hand is finished and acked first."""
+    the batch in hand is finished and acked first. A ``handler(message, tx)``
+    (or ``transactional=True``) runs in the transaction that acks its batch
+    (a savepoint per message): its writes commit with the ack."""
 
     def __init__(
         self,

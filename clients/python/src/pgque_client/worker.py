@@ -424,7 +424,9 @@ class Worker:
 
     def _give_back_tx_conn(self, conn: psycopg.Connection[Any]) -> None:
         ok = not conn.closed and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
-        if ok:
+        # After the drain run() closes the idle connections: a handler that
+        # outlived it (handed back) closes its own.
+        if ok and not self._drained.is_set():
             with self._tx_lock:
                 if len(self._tx_idle) < self.concurrency:
                     self._tx_idle.append(conn)
