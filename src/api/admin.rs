@@ -367,8 +367,10 @@ fn subscribe_subconsumer(
 
 /// unregister_subconsumer(queue_name, consumer, subconsumer, batch_handling
 /// default 0) → 1 removed, 0 when there is no such member (PgQue's contract):
-/// with an open batch, 0 refuses (55000) and 1 leaves the batch for another
-/// member to take over.
+/// with an open batch, 0 refuses (55000) and 1 routes the batch's events
+/// through retry as PgQue does (each due again in 60 s, or dead-lettered
+/// once its retries reached the queue's max_retries) and finishes the
+/// batch. Touches pgque.subscription, retry_queue, dead_letter_store, batch_done.
 #[pg_extern(security_definer)]
 #[search_path(pg_catalog, pgque, pg_temp)]
 fn unregister_subconsumer(
@@ -400,11 +402,29 @@ pub(crate) fn unregister_member(
             return 0;
         };
         batch::lock_sub(c, parent.id);
-        if handling == 0 && batch::member_open_batch(c, parent.id, m).is_some() {
-            raise(
-                error::WRONG_STATE,
-                "the subconsumer has an open batch; finish it or pass batch_handling = 1",
-            );
+        if let Some(b) = batch::member_open_batch(c, parent.id, m) {
+            if handling == 0 {
+                raise(
+                    error::WRONG_STATE,
+                    "the subconsumer has an open batch; finish it or pass batch_handling = 1",
+                );
+            }
+            // PgQue's batch_handling = 1: event_retry(batch, event, 60) for
+            // each event, event_dead past max_retries; then the batch is done.
+            let after = super::consume::seconds_interval(c, 60);
+            for ev in batch::batch_events(c, &q, &b, true) {
+                super::consume::retry_event(
+                    c,
+                    &q,
+                    &b,
+                    &parent.name,
+                    &ev,
+                    &after,
+                    Some("subconsumer unregistered"),
+                    true,
+                );
+            }
+            batch::mark_done(c, b.batch_id, false);
         }
         log::exec(
             c,

@@ -316,7 +316,8 @@ fn event_retry_at(
     })
 }
 
-fn seconds_interval(c: &mut SpiClient<'_>, secs: i32) -> Interval {
+/// `secs` seconds as an interval (22023 when negative).
+pub(crate) fn seconds_interval(c: &mut SpiClient<'_>, secs: i32) -> Interval {
     if secs < 0 {
         raise(
             error::INVALID_PARAMETER_VALUE,
