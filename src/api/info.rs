@@ -132,47 +132,94 @@ type ConsumerInfo = (
     name!(pending_events, Option<i64>),
 );
 
+/// The rows of get_consumer_info, PgQue's: one per consumer, and one per
+/// cooperative member named `consumer.member` (PgQue names a member's
+/// subscription so). A cooperative consumer's row is its shared position:
+/// the tick its members' batches have reached (a member's batch moves it on
+/// when it opens), with no current batch of its own; a member's row shows
+/// its open batch (last_tick = the batch's start, next_tick its end,
+/// pending_events from its start), all NULL but last_seen when it holds none.
+/// With `consumer`, 42704 when neither a consumer nor a member has that name.
 fn consumer_info(queue: Option<&str>, consumer: Option<&str>) -> Vec<ConsumerInfo> {
     Spi::connect_mut(|c| {
         if queue.is_some() {
-            let q = log::queue_by_name(c, queue);
-            if consumer.is_some() {
-                log::sub_by_name(c, &q, consumer);
-            }
+            log::queue_by_name(c, queue);
+        }
+        if consumer.is_some() {
+            // (a member's name has a dot, which consumer names allow)
+            log::valid_consumer(consumer, "consumer");
         }
         let t = log::exec(
             c,
-            "SELECT q.queue_name, p.sub_consumer, now() - pt.tick_time, \
-                    now() - coalesce(lb.opened_at, s.sub_created_at), p.pos_tick, \
+            "SELECT * FROM ( \
+             SELECT q.queue_name, p.sub_consumer, now() - pt.tick_time AS lag, \
+                    now() - coalesce(lb.opened_at, s.sub_created_at) AS last_seen, pos.tick_id AS last_tick, \
                     ob.batch_id, ob.tick_id, \
-                    coalesce(pg_sequence_last_value(q.queue_event_seq::regclass), 0) - pt.tick_event_seq \
+                    coalesce(pg_sequence_last_value(q.queue_event_seq::regclass), 0) - pt.tick_event_seq AS pending \
                FROM pgque.consumer_position p \
                JOIN pgque.subscription s ON s.sub_id = p.sub_id \
                JOIN pgque.queue q ON q.queue_id = p.sub_queue \
+               CROSS JOIN LATERAL (SELECT EXISTS (SELECT 1 FROM pgque.subscription m \
+                                                   WHERE m.sub_parent = s.sub_id) AS coop) k \
+               LEFT JOIN LATERAL (SELECT b.tick_id, b.prev_tick_id, b.ev_ceiling FROM pgque.batch b \
+                                   WHERE b.sub_id = p.sub_id \
+                                   ORDER BY b.tick_id DESC, b.ev_floor DESC, b.batch_id DESC LIMIT 1) fb ON k.coop \
+               CROSS JOIN LATERAL (SELECT CASE WHEN NOT k.coop THEN p.pos_tick \
+                                               WHEN fb.tick_id IS NULL THEN s.sub_start_tick \
+                                               WHEN fb.ev_ceiling IS NULL THEN fb.tick_id \
+                                               ELSE fb.prev_tick_id END AS tick_id) pos \
                LEFT JOIN LATERAL (SELECT * FROM pgque.tick t WHERE t.tick_queue = q.queue_id \
-                                   AND t.tick_id = p.pos_tick LIMIT 1) pt ON true \
+                                   AND t.tick_id = pos.tick_id LIMIT 1) pt ON true \
                LEFT JOIN LATERAL (SELECT * FROM pgque.batch b WHERE b.sub_id = p.sub_id \
                                   ORDER BY b.batch_id DESC LIMIT 1) lb ON true \
                LEFT JOIN LATERAL (SELECT b.batch_id, b.tick_id FROM pgque.batch b WHERE b.sub_id = p.sub_id \
                                     AND NOT EXISTS (SELECT 1 FROM pgque.batch_done d WHERE d.batch_id = b.batch_id) \
-                                  ORDER BY b.batch_id LIMIT 1) ob ON true \
-              WHERE ($1::text IS NULL OR q.queue_name = $1) AND ($2::text IS NULL OR p.sub_consumer = $2) \
-              ORDER BY q.queue_name, p.sub_consumer",
+                                  ORDER BY b.batch_id LIMIT 1) ob ON NOT k.coop \
+             UNION ALL \
+             SELECT q.queue_name, s.sub_consumer || '.' || m.sub_consumer, \
+                    CASE WHEN mb.open THEN now() - pt.tick_time END, \
+                    now() - greatest(m.sub_active, mb.opened_at), \
+                    CASE WHEN mb.open THEN mb.prev_tick_id END, \
+                    CASE WHEN mb.open THEN mb.batch_id END, \
+                    CASE WHEN mb.open THEN mb.tick_id END, \
+                    CASE WHEN mb.open THEN \
+                      coalesce(pg_sequence_last_value(q.queue_event_seq::regclass), 0) - pt.tick_event_seq END \
+               FROM pgque.subscription m \
+               JOIN pgque.subscription s ON s.sub_id = m.sub_parent \
+               JOIN pgque.queue q ON q.queue_id = s.sub_queue \
+               LEFT JOIN LATERAL (SELECT b.batch_id, b.prev_tick_id, b.tick_id, b.opened_at, \
+                                         NOT EXISTS (SELECT 1 FROM pgque.batch_done d \
+                                                      WHERE d.batch_id = b.batch_id) AS open \
+                                    FROM pgque.batch b WHERE b.member_id = m.sub_id AND b.sub_id + 0 = s.sub_id \
+                                   ORDER BY b.batch_id DESC LIMIT 1) mb ON true \
+               LEFT JOIN LATERAL (SELECT * FROM pgque.tick t WHERE t.tick_queue = q.queue_id \
+                                   AND t.tick_id = mb.prev_tick_id LIMIT 1) pt ON mb.open \
+             ) r (queue_name, consumer_name, lag, last_seen, last_tick, current_batch, next_tick, pending_events) \
+              WHERE ($1::text IS NULL OR r.queue_name = $1) AND ($2::text IS NULL OR r.consumer_name = $2) \
+              ORDER BY r.queue_name, r.consumer_name",
             &[queue.into(), consumer.into()],
         );
-        t.map(|r| {
-            (
-                log::col(&r, 1).unwrap(),
-                log::col(&r, 2).unwrap(),
-                log::col(&r, 3),
-                log::col(&r, 4),
-                log::col(&r, 5),
-                log::col(&r, 6),
-                log::col(&r, 7),
-                log::col(&r, 8),
-            )
-        })
-        .collect()
+        let rows: Vec<ConsumerInfo> = t
+            .map(|r| {
+                (
+                    log::col(&r, 1).unwrap(),
+                    log::col(&r, 2).unwrap(),
+                    log::col(&r, 3),
+                    log::col(&r, 4),
+                    log::col(&r, 5),
+                    log::col(&r, 6),
+                    log::col(&r, 7),
+                    log::col(&r, 8),
+                )
+            })
+            .collect();
+        if let (Some(q), Some(name), true) = (queue, consumer, rows.is_empty()) {
+            raise(
+                error::UNDEFINED_OBJECT,
+                format!("consumer not registered: {name:?} on queue {q:?}"),
+            );
+        }
+        rows
     })
 }
 
