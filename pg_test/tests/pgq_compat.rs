@@ -299,3 +299,327 @@ fn observability_reports_depth_lag_batches_throughput_and_errors() {
         "42501"
     );
 }
+
+// ---- issue #35 / #30: the PgQue adapter's and clients' contracts ------------
+
+fn one_i32(c: &mut Client, sql: &str) -> i32 {
+    c.query_one(sql, &[]).unwrap().get(0)
+}
+
+/// PgQ's rotation steps: step 1 per queue, step 2 in a later transaction,
+/// both returning 0 (PgQ's "no need to call again at once").
+#[test]
+fn maint_rotate_tables_steps_follow_pgq() {
+    let db = TestDb::new("rotate_steps");
+    let mut c = db.connect();
+    stop_worker(&mut c);
+    // (no consumer yet: one that has not read past the last switch holds
+    // rotation back)
+    c.batch_execute("SELECT pgque.create_queue('rq')").unwrap();
+    let state = |c: &mut Client| -> (i32, bool) {
+        let r = c
+            .query_one(
+                "SELECT queue_cur_table, queue_switch_step2 IS NOT NULL FROM pgque.queue \
+                  WHERE queue_name = 'rq'",
+                &[],
+            )
+            .unwrap();
+        (r.get(0), r.get(1))
+    };
+    // Nothing due: both 0, nothing changes.
+    assert_eq!(
+        one_i32(&mut c, "SELECT pgque.maint_rotate_tables_step2()"),
+        0
+    );
+    let (t0, s2) = state(&mut c);
+    assert!(s2, "step 2 of the creation is recorded");
+    assert_eq!(
+        one_i32(&mut c, "SELECT pgque.maint_rotate_tables_step1('rq')"),
+        0
+    );
+    assert_eq!(
+        state(&mut c),
+        (t0, true),
+        "rotation period not over: no switch"
+    );
+    // Period over (as PgQ's own test does it): step 1 switches; step 2 in the
+    // same transaction leaves the switch pending, in the next one records it.
+    c.batch_execute("UPDATE pgque.queue SET queue_rotation_period = '0' WHERE queue_name = 'rq'")
+        .unwrap();
+    let mut tx = c.transaction().unwrap();
+    assert_eq!(
+        tx.query_one("SELECT pgque.maint_rotate_tables_step1('rq')", &[])
+            .unwrap()
+            .get::<_, i32>(0),
+        0
+    );
+    assert_eq!(
+        tx.query_one("SELECT pgque.maint_rotate_tables_step2()", &[])
+            .unwrap()
+            .get::<_, i32>(0),
+        0
+    );
+    tx.commit().unwrap();
+    let (t1, s2) = state(&mut c);
+    assert_eq!(t1, (t0 + 1) % 3, "step 1 switched tables");
+    assert!(
+        !s2,
+        "step 2 in step 1's transaction does not record the switch"
+    );
+    assert_eq!(
+        one_i32(&mut c, "SELECT pgque.maint_rotate_tables_step2()"),
+        0
+    );
+    assert_eq!(state(&mut c), (t1, true), "step 2 recorded the switch");
+    // Events sent after the switch are delivered as usual.
+    // (one statement a transaction: a tick sees only committed sends)
+    for sql in [
+        "SELECT pgque.subscribe('rq', 'c')",
+        "SELECT pgque.send('rq', 'after'::text)",
+        "SELECT pgque.force_tick('rq')",
+    ] {
+        c.batch_execute(sql).unwrap();
+    }
+    let n = one_i64(&mut c, "SELECT count(*) FROM pgque.receive('rq', 'c', 10)");
+    assert_eq!(n, 1);
+    assert_eq!(
+        sqlstate(c.query_one("SELECT pgque.maint_rotate_tables_step1('nope')", &[])),
+        "42704"
+    );
+    assert_eq!(
+        sqlstate(c.query_one("SELECT pgque.maint_rotate_tables_step1(NULL)", &[])),
+        "22004"
+    );
+}
+
+type InfoRow = (
+    String,
+    Option<i64>,
+    Option<i64>,
+    Option<i64>,
+    Option<i64>,
+    bool,
+);
+
+/// (consumer_name, last_tick, current_batch, next_tick, pending_events,
+/// lag IS NOT NULL) of get_consumer_info's rows for `args`.
+fn info(c: &mut Client, args: &str) -> Vec<InfoRow> {
+    c.query(
+        &format!(
+            "SELECT consumer_name, last_tick, current_batch, next_tick, pending_events, lag IS NOT NULL \
+               FROM pgque.get_consumer_info({args})"
+        ),
+        &[],
+    )
+    .unwrap()
+    .iter()
+    .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4), r.get(5)))
+    .collect()
+}
+
+/// PgQue's get_consumer_info for a cooperative consumer: the member's batch
+/// moved the shared position on, the member row (`consumer.member`) shows it.
+#[test]
+fn get_consumer_info_of_a_cooperative_consumer_is_pgques() {
+    let db = TestDb::new("coop_info");
+    let mut c = db.connect();
+    stop_worker(&mut c);
+    c.batch_execute(
+        "SELECT pgque.create_queue('iq'); SELECT pgque.subscribe('iq', 'c'); \
+         SELECT pgque.register_subconsumer('iq', 'c', 'sub_0', true); \
+         SELECT pgque.register_subconsumer('iq', 'c', 'sub_1'); \
+         SELECT pgque.send_batch('iq', 'default', array(SELECT '{}' FROM generate_series(1, 1000))::text[])",
+    )
+    .unwrap();
+    let t0 = one_i64(&mut c, "SELECT max(tick_id) FROM pgque.tick");
+    let t1 = one_i64(&mut c, "SELECT pgque.force_tick('iq')");
+    let r = c
+        .query_one(
+            "SELECT * FROM pgque.next_batch_custom('iq', 'c', 'sub_0', NULL, NULL, NULL)",
+            &[],
+        )
+        .unwrap();
+    let (b, prev, next): (i64, i64, i64) = (r.get(0), r.get(1), r.get(2));
+    assert_eq!((prev, next), (t0, t1));
+    let parent = ("c".to_string(), Some(t1), None, None, Some(0), true);
+    let member0 = (
+        "c.sub_0".to_string(),
+        Some(t0),
+        Some(b),
+        Some(t1),
+        Some(1000),
+        true,
+    );
+    let member1 = ("c.sub_1".to_string(), None, None, None, None, false);
+    assert_eq!(
+        info(&mut c, "'iq'"),
+        vec![parent.clone(), member0.clone(), member1.clone()]
+    );
+    assert_eq!(info(&mut c, "'iq', 'c'"), vec![parent.clone()]);
+    assert_eq!(info(&mut c, "'iq', 'c.sub_0'"), vec![member0]);
+    assert_eq!(
+        info(&mut c, "").len(),
+        3,
+        "get_consumer_info() lists members too"
+    );
+    assert_eq!(info(&mut c, "'iq', 'c.sub_1'"), vec![member1]);
+    assert_eq!(
+        sqlstate(c.query(
+            "SELECT * FROM pgque.get_consumer_info('iq', 'c.nobody')",
+            &[]
+        )),
+        "42704"
+    );
+    // Finished: the member row has no batch, the parent is where it was.
+    c.query_one("SELECT pgque.finish_batch($1)", &[&b]).unwrap();
+    let rows = info(&mut c, "'iq'");
+    assert_eq!(rows[0], parent);
+    assert_eq!(&rows[1].0, "c.sub_0");
+    assert_eq!(
+        (rows[1].1, rows[1].2, rows[1].3, rows[1].4),
+        (None, None, None, None)
+    );
+    // A plain consumer's row is unchanged: its open batch is its own.
+    for sql in [
+        "SELECT pgque.subscribe('iq', 'plain')",
+        "SELECT pgque.send('iq', 'x'::text)",
+        "SELECT pgque.force_tick('iq')",
+    ] {
+        c.batch_execute(sql).unwrap();
+    }
+    let pb = one_i64(&mut c, "SELECT pgque.next_batch('iq', 'plain')");
+    let rows = info(&mut c, "'iq', 'plain'");
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].2, Some(pb));
+    assert_eq!(rows[0].4, Some(1));
+}
+
+/// PgQue's TypeScript suite, "unsubscribeSubconsumer batchHandling=1 routes
+/// through retry", through the SQL its client sends: the open batch's events
+/// go to the retry queue (one row here), and the call returns 1.
+#[test]
+fn unsubscribe_subconsumer_with_batch_handling_retries_the_open_batch() {
+    let db = TestDb::new("coop_unsub");
+    let mut c = db.connect();
+    stop_worker(&mut c);
+    // setupTestQueue, then the cooperative tests' unsubscribe of the normal consumer.
+    c.batch_execute(
+        "SELECT pgque.create_queue('uq'); SELECT pgque.subscribe('uq', 'c'); \
+         SELECT pgque.unsubscribe('uq', 'c')",
+    )
+    .unwrap();
+    assert_eq!(
+        one_i32(
+            &mut c,
+            "SELECT pgque.subscribe_subconsumer('uq', 'c', 'worker-flush')"
+        ),
+        1
+    );
+    // A second member keeps 'c' cooperative once worker-flush has gone.
+    c.batch_execute("SELECT pgque.subscribe_subconsumer('uq', 'c', 'worker-2')")
+        .unwrap();
+    // send, then advanceQueue (force_next_tick, ticker), each its own transaction
+    for sql in [
+        "SELECT pgque.send('uq', 't', '{\"i\": 1}'::jsonb)",
+        "SELECT pgque.force_next_tick('uq')",
+        "SELECT pgque.ticker()",
+    ] {
+        c.batch_execute(sql).unwrap();
+    }
+    let msgs = c
+        .query(
+            "SELECT msg_id, batch_id FROM pgque.receive_coop('uq', 'c', 'worker-flush', 100)",
+            &[],
+        )
+        .unwrap();
+    assert_eq!(msgs.len(), 1);
+    let (ev, b): (i64, i64) = (msgs[0].get(0), msgs[0].get(1));
+    // The default refuses while the batch is open.
+    assert_eq!(
+        sqlstate(c.query_one(
+            "SELECT pgque.unsubscribe_subconsumer('uq', 'c', 'worker-flush')",
+            &[]
+        )),
+        "55000"
+    );
+    let removed = one_i32(
+        &mut c,
+        "SELECT pgque.unsubscribe_subconsumer('uq', 'c', 'worker-flush', 1) AS unsubscribe_subconsumer",
+    );
+    assert_eq!(removed, 1);
+    let retry = c
+        .query_one(
+            "SELECT count(*)::text AS count FROM pgque.retry_queue rq \
+               JOIN pgque.queue q ON q.queue_id = rq.ev_queue WHERE q.queue_name = $1",
+            &[&"uq"],
+        )
+        .unwrap()
+        .get::<_, String>(0);
+    assert_eq!(retry, "1");
+    // PgQue's event_retry(batch, event, 60): due in a minute, retry count 1,
+    // owned by the consumer; the batch is finished, the member gone.
+    let (id, retries, due_s): (i64, i32, f64) = {
+        let r = c
+            .query_one(
+                "SELECT ev_id, ev_retry, extract(epoch FROM ev_retry_after - now())::float8 \
+                   FROM pgque.retry_queue",
+                &[],
+            )
+            .unwrap();
+        (r.get(0), r.get(1), r.get(2))
+    };
+    assert_eq!((id, retries), (ev, 1));
+    assert!((55.0..=61.0).contains(&due_s), "due in {due_s} s");
+    let acked: i32 = c.query_one("SELECT pgque.ack($1)", &[&b]).unwrap().get(0);
+    assert_eq!(acked, 0, "the batch was finished");
+    assert_eq!(
+        one_i64(
+            &mut c,
+            "SELECT count(*) FROM pgque.subscription WHERE sub_consumer = 'worker-flush'"
+        ),
+        0
+    );
+    // Due now: maint moves it back and the consumer gets it again.
+    for sql in [
+        "UPDATE pgque.retry_queue SET ev_retry_after = now()",
+        "SELECT pgque.maint_retry_events()",
+        "SELECT pgque.force_tick('uq')",
+    ] {
+        c.batch_execute(sql).unwrap();
+    }
+    let again = c
+        .query(
+            "SELECT msg_id, retry_count FROM pgque.receive_coop('uq', 'c', 'worker-2', 100)",
+            &[],
+        )
+        .unwrap();
+    assert_eq!(again.len(), 1);
+    assert_eq!(
+        (again[0].get::<_, i64>(0), again[0].get::<_, Option<i32>>(1)),
+        (ev, Some(1))
+    );
+    // Past max_retries the event is dead-lettered instead, with PgQue's reason.
+    c.batch_execute("SELECT pgque.set_queue_config('uq', 'max_retries', '1')")
+        .unwrap();
+    assert_eq!(
+        one_i32(
+            &mut c,
+            "SELECT pgque.unsubscribe_subconsumer('uq', 'c', 'worker-2', 1)"
+        ),
+        1
+    );
+    let dl = c
+        .query_one(
+            "SELECT count(*), min(dl_reason) FROM pgque.dead_letter WHERE ev_id = $1",
+            &[&ev],
+        )
+        .unwrap();
+    assert_eq!(
+        (
+            dl.get::<_, i64>(0),
+            dl.get::<_, Option<String>>(1).as_deref()
+        ),
+        (1, Some("subconsumer unregistered"))
+    );
+    assert_eq!(one_i64(&mut c, "SELECT count(*) FROM pgque.retry_queue"), 0);
+}

@@ -4,8 +4,8 @@
 //! 4-argument cooperative registration with `convert_normal`,
 //! unsubscribe_subconsumer, the cooperative next_batch_custom, the
 //! 3-argument unsubscribe_slot, create_queue with options, pause/resume,
-//! set_tick_period_ms, ticker_loop, uninstall, maint_idem(queue) and
-//! maint_deliver_delayed.
+//! set_tick_period_ms, ticker_loop, uninstall, maint_idem(queue),
+//! maint_deliver_delayed and the rotation steps maint_rotate_tables_step1/2.
 //!
 //! Thin wrappers: validation, then the engine (`crate::log`) or the other API
 //! modules. Errors go through `crate::error` like everywhere else.
@@ -248,7 +248,8 @@ fn subscribe_subconsumer4(
 }
 
 /// unsubscribe_subconsumer(queue_name, consumer, subconsumer, batch_handling
-/// default 0): PgQue's alias of unregister_subconsumer (same results and errors).
+/// default 0): PgQue's alias of unregister_subconsumer (same results and
+/// errors; batch_handling = 1 retries the open batch's events).
 #[pg_extern(security_definer)]
 #[search_path(pg_catalog, pgque, pg_temp)]
 fn unsubscribe_subconsumer(
@@ -592,6 +593,38 @@ fn maint_idem_queue(queue_name: Option<&str>) -> i64 {
         log::queue_by_name(c, queue_name);
         super::idem::gc(c, crate::gucs::ledger_rotation_period_s())
     })
+}
+
+/// maint_rotate_tables_step1(queue_name) → 0 (PgQ's contract: maintenance
+/// functions return 1 only to be called again at once). Event-table rotation
+/// step 1 for one queue: when its rotation period is over and every consumer
+/// is past the last switch, TRUNCATEs the oldest event table and switches
+/// inserts to it (maint() does this for every queue). 42704 for an unknown
+/// queue. Touches pgque.queue and the queue's event tables.
+#[pg_extern(security_definer)]
+#[search_path(pg_catalog, pgque, pg_temp)]
+fn maint_rotate_tables_step1(queue_name: Option<&str>) -> i32 {
+    Spi::connect_mut(|c| {
+        let q = log::queue_by_name(c, queue_name);
+        crate::log::maint::rotate_step1_of(c, Some(q.id));
+    });
+    0
+}
+
+/// maint_rotate_tables_step2() → 0 (PgQ's contract, as step 1). Rotation
+/// step 2 of every queue whose table switch is pending: records the first
+/// transaction after the switch (`queue_switch_step2`), which step 1 of the
+/// next rotation waits for. Must run in a later transaction than the step 1
+/// that switched (in the same one it does nothing for that queue, as PgQ
+/// asks); maint() runs both, and PgQue's maintenance loops call this on its
+/// own. Touches pgque.queue (one UPDATE per switched queue, none otherwise).
+#[pg_extern(security_definer)]
+#[search_path(pg_catalog, pgque, pg_temp)]
+fn maint_rotate_tables_step2() -> i32 {
+    Spi::connect_mut(|c| {
+        crate::log::maint::rotate_step2(c);
+    });
+    0
 }
 
 /// maint_deliver_delayed() → delayed events promoted: PgQue's name of

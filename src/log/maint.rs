@@ -106,10 +106,16 @@ pub fn rotate_step2(client: &mut SpiClient<'_>) -> i64 {
 /// consumers have all passed the last switch, TRUNCATE the table that becomes
 /// current (the oldest) and switch to it.
 pub fn rotate_step1(client: &mut SpiClient<'_>) -> i64 {
+    rotate_step1_of(client, None)
+}
+
+/// [`rotate_step1`] for one queue (`Some(queue_id)`) or all of them.
+pub fn rotate_step1_of(client: &mut SpiClient<'_>, queue_id: Option<i32>) -> i64 {
     let t = exec(
         client,
         "SELECT q.queue_id, q.queue_cur_table, q.queue_ntables FROM pgque.queue q \
-          WHERE q.queue_switch_step2 IS NOT NULL \
+          WHERE ($1::int4 IS NULL OR q.queue_id = $1) \
+            AND q.queue_switch_step2 IS NOT NULL \
             AND q.queue_switch_time + q.queue_rotation_period <= now() \
             AND NOT EXISTS ( \
                 SELECT 1 FROM pgque.consumer_position p \
@@ -117,7 +123,7 @@ pub fn rotate_step1(client: &mut SpiClient<'_>) -> i64 {
                                       WHERE t.tick_queue = q.queue_id AND t.tick_id = p.pos_tick LIMIT 1) t ON true \
                  WHERE p.sub_queue = q.queue_id \
                    AND (t.tick_snapshot IS NULL OR pg_snapshot_xmin(t.tick_snapshot) < q.queue_switch_step2))",
-        &[],
+        &[queue_id.into()],
     );
     let due: Vec<(i32, i32, i32)> = t
         .map(|r| {
