@@ -349,7 +349,12 @@ pub fn list_page(ctx: &Ctx, f: &Filter, page: &Result<JobPage, String>) -> Strin
     }
     o.push_str("</tbody></table>");
     if ctx.admin {
-        o.push_str("</form>");
+        // the header's box selects the page's boxes
+        o.push_str(
+            "</form><script>(function(){var a=document.getElementById('select-all');\
+if(a){a.addEventListener('change',function(){document.querySelectorAll(\"#job-list input[name='ids']\")\
+.forEach(function(b){b.checked=a.checked;});});}})();</script>",
+        );
     }
     let base = f.query();
     o.push_str("<div class=\"pager\">");
@@ -700,7 +705,7 @@ pub fn job_page(ctx: &Ctx, id: i64, d: &JobData) -> String {
     let st = text(j, "state");
     let back = format!("/jobs/{id}");
     let mut o = String::new();
-    let _ = write!(o, "<p>{} ", badge(&st));
+    let _ = write!(o, "<div class=\"bulk\">{} ", badge(&st));
     if ["failed", "cancelled"].contains(&st.as_str()) {
         o.push_str(&button(
             ctx,
@@ -719,7 +724,7 @@ pub fn job_page(ctx: &Ctx, id: i64, d: &JobData) -> String {
             "Cancel",
         ));
     }
-    o.push_str("</p><dl class=\"job\" id=\"job\">");
+    o.push_str("</div><dl class=\"job\" id=\"job\">");
     let flow = text(j, "flow_id");
     for (k, label) in [
         ("id", "id"),

@@ -755,7 +755,12 @@ pub fn jobs(ctx: &Ctx, f: &Figures, h: &History, failed: Option<&Result<Table, S
     }
     let mut throughput = Vec::new();
     for q in &queues {
-        let _ = write!(o, "<tr data-queue=\"{qe}\"><td>{qe}</td>", qe = esc(q));
+        let _ = write!(
+            o,
+            "<tr data-queue=\"{qe}\"><td><a href=\"/jobs/list?queue={}\">{qe}</a></td>",
+            crate::explorer::urlenc(q),
+            qe = esc(q)
+        );
         for s in STATES {
             o.push_str(&cell(f, "pgque_jobs", &[("queue", q), ("state", s)], false));
         }
