@@ -623,3 +623,268 @@ fn unsubscribe_subconsumer_with_batch_handling_retries_the_open_batch() {
     );
     assert_eq!(one_i64(&mut c, "SELECT count(*) FROM pgque.retry_queue"), 0);
 }
+
+/// The SQL PgQue's benchmark adapter drives (hardbyte/
+/// postgresql-job-queue-benchmarking, pgque-bench/main.py), statement by
+/// statement, each in its own transaction (the adapter's connections are
+/// autocommit): two replicas' setup (subconsumer mode), the producer's
+/// send_batch / send, the ticker task's ticker(queue), the maint tasks'
+/// maint() and maint_rotate_tables_step2(), each replica's
+/// next_batch_custom -> get_batch_events -> finish_batch loop, the depth
+/// poller's get_consumer_info(queue, consumer), the nack-always mode, and
+/// the shutdown's unregister_subconsumer(..., 1).
+#[test]
+fn pgque_benchmark_adapter_sql_runs_as_on_pgque() {
+    let db = TestDb::new("adapter");
+    let mut c = db.connect();
+    stop_worker(&mut c); // the adapter ticks and maintains by itself
+    const Q: &str = "long_horizon_bench";
+    const C: &str = "bench_consumer";
+    let subs = ["sub_0", "sub_1"];
+    // setup_queue, once per replica: create_queue and subscribe are
+    // idempotent (0 the second time, no UniqueViolation to absorb), the
+    // conversion to cooperative too.
+    for (i, sub) in subs.iter().enumerate() {
+        let created: i32 = c
+            .query_one("SELECT pgque.create_queue($1)", &[&Q])
+            .unwrap()
+            .get(0);
+        assert_eq!(created, (i == 0) as i32);
+        let subscribed: i32 = c
+            .query_one("SELECT pgque.subscribe($1, $2)", &[&Q, &C])
+            .unwrap()
+            .get(0);
+        assert_eq!(subscribed, (i == 0) as i32);
+        let reg: i32 = c
+            .query_one(
+                "SELECT pgque.register_subconsumer($1, $2, $3, true)",
+                &[&Q, &C, sub],
+            )
+            .unwrap()
+            .get(0);
+        assert_eq!(reg, 1);
+        for (param, value) in [
+            ("ticker_max_count", "200"),
+            ("ticker_max_lag", "100 milliseconds"),
+            ("ticker_idle_period", "500 milliseconds"),
+        ] {
+            c.query_one(
+                "SELECT pgque.set_queue_config($1, $2, $3)",
+                &[&Q, &param, &value],
+            )
+            .unwrap();
+        }
+    }
+    let again: i32 = c
+        .query_one(
+            "SELECT pgque.register_subconsumer($1, $2, $3, true)",
+            &[&Q, &C, &"sub_0"],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(again, 0, "a replica restart registers nothing new");
+
+    let produce = |c: &mut Client, seq: &mut i64, n: usize| -> Vec<i64> {
+        let payloads: Vec<String> = (0..n)
+            .map(|_| {
+                *seq += 1;
+                format!(
+                    "{{\"seq\": {seq}, \"created_at\": \"2026-01-01T00:00:00.000Z\", \"padding\": \"{}\"}}",
+                    "x".repeat(192)
+                )
+            })
+            .collect();
+        if n == 1 {
+            vec![c
+                .query_one("SELECT pgque.send($1, $2::text)", &[&Q, &payloads[0]])
+                .unwrap()
+                .get(0)]
+        } else {
+            c.query_one(
+                "SELECT pgque.send_batch($1, $2, $3::text[])",
+                &[&Q, &"default", &payloads],
+            )
+            .unwrap()
+            .get(0)
+        }
+    };
+    // One replica's consumer_task iteration: the batch's event ids, or None.
+    let consume = |c: &mut Client, sub: &str| -> Option<Vec<i64>> {
+        let b: Option<i64> = c
+            .query_one(
+                "SELECT batch_id FROM pgque.next_batch_custom(\
+                 $1, $2, $3, '0 ms'::interval, 1, '0 ms'::interval)",
+                &[&Q, &C, &sub],
+            )
+            .unwrap()
+            .get(0);
+        let b = b?;
+        let rows = c
+            .query(
+                "SELECT ev_id, ev_data FROM pgque.get_batch_events($1)",
+                &[&b],
+            )
+            .unwrap();
+        for r in &rows {
+            let data: String = r.get(1);
+            assert!(data.starts_with("{\"seq\": "), "{data}");
+        }
+        let done: i32 = c
+            .query_one("SELECT pgque.finish_batch($1)", &[&b])
+            .unwrap()
+            .get(0);
+        assert_eq!(done, 1);
+        Some(rows.iter().map(|r| r.get(0)).collect())
+    };
+    let depth = |c: &mut Client| -> i64 {
+        let row = c
+            .query_opt(
+                "SELECT pending_events FROM pgque.get_consumer_info($1, $2)",
+                &[&Q, &C],
+            )
+            .unwrap()
+            .expect("the parent consumer's row");
+        row.get::<_, Option<i64>>(0).unwrap_or(0)
+    };
+
+    let mut seq = 0;
+    let mut sent = vec![];
+    let mut seen = std::collections::BTreeSet::new();
+    for round in 0..6 {
+        // 128-event batches, one single send: past ticker_max_count (200),
+        // so the ticker task's ticker(queue) ticks.
+        sent.extend(produce(&mut c, &mut seq, 128));
+        sent.extend(produce(&mut c, &mut seq, 128));
+        sent.extend(produce(&mut c, &mut seq, 1));
+        assert!(depth(&mut c) >= 257, "the depth poller sees the backlog");
+        let t: Option<i64> = c
+            .query_one("SELECT pgque.ticker($1)", &[&Q])
+            .unwrap()
+            .get(0);
+        assert!(t.is_some(), "ticker(queue) ticked past ticker_max_count");
+        // maint task and maint_step2 task, each on its own connection.
+        c.query_one("SELECT pgque.maint()", &[]).unwrap();
+        let s2: i32 = c
+            .query_one("SELECT pgque.maint_rotate_tables_step2()", &[])
+            .unwrap()
+            .get(0);
+        assert_eq!(s2, 0);
+        // Both replicas poll; whichever gets the tick's batch takes it.
+        for sub in subs.iter().cycle().skip(round % 2).take(2) {
+            if let Some(ids) = consume(&mut c, sub) {
+                for id in ids {
+                    assert!(seen.insert(id), "event {id} delivered twice");
+                }
+            }
+        }
+        assert_eq!(depth(&mut c), 0, "consumed up to the last tick");
+        // Nothing new: both replicas get NULL (and wait for a NOTIFY).
+        for sub in subs {
+            assert!(consume(&mut c, sub).is_none());
+        }
+    }
+    assert_eq!(seen.into_iter().collect::<Vec<_>>(), sent);
+    // get_consumer_info(queue): the consumer and its two replicas.
+    let names: Vec<String> = c
+        .query(
+            "SELECT consumer_name FROM pgque.get_consumer_info($1)",
+            &[&Q],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "bench_consumer",
+            "bench_consumer.sub_0",
+            "bench_consumer.sub_1"
+        ]
+    );
+
+    // WORKER_FAIL_MODE=nack-always: max_retries 0, every event nacked with
+    // a message built from its id: straight to the dead letters.
+    c.query_one(
+        "SELECT pgque.set_queue_config($1, 'max_retries', '0')",
+        &[&Q],
+    )
+    .unwrap();
+    let nacked = produce(&mut c, &mut seq, 128);
+    c.query_one("SELECT pgque.force_tick($1)", &[&Q]).unwrap();
+    let b: i64 = c
+        .query_one(
+            "SELECT batch_id FROM pgque.next_batch_custom(\
+             $1, $2, $3, '0 ms'::interval, 1, '0 ms'::interval)",
+            &[&Q, &C, &"sub_0"],
+        )
+        .unwrap()
+        .get(0);
+    let rows = c
+        .query(
+            "SELECT ev_id, ev_data FROM pgque.get_batch_events($1)",
+            &[&b],
+        )
+        .unwrap();
+    assert_eq!(rows.len(), nacked.len());
+    for r in &rows {
+        let ev: i64 = r.get(0);
+        let rc: i32 = c
+            .query_one(
+                "SELECT pgque.nack($1, ROW($2::bigint, $3::bigint, NULL::text, NULL::text, \
+                        NULL::int4, NULL::timestamptz, NULL::text, NULL::text, NULL::text, \
+                        NULL::text)::pgque.message, '0 seconds'::interval, \
+                        'WORKER_FAIL_MODE=nack-always') AS rc",
+                &[&b, &ev, &b],
+            )
+            .unwrap()
+            .get(0);
+        assert_eq!(rc, 1);
+    }
+    c.query_one("SELECT pgque.finish_batch($1)", &[&b]).unwrap();
+    let dead = one_i64(
+        &mut c,
+        "SELECT count(*) FROM pgque.dead_letter WHERE dl_reason = 'WORKER_FAIL_MODE=nack-always'",
+    );
+    assert_eq!(dead, nacked.len() as i64);
+
+    // Shutdown: each replica releases its in-flight batch (sub_1 holds one).
+    sent = produce(&mut c, &mut seq, 5);
+    c.query_one("SELECT pgque.force_tick($1)", &[&Q]).unwrap();
+    let held: Option<i64> = c
+        .query_one(
+            "SELECT batch_id FROM pgque.next_batch_custom(\
+             $1, $2, $3, '0 ms'::interval, 1, '0 ms'::interval)",
+            &[&Q, &C, &"sub_1"],
+        )
+        .unwrap()
+        .get(0);
+    assert!(held.is_some());
+    c.query_one(
+        "SELECT pgque.set_queue_config($1, 'max_retries', '5')",
+        &[&Q],
+    )
+    .unwrap();
+    for sub in subs {
+        let n: i32 = c
+            .query_one(
+                "SELECT pgque.unregister_subconsumer($1, $2, $3, 1)",
+                &[&Q, &C, &sub],
+            )
+            .unwrap()
+            .get(0);
+        assert_eq!(n, 1);
+    }
+    let retried: Vec<i64> = c
+        .query("SELECT ev_id FROM pgque.retry_queue ORDER BY ev_id", &[])
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(retried, sent, "the in-flight batch went to retry");
+    let names = one_i64(
+        &mut c,
+        "SELECT count(*) FROM pgque.get_consumer_info('long_horizon_bench')",
+    );
+    assert_eq!(names, 1, "the consumer stays, a normal consumer again");
+}
