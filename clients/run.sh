@@ -25,9 +25,8 @@ want() { [ "$WHAT" = all ] || [ "$WHAT" = "$1" ]; }
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 
-PG_CONFIG=$(sed -n "s/^pg$VER = \"\(.*\)\"$/\1/p" "${PGRX_HOME:-$HOME/.pgrx}/config.toml")
-[ -n "$PG_CONFIG" ] || { echo "no pg$VER in ~/.pgrx/config.toml: run scripts/setup.sh" >&2; exit 1; }
-BINDIR=$("$PG_CONFIG" --bindir)
+. "$ROOT/scripts/pgcluster.sh"
+pgq_pg_config "$VER"
 
 # --- the Python venv (before the server: a failed fetch fails fast) ----------
 VENV=$ROOT/clients/python/.venv
@@ -55,36 +54,11 @@ if want typescript; then
   (cd "$TS" && npm run -s build) || exit 1
 fi
 
-PROFILE=${PGTEST_PROFILE:-tier}
-flag=(--$PROFILE)
-echo "[clients] installing pgque ($PROFILE) into PostgreSQL $VER"
-bash "$ROOT/scripts/install.sh" "$PG_CONFIG" "$VER" "${flag[@]}" >/tmp/pgque_clients_install_$VER.log 2>&1 \
-  || { tail -40 /tmp/pgque_clients_install_$VER.log; exit 1; }
-
+pgq_install "$VER" clients
 DATA=/tmp/pgque_clients_$VER
 PORT=$((54100 + VER))
-# The TypeScript tier alone gets a cluster of its own, so that it can run
-# beside another client's run on the same machine.
-if [ "$WHAT" = typescript ]; then DATA=/tmp/pgque_clients_ts_$VER; PORT=$((54200 + VER)); fi
-as_pg() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
-if [ -f "$DATA/postmaster.pid" ]; then as_pg "$BINDIR/pg_ctl" -D "$DATA" -m immediate stop >/dev/null 2>&1 || true; fi
-rm -rf "$DATA"; mkdir -p "$DATA"
-[ "$(id -u)" = 0 ] && chown postgres "$DATA"
-as_pg "$BINDIR/initdb" -D "$DATA" -A trust -U postgres --no-sync >/dev/null
-cat >> "$DATA/postgresql.conf" <<CONF
-port = $PORT
-listen_addresses = ''
-unix_socket_directories = '$DATA'
-shared_preload_libraries = 'pgque'
-max_worker_processes = 32
-max_connections = 200
-fsync = off
-full_page_writes = off
-log_line_prefix = '%m [%p] %b %d '
-CONF
-cleanup() { as_pg "$BINDIR/pg_ctl" -D "$DATA" -m fast stop >/dev/null 2>&1 || as_pg "$BINDIR/pg_ctl" -D "$DATA" -m immediate stop >/dev/null 2>&1 || true; }
-trap cleanup EXIT
-as_pg "$BINDIR/pg_ctl" -D "$DATA" -l "$DATA/server.log" -w start >/dev/null
+pgq_cluster_start "$DATA" "$PORT" "max_worker_processes = 32
+max_connections = 200"
 export PGQUE_TEST_HOST=$DATA PGQUE_TEST_PORT=$PORT
 echo "[clients] PostgreSQL $VER on port $PORT (socket $DATA)"
 

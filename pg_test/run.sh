@@ -15,44 +15,21 @@ shift
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 
-PG_CONFIG=$(sed -n "s/^pg$VER = \"\(.*\)\"$/\1/p" "${PGRX_HOME:-$HOME/.pgrx}/config.toml")
-[ -n "$PG_CONFIG" ] || { echo "no pg$VER in ~/.pgrx/config.toml: run scripts/setup.sh" >&2; exit 1; }
-BINDIR=$("$PG_CONFIG" --bindir)
+. "$ROOT/scripts/pgcluster.sh"
+pgq_pg_config "$VER"
 
-PROFILE=${PGTEST_PROFILE:-tier}
-flag=(--$PROFILE)
-echo "[pgtest] installing pgque ($PROFILE) into PostgreSQL $VER"
 # scripts/install.sh also ships the frozen install scripts of released versions
 # (the upgrade tests install them).
-bash "$ROOT/scripts/install.sh" "$PG_CONFIG" "$VER" "${flag[@]}" >/tmp/pgque_pgtest_install_$VER.log 2>&1 \
-  || { tail -40 /tmp/pgque_pgtest_install_$VER.log; exit 1; }
+pgq_install "$VER" pgtest
 
 DATA=/tmp/pgque_pgtest_$VER
 PORT=$((54000 + VER))
-as_pg() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
-
-if [ -f "$DATA/postmaster.pid" ]; then as_pg "$BINDIR/pg_ctl" -D "$DATA" -m immediate stop >/dev/null 2>&1 || true; fi
-rm -rf "$DATA"; mkdir -p "$DATA"
-[ "$(id -u)" = 0 ] && chown postgres "$DATA"
-as_pg "$BINDIR/initdb" -D "$DATA" -A trust -U postgres --no-sync >/dev/null
-cat >> "$DATA/postgresql.conf" <<CONF
-port = $PORT
-listen_addresses = ''
-unix_socket_directories = '$DATA'
-shared_preload_libraries = 'pgque'
-max_worker_processes = 64
-max_connections = 200
-fsync = off
-full_page_writes = off
-log_min_messages = log
-log_line_prefix = '%m [%p] %b %d '
 # the tests time duties on their active cadences; tests/idle.rs runs idle
 # mode (the default) on private clusters
-pgque.idle_after = 0
-CONF
-cleanup() { as_pg "$BINDIR/pg_ctl" -D "$DATA" -m fast stop >/dev/null 2>&1 || as_pg "$BINDIR/pg_ctl" -D "$DATA" -m immediate stop >/dev/null 2>&1 || true; }
-trap cleanup EXIT
-as_pg "$BINDIR/pg_ctl" -D "$DATA" -l "$DATA/server.log" -w start >/dev/null
+pgq_cluster_start "$DATA" "$PORT" "max_worker_processes = 64
+max_connections = 200
+log_min_messages = log
+pgque.idle_after = 0"
 
 # Installing over a running server must not touch what it maps: reinstall now,
 # while the postmaster maps the library (preloaded), and check that the file it
@@ -62,7 +39,7 @@ pm=$(head -1 "$DATA/postmaster.pid")
 mapped_inode() { awk -v lib="$lib" '$6 == lib { print $5; exit }' "/proc/$pm/maps"; }
 before=$(mapped_inode)
 [ -n "$before" ] || { echo "[pgtest] the postmaster does not map $lib"; exit 1; }
-bash "$ROOT/scripts/install.sh" "$PG_CONFIG" "$VER" "${flag[@]}" >>/tmp/pgque_pgtest_install_$VER.log 2>&1 \
+bash "$ROOT/scripts/install.sh" "$PG_CONFIG" "$VER" "--${PGTEST_PROFILE:-tier}" >>/tmp/pgque_pgtest_install_$VER.log 2>&1 \
   || { tail -40 /tmp/pgque_pgtest_install_$VER.log; exit 1; }
 now=$(stat -c %i "$lib")
 if [ "$now" = "$before" ]; then

@@ -39,35 +39,13 @@ VER=${1:?usage: run.sh PGVERSION [pytest args] | --install-only}
 shift
 make_venv
 
-PG_CONFIG=$(sed -n "s/^pg$VER = \"\(.*\)\"$/\1/p" "${PGRX_HOME:-$HOME/.pgrx}/config.toml")
-[ -n "$PG_CONFIG" ] || { echo "no pg$VER in ~/.pgrx/config.toml: run scripts/setup.sh" >&2; exit 1; }
-BINDIR=$("$PG_CONFIG" --bindir)
-PROFILE=${PGTEST_PROFILE:-tier}
-flag=(--$PROFILE)
-echo "[compat] installing pgque ($PROFILE) into PostgreSQL $VER"
-bash "$ROOT/scripts/install.sh" "$PG_CONFIG" "$VER" "${flag[@]}" >/tmp/pgque_compat_install_$VER.log 2>&1 \
-  || { tail -40 /tmp/pgque_compat_install_$VER.log; exit 1; }
+. "$ROOT/scripts/pgcluster.sh"
+pgq_pg_config "$VER"
+pgq_install "$VER" compat
 
 DATA=/tmp/pgque_compat_$VER
 PORT=$((55000 + VER))
-as_pg() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
-if [ -f "$DATA/postmaster.pid" ]; then as_pg "$BINDIR/pg_ctl" -D "$DATA" -m immediate stop >/dev/null 2>&1 || true; fi
-rm -rf "$DATA"; mkdir -p "$DATA"
-[ "$(id -u)" = 0 ] && chown postgres "$DATA"
-as_pg "$BINDIR/initdb" -D "$DATA" -A trust -U postgres --no-sync >/dev/null
-cat >> "$DATA/postgresql.conf" <<CONF
-port = $PORT
-listen_addresses = ''
-unix_socket_directories = '$DATA'
-shared_preload_libraries = 'pgque'
-max_worker_processes = 32
-fsync = off
-full_page_writes = off
-log_line_prefix = '%m [%p] %b %d '
-CONF
-cleanup() { as_pg "$BINDIR/pg_ctl" -D "$DATA" -m fast stop >/dev/null 2>&1 || as_pg "$BINDIR/pg_ctl" -D "$DATA" -m immediate stop >/dev/null 2>&1 || true; }
-trap cleanup EXIT
-as_pg "$BINDIR/pg_ctl" -D "$DATA" -l "$DATA/server.log" -w start >/dev/null
+pgq_cluster_start "$DATA" "$PORT" "max_worker_processes = 32"
 echo "[compat] PostgreSQL $VER on port $PORT (data $DATA)"
 
 # Two databases: one ticked by hand (its worker stopped: the tests call

@@ -1,0 +1,58 @@
+# Sourced by every test tier (pg_test/run.sh, clients/run.sh,
+# compat/pgque_py/run.sh, web/tests/run.sh): one way to find a PostgreSQL
+# version, install pgque into it and start a throwaway cluster with pgque
+# preloaded, stopped when the sourcing script exits.
+#
+#   pgq_pg_config VER        sets PG_CONFIG and BINDIR (from cargo pgrx's config)
+#   pgq_install VER TAG      builds and installs pgque (profile PGTEST_PROFILE, default
+#                            tier) with scripts/install.sh; the log is /tmp/pgque_TAG_install_VER.log
+#   pgq_cluster_start DATA PORT [CONF]
+#                            initdb in DATA (removed first), the common settings plus the
+#                            lines CONF, start; the socket is in DATA; stopped on EXIT
+#   as_pg CMD...             runs CMD as the postgres OS user when we are root
+#                            (PostgreSQL refuses to run as root)
+
+PGQ_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+
+as_pg() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
+
+pgq_pg_config() {
+  PG_CONFIG=$(sed -n "s/^pg$1 = \"\(.*\)\"$/\1/p" "${PGRX_HOME:-$HOME/.pgrx}/config.toml")
+  [ -n "$PG_CONFIG" ] || { echo "no pg$1 in ~/.pgrx/config.toml: run scripts/setup.sh" >&2; exit 1; }
+  BINDIR=$("$PG_CONFIG" --bindir)
+}
+
+pgq_install() {
+  local ver=$1 tag=$2 profile=${PGTEST_PROFILE:-tier}
+  local log=/tmp/pgque_${tag}_install_$ver.log
+  echo "[$tag] installing pgque ($profile) into PostgreSQL $ver"
+  bash "$PGQ_ROOT/scripts/install.sh" "$PG_CONFIG" "$ver" "--$profile" >"$log" 2>&1 \
+    || { tail -40 "$log"; exit 1; }
+}
+
+pgq_cluster_stop() {
+  [ -n "${PGQ_DATA:-}" ] || return 0
+  as_pg "$BINDIR/pg_ctl" -D "$PGQ_DATA" -m fast stop >/dev/null 2>&1 \
+    || as_pg "$BINDIR/pg_ctl" -D "$PGQ_DATA" -m immediate stop >/dev/null 2>&1 || true
+}
+
+pgq_cluster_start() {
+  local data=$1 port=$2 conf=${3:-}
+  if [ -f "$data/postmaster.pid" ]; then as_pg "$BINDIR/pg_ctl" -D "$data" -m immediate stop >/dev/null 2>&1 || true; fi
+  rm -rf "$data"; mkdir -p "$data"
+  [ "$(id -u)" = 0 ] && chown postgres "$data"
+  as_pg "$BINDIR/initdb" -D "$data" -A trust -U postgres --no-sync >/dev/null
+  cat >> "$data/postgresql.conf" <<CONF
+port = $port
+listen_addresses = ''
+unix_socket_directories = '$data'
+shared_preload_libraries = 'pgque'
+fsync = off
+full_page_writes = off
+log_line_prefix = '%m [%p] %b %d '
+$conf
+CONF
+  PGQ_DATA=$data
+  trap pgq_cluster_stop EXIT
+  as_pg "$BINDIR/pg_ctl" -D "$data" -l "$data/server.log" -w start >/dev/null
+}
