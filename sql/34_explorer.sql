@@ -154,6 +154,11 @@ BEGIN
                         SELECT pg_catalog.unnest(d.job_ids) FROM pgque.job_done d
                         WHERE d.claim_id = c.claim_id) AS m(jid)
                     WHERE c.state = 'a' AND c.lease_until > '-infinity' AND c.lane_id = v_lane.lane_id
+                      -- a claim whose jobs all finished (settled by the rescue
+                      -- duty only after its lease) is passed over by its done
+                      -- rows' counts, no array read
+                      AND c.n > (SELECT COALESCE(pg_catalog.sum(d.n), 0) FROM pgque.job_done d
+                                 WHERE d.claim_id = c.claim_id)
                       AND m.jid < v_b
                       AND NOT EXISTS (SELECT 1 FROM pgque.jobs j WHERE j.id = m.jid)
                     ORDER BY m.jid DESC LIMIT v_w) x;
@@ -241,10 +246,9 @@ BEGIN
         ORDER BY m.jid DESC LIMIT v_lim)
     SELECT g.id, g.queue, g.kind, g.state, g.priority::int, g.attempt, g.max_attempts,
            g.enqueued_at, g.finished_at, g.errors -> -1 ->> 'error', g.stored_in,
-           j.flow_id, g.id
+           (SELECT j.flow_id FROM pgque.jobs j WHERE j.id = p.jid), g.id
     FROM page p
     CROSS JOIN LATERAL pgque.get_job(p.jid) g
-    LEFT JOIN pgque.jobs j ON j.id = p.jid
     ORDER BY g.id DESC;
     GET DIAGNOSTICS v_rows = ROW_COUNT;
     IF v_rows < v_lim AND v_front IS NOT NULL THEN

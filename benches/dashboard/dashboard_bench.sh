@@ -11,7 +11,8 @@
 # fastest honest way through pgque's own API: enqueue_ready_rows of 10,000
 # jobs per call (one log row per 256), dispatch 10,000 and complete_many
 # them, in 10,000-job rounds; then 100 failed jobs (pgque.jobs) and 1,000
-# ready ones on top. Prints one line per filter: median and p90 ms of ROUNDS
+# ready ones on top, and (unless SIDE=0) N completed jobs in pgque.jobs
+# (queue side, pgque.job_log = off). Prints one line per filter: median and p90 ms of ROUNDS
 # (default 20) requests. SEED=0 reuses the database seeded before. Needs target/debug/pgque-web (cargo build -p pgque-web).
 set -euo pipefail
 HOST=${1:?host}; PORT=${2:?port}; N=${3:?jobs}; ROUNDS=${4:-20}
@@ -21,7 +22,7 @@ P=(psql -h "$HOST" -p "$PORT" -U postgres -v ON_ERROR_STOP=1 -qAt)
 if [ "${SEED:-1}" != 0 ]; then
 "${P[@]}" -d postgres -c "DROP DATABASE IF EXISTS $DB WITH (FORCE)" -c "CREATE DATABASE $DB"
 "${P[@]}" -d "$DB" -c "CREATE EXTENSION pgque" -c "SELECT pgque.create_job_queue('bench')" \
-  -c "SELECT pgque.create_job_queue('other')" >/dev/null
+  -c "SELECT pgque.create_job_queue('side')" >/dev/null
 t0=$(date +%s.%N)
 left=$N
 while [ "$left" -gt 0 ]; do
@@ -35,12 +36,29 @@ while [ "$left" -gt 0 ]; do
   left=$(( left - b ))
 done
 t1=$(date +%s.%N)
+# The same number of completed jobs in pgque.jobs (pgque.job_log = off: the
+# store of jobs that leave the log), queue `side`, unless SIDE=0.
+if [ "${SIDE:-1}" != 0 ]; then
+  left=$N
+  while [ "$left" -gt 0 ]; do
+    b=$(( left < 10000 ? left : 10000 ))
+    "${P[@]}" -d "$DB" -c "SET pgque.job_log = off" -c "SELECT count(*) FROM pgque.enqueue_ready_rows('side',
+          pg_catalog.array_fill(CASE WHEN random() < 0.5 THEN 'mail' ELSE 'resize' END, ARRAY[$b]),
+          (SELECT array_agg(jsonb_build_object('n', g, 'to', 'user' || g || '@example.test'))
+             FROM generate_series($N - $left + 1, $N - $left + $b) g))" \
+      -c "SELECT pgque.complete_many(array_agg(d.job_id), array_agg(d.lease_token))
+            FROM pgque.dispatch(ARRAY['side'], $b, 'seed', '1 hour') d" >/dev/null
+    left=$(( left - b ))
+  done
+fi
+t2=$(date +%s.%N)
 "${P[@]}" -d "$DB" -c "SELECT count(pgque.enqueue('bench', 'mail', jsonb_build_object('n', g), max_attempts => 1)) FROM generate_series(1, 100) g" \
   -c "SELECT count(pgque.fail(d.job_id, d.lease_token, 'smtp timeout ' || d.job_id)) FROM pgque.dispatch(ARRAY['bench'], 100, 'seed', '1 hour') d" \
   -c "SELECT count(*) FROM pgque.enqueue_ready_rows('bench', pg_catalog.array_fill('mail'::text, ARRAY[1000]),
         (SELECT array_agg(jsonb_build_object('n', g)) FROM generate_series(1, 1000) g))" \
   -c "VACUUM ANALYZE" >/dev/null
-printf 'seeded %s completed jobs in %.1f s\n' "$N" "$(echo "$t1 - $t0" | bc)"
+printf 'seeded %s completed jobs in the job log in %.1f s, %s in pgque.jobs in %.1f s\n' "$N" "$(echo "$t1 - $t0" | bc)" \
+  "$([ "${SIDE:-1}" != 0 ] && echo "$N" || echo 0)" "$(echo "$t2 - $t1" | bc)"
 fi
 "${P[@]}" -d "$DB" -c "SELECT 'job_queue_status: ' || string_agg(queue_name || ' ready=' || ready || ' completed=' || completed || ' failed=' || failed, '; ') FROM pgque.job_queue_status"
 MID=$("${P[@]}" -d "$DB" -c "SELECT (min(id_lo) + max(id_hi)) / 2 FROM pgque.job_log")
@@ -56,8 +74,9 @@ CK=$(curl -s -i -X POST -H "Origin: http://127.0.0.1:$WPORT" --data "secret=$TOK
   "http://127.0.0.1:$WPORT/login" | sed -n 's/^[Ss]et-[Cc]ookie: \([^;]*\);.*/\1/p')
 echo "| filter | first page median / p90 ms | deep page (before=$MID) median / p90 ms | rows |"
 echo "|---|---|---|---|"
-for f in "" "queue=bench" "state=completed" "queue=bench&state=completed" "state=failed" \
-         "queue=bench&state=ready" "state=running" "kind=resize" "q=user4242" "q=smtp+timeout"; do
+for f in "" "queue=bench" "queue=side" "state=completed" "queue=bench&state=completed" \
+         "queue=side&state=completed" "state=failed" "queue=bench&state=ready" "state=running" \
+         "kind=resize" "queue=side&kind=resize" "q=user4242" "q=smtp+timeout"; do
   row="| \`${f:-none}\` |"
   for deep in "" "before=$MID"; do
     url="/jobs/list?$f${deep:+&$deep}"
@@ -73,7 +92,8 @@ done
 # The plans of list_jobs' inner statements for a few filters (auto_explain).
 PLANS=/tmp/dashboard_bench_plans_$N.txt
 : >"$PLANS"
-for args in "NULL, NULL" "'bench', 'completed'" "NULL, 'failed'" "'bench', 'ready'"; do
+for args in "NULL, NULL" "'bench', NULL" "'side', NULL" "'bench', 'completed'" "'side', 'completed'" \
+            "NULL, 'completed'" "NULL, 'failed'" "'bench', 'ready'" "NULL, 'running'"; do
   echo "==== list_jobs($args, NULL, NULL, NULL, 50)" >>"$PLANS"
   "${P[@]}" -d "$DB" 2>>"$PLANS" >/dev/null <<SQL
 LOAD 'auto_explain';
