@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 import psycopg
+from psycopg import sql
 
 import pgque_client as pq
 from pgque_client.worker import wants_transaction
@@ -18,19 +19,19 @@ from test_worker import Running
 
 
 def _effects(conn: psycopg.Connection[Any], table: str) -> dict[int, int]:
-    q = psycopg.sql.SQL("SELECT job_id, count(*)::int FROM {} GROUP BY job_id").format(psycopg.sql.Identifier(table))
+    q = sql.SQL("SELECT job_id, count(*)::int FROM {} GROUP BY job_id").format(sql.Identifier(table))
     return dict(conn.execute(q).fetchall())
 
 
 def _table(conn: psycopg.Connection[Any], name: str) -> str:
     t = f"fx_{name}"
-    conn.execute(psycopg.sql.SQL("CREATE TABLE {} (job_id bigint NOT NULL, attempt int)").format(psycopg.sql.Identifier(t)))
+    conn.execute(sql.SQL("CREATE TABLE {} (job_id bigint NOT NULL, attempt int)").format(sql.Identifier(t)))
     return t
 
 
 def _insert(tx: psycopg.Connection[Any], table: str, job: pq.Job) -> None:
     tx.execute(
-        psycopg.sql.SQL("INSERT INTO {} (job_id, attempt) VALUES (%s, %s)").format(psycopg.sql.Identifier(table)),
+        sql.SQL("INSERT INTO {} (job_id, attempt) VALUES (%s, %s)").format(sql.Identifier(table)),
         (job.id, job.attempt),
     )
 
@@ -114,7 +115,7 @@ def test_lease_lost_mid_handler_rolls_back_the_effects(dsn, conn, name):
     assert slow_w.completed == 0 and fast_w.completed == 3
     fx = _effects(conn, table)
     assert sorted(fx) == sorted(ids) and set(fx.values()) == {1}, fx
-    attempts = conn.execute(psycopg.sql.SQL("SELECT DISTINCT attempt FROM {}").format(psycopg.sql.Identifier(table))).fetchall()
+    attempts = conn.execute(sql.SQL("SELECT DISTINCT attempt FROM {}").format(sql.Identifier(table))).fetchall()
     assert attempts == [(2,)], "only the second attempts' effects may remain"
 
 
@@ -155,7 +156,7 @@ def test_consumer_batch_effects_commit_with_its_ack(dsn, conn, name):
     ids = pq.send_batch(conn, name, [{"i": i} for i in range(30)], type="t")
 
     def handle(m: pq.Message, tx: psycopg.Connection[Any]) -> None:
-        tx.execute(psycopg.sql.SQL("INSERT INTO {} (job_id) VALUES (%s)").format(psycopg.sql.Identifier(table)), (m.msg_id,))
+        tx.execute(sql.SQL("INSERT INTO {} (job_id) VALUES (%s)").format(sql.Identifier(table)), (m.msg_id,))
         if m.json()["i"] == 7 and m.retry_count is None:
             raise ValueError("first delivery of 7 fails after its insert")
 
@@ -183,7 +184,7 @@ def test_partitioned_slot_lost_mid_batch_rolls_the_batch_back(dsn, conn, name):
 
     def handle(m: pq.Message, tx: psycopg.Connection[Any]) -> None:
         calls.append(m.msg_id)
-        tx.execute(psycopg.sql.SQL("INSERT INTO {} (job_id) VALUES (%s)").format(psycopg.sql.Identifier(table)), (m.msg_id,))
+        tx.execute(sql.SQL("INSERT INTO {} (job_id) VALUES (%s)").format(sql.Identifier(table)), (m.msg_id,))
         if m.json()["i"] == 2 and not stolen.is_set():
             time.sleep(1.3)  # past the 1 s lease
             with psycopg.connect(dsn, autocommit=True) as thief:
