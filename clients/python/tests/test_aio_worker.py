@@ -18,6 +18,7 @@ from psycopg import sql
 
 import pgque_client as pq
 from pgque_client import aio
+from pgque_client._features import features
 from conftest import job_states, wait_until
 
 
@@ -250,3 +251,41 @@ def test_async_sigterm_mid_batch_loses_nothing(dsn, conn, name):
     assert p.returncode == 0
     fx = _effects(conn, table)
     assert sorted(fx) == sorted(ids) and set(fx.values()) == {1}
+
+
+def test_async_progress_missing_handler_and_unknown_queue(dsn, conn, name):
+    conn.execute("SELECT pgque.create_job_queue(%s)", (name,))
+    jid = pq.enqueue(conn, name, "calc", {"x": 20})
+    orphan = pq.enqueue(conn, name, "no_handler_for_this", {}, max_attempts=1)
+    seen: dict[str, Any] = {}
+
+    async def main() -> None:
+        w = aio.Worker(dsn, name, concurrency=2, poll_interval=0.2, handle_signals=False)
+
+        @w.handler("calc")
+        async def calc(job: aio.Job) -> Any:
+            try:
+                seen["progress"] = await job.progress({"pct": 50})
+            except pq.errors.ServerFeatureMissing:
+                seen["progress"] = "missing"
+            return {"y": job.args["x"] * 2}
+
+        stop = asyncio.Event()
+        run = asyncio.create_task(w.run(stop))
+        await _until(lambda: job_states(conn, name) == {"completed": 1, "failed": 1}, 30, "both finished")
+        stop.set()
+        await run
+        bad = aio.Worker(dsn, ["no_such_" + name], handle_signals=False)
+        try:
+            await asyncio.wait_for(bad.run(), 30)
+        except pq.errors.UndefinedObject:
+            seen["unknown"] = True
+
+    asyncio.run(main())
+    assert seen["unknown"] is True
+    f = features(conn)
+    assert seen["progress"] == (True if f.progress else "missing")
+    if f.outputs:
+        assert conn.execute("SELECT output FROM pgque.get_job(%s)", (jid,)).fetchone()[0] == {"y": 40}
+    st = conn.execute("SELECT state, errors::text FROM pgque.get_job(%s)", (orphan,)).fetchone()
+    assert st[0] == "failed" and "no handler for job kind" in st[1]
