@@ -82,6 +82,30 @@ def test_effects_and_completion_commit_together(dsn, conn, name):
     assert "RuntimeError: after the insert" in errs
 
 
+def test_exception_rolls_back_and_the_retry_commits_once(dsn, conn, name):
+    """The first attempt inserts, then raises: rolled back, failed in its own
+    transaction, retried; the second attempt's insert is the only row."""
+    conn.execute("SELECT pgque.create_job_queue(%s)", (name,))
+    table = _table(conn, name)
+    jid = pq.enqueue(conn, name, "flaky", {})
+    w = pq.Worker(dsn, name, concurrency=1, poll_interval=0.2, handle_signals=False)
+
+    @w.handler("flaky")
+    def flaky(job, tx):
+        _insert(tx, table, job)
+        if job.attempt == 1:
+            raise ValueError("boom after the insert")
+        return {"attempt": job.attempt}
+
+    with Running(w):
+        wait_until(lambda: job_states(conn, name) == {"completed": 1}, 30, 0.1, "the retry completed")
+    rows = conn.execute(sql.SQL("SELECT job_id, attempt FROM {}").format(sql.Identifier(table))).fetchall()
+    assert rows == [(jid, 2)]
+    st = conn.execute("SELECT attempt, output, errors::text FROM pgque.get_job(%s)", (jid,)).fetchone()
+    assert st[0] == 2 and st[1] == {"attempt": 2} and "ValueError: boom after the insert" in st[2]
+    assert (w.completed, w.failed, w.lost) == (1, 1, 0)
+
+
 def test_lease_lost_mid_handler_rolls_back_the_effects(dsn, conn, name):
     """A 1 s lease, no heartbeats, a first attempt that sleeps 3 s: the rescue
     hands the job to a second worker, which completes it; the first handler's

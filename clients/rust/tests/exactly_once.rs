@@ -117,6 +117,61 @@ async fn effects_and_completion_commit_together() {
     assert!(errs.contains("after the insert"), "{errs}");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn error_rolls_back_and_the_retry_commits_once() {
+    // The first attempt inserts, then fails: rolled back, failed in its own
+    // transaction, retried; the second attempt's insert is the only row.
+    let (dsn, c) = setup("xo_retry").await;
+    let id = enqueue(&c, "q", "flaky", &json!({}), &EnqueueOptions::default())
+        .await
+        .unwrap()
+        .unwrap();
+    let w = Worker::builder(&dsn, ["q"])
+        .unwrap()
+        .concurrency(1)
+        .poll_interval(Duration::from_millis(200))
+        .tx_handler("flaky", |job: Job, tx| {
+            Box::pin(async move {
+                tx.execute(INSERT, &[&job.id, &job.attempt]).await?;
+                if job.attempt == 1 {
+                    return Err("boom after the insert".into());
+                }
+                Ok(Some(json!({ "attempt": job.attempt })))
+            })
+        })
+        .build()
+        .unwrap();
+    let stats = w.stats().clone();
+    let sd = Shutdown::new();
+    let h = tokio::spawn({
+        let sd = sd.clone();
+        async move { w.run(sd).await }
+    });
+    wait_until(30, "the retry completed", || async {
+        states(&c, "q").await == vec![("completed".into(), 1)]
+    })
+    .await;
+    sd.trigger();
+    h.await.unwrap().unwrap();
+    let rows: Vec<(i64, i32)> = c
+        .query("SELECT job_id, attempt FROM effects", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(rows, vec![(id, 2)]);
+    let r = c
+        .query_one("SELECT attempt, output, errors::text FROM pgque.get_job($1)", &[&id])
+        .await
+        .unwrap();
+    assert_eq!(r.get::<_, i32>(0), 2);
+    assert_eq!(r.get::<_, Option<serde_json::Value>>(1), Some(json!({ "attempt": 2 })));
+    assert!(r.get::<_, String>(2).contains("boom after the insert"));
+    assert_eq!(stats.completed.load(Ordering::SeqCst), 1);
+    assert_eq!(stats.failed.load(Ordering::SeqCst), 1);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn lease_lost_mid_handler_rolls_back_the_effects() {
     // A 1 s lease without heartbeats; the first worker's handler sleeps 3 s,
