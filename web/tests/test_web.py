@@ -1059,6 +1059,24 @@ def test_a_reader_sees_the_explorer_without_actions(ctx):
             st, text = web.post(path, f)
             assert st == 403, (path, f, st, text)
     assert not one(c, "SELECT paused FROM pgque.schedules WHERE name = 'nightly-report'")
+    # A read login on the admin dashboard: the same pages without actions,
+    # its POSTs refused even with its own session's token.
+    rd = copy.copy(ctx["admin"])
+    rd.login(READ_TOKEN)
+    for p in ("/jobs/list?queue=explore", f"/jobs/{some_job}", f"/flows/{flow}", "/schedules"):
+        st, body, _ = rd.get(p)
+        assert st == 200 and "data-action=" not in body and 'name="ids"' not in body, p
+        assert 'method="post" action="/jobs/bulk"' not in body, p
+    token = rd.csrf("/")
+    cancelled = one(c, "SELECT count(*) FROM pgque.all_jobs WHERE state = 'cancelled'")
+    for path, fields in (("/jobs/bulk", {"op": "cancel-filter", "queue": "explore"}),
+                         ("/action/bulk_cancel", {"queue": "explore", "digest": "0" * 64}),
+                         ("/action/run_schedule", {"schedule": "nightly-report"}),
+                         ("/action/pause_schedule", {"schedule": "nightly-report"})):
+        st, text = rd.post(path, {**fields, "csrf": token})
+        assert st == 403 and "this login is read-only" in text, (path, st, text)
+    assert one(c, "SELECT count(*) FROM pgque.all_jobs WHERE state = 'cancelled'") == cancelled
+    assert not one(c, "SELECT paused FROM pgque.schedules WHERE name = 'nightly-report'")
 
 
 TESTS = [
