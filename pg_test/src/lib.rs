@@ -249,6 +249,9 @@ pub fn flush_stats(c: &mut Client) {
 pub struct Cluster {
     pub dir: String,
     pub port: u16,
+    /// The binaries it runs with: the tier's version unless started with
+    /// `start_new_at` (another major, for pg_upgrade).
+    pub bindir: String,
 }
 
 fn as_postgres(cmd: &str, args: &[&str]) -> std::process::Output {
@@ -282,7 +285,13 @@ impl Cluster {
     /// 0): the tests time duties on their active cadences; tests/idle.rs
     /// switches idle mode on in `extra_conf`.
     pub fn start_new(name: &str, extra_conf: &str) -> Cluster {
-        let cl = Cluster::named(name);
+        Cluster::start_new_at(&bindir(), name, extra_conf)
+    }
+
+    /// As `start_new`, with the binaries in `bin` (another major version).
+    pub fn start_new_at(bin: &str, name: &str, extra_conf: &str) -> Cluster {
+        let mut cl = Cluster::named(name);
+        cl.bindir = bin.to_string();
         cl.pg_ctl(&["stop", "-m", "immediate"]);
         let _ = std::fs::remove_dir_all(&cl.dir);
         std::fs::create_dir_all(&cl.dir).unwrap();
@@ -294,7 +303,7 @@ impl Cluster {
             assert!(st.success());
         }
         let out = as_postgres(
-            &format!("{}/initdb", bindir()),
+            &format!("{}/initdb", cl.bindir),
             &["-D", &cl.dir, "-A", "trust", "-U", "postgres", "--no-sync"],
         );
         assert!(out.status.success(), "initdb: {out:?}");
@@ -324,7 +333,11 @@ impl Cluster {
                 .bytes()
                 .fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(b as u32))
                 % 900) as u16;
-        Cluster { dir, port }
+        Cluster {
+            dir,
+            port,
+            bindir: bindir(),
+        }
     }
 
     /// A hot standby of this cluster, named `name` (its own data directory,
@@ -334,12 +347,13 @@ impl Cluster {
     /// (after the primary's, which the backup copies). Stopped and removed
     /// on drop.
     pub fn start_standby(&self, name: &str, extra_conf: &str) -> Cluster {
-        let sb = Cluster::named(name);
+        let mut sb = Cluster::named(name);
+        sb.bindir = self.bindir.clone();
         sb.pg_ctl(&["stop", "-m", "immediate"]);
         let _ = std::fs::remove_dir_all(&sb.dir);
         let port = self.port.to_string();
         let out = as_postgres(
-            &format!("{}/pg_basebackup", bindir()),
+            &format!("{}/pg_basebackup", self.bindir),
             &[
                 "-D",
                 &sb.dir,
@@ -387,7 +401,7 @@ impl Cluster {
     fn pg_ctl(&self, args: &[&str]) -> std::process::Output {
         let mut all = vec!["-D", &self.dir, "-w"];
         all.extend_from_slice(args);
-        as_postgres(&format!("{}/pg_ctl", bindir()), &all)
+        as_postgres(&format!("{}/pg_ctl", self.bindir), &all)
     }
 
     /// Starts the server (after a crash: crash recovery) and waits until it accepts connections.
@@ -403,6 +417,12 @@ impl Cluster {
         let log = format!("{}/server.log", self.dir);
         let out = self.pg_ctl(&["-l", &log, "-m", "fast", "restart"]);
         assert!(out.status.success(), "pg_ctl restart: {out:?}");
+    }
+
+    /// `pg_ctl stop -m fast`: a clean shutdown (what pg_upgrade wants of both clusters).
+    pub fn stop_fast(&self) {
+        let out = self.pg_ctl(&["stop", "-m", "fast"]);
+        assert!(out.status.success(), "pg_ctl stop -m fast: {out:?}");
     }
 
     /// `pg_ctl stop -m immediate`: no checkpoint, the next start runs crash recovery.
