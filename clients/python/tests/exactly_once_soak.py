@@ -262,40 +262,47 @@ def soak(dsn: str, jobs: int = 2000, workers: int = 3, concurrency: int = 4, lea
             ).fetchone()[0]  # type: ignore[index]
 
         t0 = time.monotonic()
-        for i in range(workers):
-            start(i)
-        _log(f"{workers} {mode} workers x {concurrency} handlers, lease {lease} s, chaos every ~{chaos_every} s")
-        next_chaos = time.monotonic() + rnd.uniform(0.5, 1.5) * chaos_every
-        last_report = 0.0
-        chaos = rnd.randrange(2)
-        while True:
-            n = done()
-            if n >= jobs:
-                break
-            now = time.monotonic()
-            if now - t0 > timeout:
-                raise AssertionError(f"soak timed out after {timeout} s with {n}/{jobs} completed")
-            if now - last_report > 10:
-                _log(f"{n}/{jobs} completed; kills {res.worker_sigkills}, terminated {res.backends_terminated}")
-                last_report = now
-            if now >= next_chaos:
-                chaos += 1
-                if chaos % 2 == 0:  # alternately: a worker SIGKILLed, 1-3 backends terminated
-                    slot = rnd.randrange(workers)
-                    procs[slot].send_signal(signal.SIGKILL)
-                    procs[slot].wait()
-                    res.worker_sigkills += 1
-                    start(slot)
-                else:
-                    pids = [r[0] for r in conn.execute(
-                        "SELECT pid FROM pg_stat_activity WHERE application_name = %s AND pid <> pg_backend_pid()",
-                        (APP,),
-                    ).fetchall()]  # fmt: skip
-                    for pid in rnd.sample(pids, min(len(pids), rnd.randint(1, 3))):
-                        if conn.execute("SELECT pg_terminate_backend(%s)", (pid,)).fetchone()[0]:  # type: ignore[index]
-                            res.backends_terminated += 1
-                next_chaos = now + rnd.uniform(0.5, 1.5) * chaos_every
-            time.sleep(0.2)
+        try:
+            for i in range(workers):
+                start(i)
+            _log(f"{workers} {mode} workers x {concurrency} handlers, lease {lease} s, chaos every ~{chaos_every} s")
+            next_chaos = time.monotonic() + rnd.uniform(0.5, 1.5) * chaos_every
+            last_report = 0.0
+            chaos = rnd.randrange(2)
+            while True:
+                n = done()
+                if n >= jobs:
+                    break
+                now = time.monotonic()
+                if now - t0 > timeout:
+                    raise AssertionError(f"soak timed out after {timeout} s with {n}/{jobs} completed")
+                if now - last_report > 10:
+                    _log(f"{n}/{jobs} completed; kills {res.worker_sigkills}, terminated {res.backends_terminated}")
+                    last_report = now
+                if now >= next_chaos:
+                    chaos += 1
+                    if chaos % 2 == 0:  # alternately: a worker SIGKILLed, 1-3 backends terminated
+                        slot = rnd.randrange(workers)
+                        procs[slot].send_signal(signal.SIGKILL)
+                        procs[slot].wait()
+                        res.worker_sigkills += 1
+                        start(slot)
+                    else:
+                        pids = [r[0] for r in conn.execute(
+                            "SELECT pid FROM pg_stat_activity WHERE application_name = %s AND pid <> pg_backend_pid()",
+                            (APP,),
+                        ).fetchall()]  # fmt: skip
+                        for pid in rnd.sample(pids, min(len(pids), rnd.randint(1, 3))):
+                            row = conn.execute("SELECT pg_terminate_backend(%s)", (pid,)).fetchone()
+                            if row and row[0]:
+                                res.backends_terminated += 1
+                    next_chaos = now + rnd.uniform(0.5, 1.5) * chaos_every
+                time.sleep(0.2)
+        except BaseException:
+            for p in procs.values():  # no worker outlives a failed soak
+                p.kill()
+                p.wait()
+            raise
         res.seconds = round(time.monotonic() - t0, 1)
         _log(f"all {jobs} completed in {res.seconds} s; stopping the workers (their stderr: {logdir})")
         for p in procs.values():
