@@ -57,6 +57,9 @@ fi
 pgq_install "$VER" clients
 DATA=/tmp/pgque_clients_$VER
 PORT=$((54100 + VER))
+# The TypeScript tier alone gets a cluster of its own, so that it can run
+# beside another client's run on the same machine.
+if [ "$WHAT" = typescript ]; then DATA=/tmp/pgque_clients_ts_$VER; PORT=$((54200 + VER)); fi
 pgq_cluster_start "$DATA" "$PORT" "max_worker_processes = 32
 max_connections = 200"
 export PGQUE_TEST_HOST=$DATA PGQUE_TEST_PORT=$PORT
