@@ -40,6 +40,11 @@ RETURNS TABLE (id bigint, queue text, kind text, state text, priority int, attem
 LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pgque, pg_temp
 SET jit = off
+-- every read goes through an index in page order: the walk of the log's
+-- rows is a cursor the planner would otherwise read whole and sort once a
+-- lane holds a few thousand rows
+SET enable_seqscan = off
+SET enable_sort = off
 AS $list_jobs$
 #variable_conflict use_column
 DECLARE
@@ -189,7 +194,7 @@ BEGIN
                 (SELECT r.id_lo, r.id_hi, r.ids, r.kinds, r.args FROM pgque.job_log r
                  WHERE r.lane_id = v_lane.lane_id AND r.id_hi < v_start
                    AND (v_st IS DISTINCT FROM 'ready' OR r.id_hi > v_lane.cur)
-                 ORDER BY r.id_hi DESC)
+                 ORDER BY r.id_hi DESC LIMIT v_lw + 1)
             LOOP
                 -- completed: the jobs the done rows (kind c) of the claims
                 -- covering this row's jobs list, each claim and done row

@@ -8,14 +8,16 @@
 #
 # PSQL_HOST/PORT: a PostgreSQL with pgque installed and preloaded (superuser
 # postgres, trust); a database dash_<N> is (re)created there. Seeding is the
-# fastest honest way through pgque's own API: enqueue_ready_rows of 10,000
-# jobs per call (one log row per 256), dispatch 10,000 and complete_many
-# them, in 10,000-job rounds; then 100 failed jobs (pgque.jobs) and 1,000
+# fastest honest way through pgque's own API: enqueue_ready_rows of BATCH
+# (default 1,000) jobs per call (one log row per 256), dispatch BATCH and
+# complete_many them, round after round (a page reads the claims of its
+# jobs, so the same BATCH keeps runs of different N comparable); then 100 failed jobs (pgque.jobs) and 1,000
 # ready ones on top, and (unless SIDE=0) N completed jobs in pgque.jobs
 # (queue side, pgque.job_log = off). Prints one line per filter: median and p90 ms of ROUNDS
 # (default 20) requests. SEED=0 reuses the database seeded before. Needs target/debug/pgque-web (cargo build -p pgque-web).
 set -euo pipefail
 HOST=${1:?host}; PORT=${2:?port}; N=${3:?jobs}; ROUNDS=${4:-20}
+BATCH=${BATCH:-1000}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 DB=dash_$N
 P=(psql -h "$HOST" -p "$PORT" -U postgres -v ON_ERROR_STOP=1 -qAt)
@@ -26,9 +28,10 @@ if [ "${SEED:-1}" != 0 ]; then
 t0=$(date +%s.%N)
 left=$N
 while [ "$left" -gt 0 ]; do
-  b=$(( left < 10000 ? left : 10000 ))
+  b=$(( left < BATCH ? left : BATCH ))
   "${P[@]}" -d "$DB" -c "SELECT count(*) FROM pgque.enqueue_ready_rows('bench',
-        pg_catalog.array_fill(CASE WHEN random() < 0.5 THEN 'mail' ELSE 'resize' END, ARRAY[$b]),
+        (SELECT array_agg(CASE WHEN g % 2 = 0 THEN 'mail' ELSE 'resize' END)
+           FROM generate_series($N - $left + 1, $N - $left + $b) g),
         (SELECT array_agg(jsonb_build_object('n', g, 'to', 'user' || g || '@example.test'))
            FROM generate_series($N - $left + 1, $N - $left + $b) g))" \
     -c "SELECT pgque.complete_many(array_agg(d.job_id), array_agg(d.lease_token))
@@ -41,9 +44,10 @@ t1=$(date +%s.%N)
 if [ "${SIDE:-1}" != 0 ]; then
   left=$N
   while [ "$left" -gt 0 ]; do
-    b=$(( left < 10000 ? left : 10000 ))
+    b=$(( left < BATCH ? left : BATCH ))
     "${P[@]}" -d "$DB" -c "SET pgque.job_log = off" -c "SELECT count(*) FROM pgque.enqueue_ready_rows('side',
-          pg_catalog.array_fill(CASE WHEN random() < 0.5 THEN 'mail' ELSE 'resize' END, ARRAY[$b]),
+          (SELECT array_agg(CASE WHEN g % 2 = 0 THEN 'mail' ELSE 'resize' END)
+           FROM generate_series($N - $left + 1, $N - $left + $b) g),
           (SELECT array_agg(jsonb_build_object('n', g, 'to', 'user' || g || '@example.test'))
              FROM generate_series($N - $left + 1, $N - $left + $b) g))" \
       -c "SELECT pgque.complete_many(array_agg(d.job_id), array_agg(d.lease_token))
