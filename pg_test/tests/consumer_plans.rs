@@ -22,7 +22,6 @@
 //! on how busy the machine is; the times are lower quartiles of 25 calls.
 use pgque_pg_test::postgres::Client;
 use pgque_pg_test::*;
-use std::time::Instant;
 
 /// Events per tick: 2,000 events/s ticked every 100 ms.
 const PER_TICK: i64 = 200;
