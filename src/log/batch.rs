@@ -278,7 +278,7 @@ pub fn read_events_ext(
         event_cols(with_txid),
         q.parent_table(),
         interval_cond(slot, 8),
-        ID_RANGE
+        id_range(slot)
     );
     let mut args = vec![
         prev_snap.as_str().into(),
@@ -326,14 +326,23 @@ pub(super) fn event_cols(with_txid: bool) -> &'static str {
     }
 }
 
-/// A batch's event id bounds ($4 < ev_id <= $5), out of reach of any
-/// index (`ev_id + 0`). No event-table index leads with ev_id; the slot
-/// indexes hold it as their third column, and a generic plan made while the
-/// table was empty used them for these bounds alone (Bitmap Index Scan on
-/// event_<q>_<n>_slot<N>_idx, Index Cond: ev_id > $4 AND ev_id <= $5): a
-/// scan of the whole index, with a floor of 0 and no ceiling, for every
-/// plain or cooperative batch once a partitioned consumer existed.
-pub(super) const ID_RANGE: &str = "ev_id + 0 > $4 AND ev_id + 0 <= $5";
+/// A batch's event id bounds ($4 < ev_id <= $5). Without a slot, out of
+/// reach of any index (`ev_id + 0`): no event-table index leads with ev_id,
+/// the slot indexes hold it as their third column, and a generic plan made
+/// while the table was empty used one for these bounds alone (Bitmap Index
+/// Scan on event_<q>_<n>_slot<N>_idx, Index Cond: ev_id > $4 AND ev_id <=
+/// $5): a scan of the whole index, with a floor of 0 and no ceiling, for
+/// every plain or cooperative batch once a partitioned consumer existed. A
+/// slot's read keeps them in its slot index's range (slot = k, its txid
+/// range, then these), where they bound the rows a cut of a big interval
+/// fetches.
+pub(super) fn id_range(slot: Option<Slot>) -> &'static str {
+    if slot.is_some() {
+        "ev_id > $4 AND ev_id <= $5"
+    } else {
+        "ev_id + 0 > $4 AND ev_id + 0 <= $5"
+    }
+}
 
 /// The condition that an event row belongs to a batch range and consumer:
 /// committed between the snapshots $1 (earlier tick) and $2 (later tick),

@@ -21,7 +21,7 @@
 //! cooperative consumer's parent), insert-only, and reclaimed by the
 //! metadata rotation (maint.rs), which copies forward the chunks of the
 //! ranges consumers are still in.
-use super::batch::{event_cols, interval_cond, snapshots, take_events, Event, ID_RANGE};
+use super::batch::{event_cols, id_range, interval_cond, snapshots, take_events, Event};
 use super::slots::Slot;
 use super::{col, event_table, exec, Queue};
 use pgrx::pg_sys;
@@ -75,10 +75,11 @@ pub fn build(
                 (SELECT cur_piece FROM pgque.meta_state) \
            FROM (SELECT ev_id, ctid, (CASE tableoid {child} END)::int2 AS tbl, \
                         (row_number() OVER (ORDER BY ev_id) - 1) / {CHUNK} AS chunk \
-                   FROM {} WHERE {} AND ev_id + 0 > $4) s \
+                   FROM {} WHERE {} AND {} > $4) s \
           GROUP BY s.chunk",
         q.parent_table(),
-        interval_cond(slot, 7)
+        interval_cond(slot, 7),
+        if slot.is_some() { "ev_id" } else { "ev_id + 0" }
     );
     let mut args = vec![
         prev_snap.as_str().into(),
@@ -200,11 +201,12 @@ pub fn read(
                                        WHERE c.sub_id = $3 AND c.prev_tick_id = $6 AND c.tick_id = $7 \
                                          AND c.last_id > $4 AND c.last_id <= $8 AND c.base <= $4 \
                                          AND u.i > $4 AND u.i <= $5 AND u.n = {n})) \
-                AND {} AND {ID_RANGE} \
+                AND {} AND {} \
               ORDER BY ev_id",
             event_cols(with_txid),
             event_table(q.id, n as i32),
-            interval_cond(slot, 9)
+            interval_cond(slot, 9),
+            id_range(slot)
         );
         let mut args = vec![
             prev_snap.as_str().into(),
