@@ -223,7 +223,48 @@ fn status() -> TableIterator<
             rows.push(("worker".into(), state.into(), detail.into()));
         }
     }
+    if let Some(row) = job_log_row() {
+        rows.push(row);
+    }
     TableIterator::new(rows)
+}
+
+/// How long the job log's due truncation may wait on other sessions' locks
+/// before status() says so: a reader's statement that reads the log holds
+/// them briefly all the time, a transaction left open holds them for good.
+const TRUNCATION_BLOCKED_AFTER_S: f64 = 60.0;
+
+/// status()'s `job_log` row when the due truncation of a sealed segment has
+/// been held back by other sessions' locks for a while: who holds them.
+/// None otherwise (the row is left out).
+fn job_log_row() -> Option<(String, String, String)> {
+    let b = crate::jobs::log::rotate::blockers();
+    let due = b.first()?.due_for_s;
+    if due < TRUNCATION_BLOCKED_AFTER_S {
+        return None;
+    }
+    let who: Vec<String> = b
+        .iter()
+        .map(|x| {
+            format!(
+                "pid {} ({}, {:?}, {}, transaction open {:.0} s)",
+                x.pid,
+                x.usename.as_deref().unwrap_or("?"),
+                x.application_name.as_deref().unwrap_or(""),
+                x.state.as_deref().unwrap_or("?"),
+                x.xact_age_s.unwrap_or(0.0)
+            )
+        })
+        .collect();
+    Some((
+        "job_log".into(),
+        "blocked".into(),
+        format!(
+            "truncation of segment {} due for {due:.0} s, held back by the locks of {}: end those transactions (pgque.job_log_blockers() lists them)",
+            b[0].seg,
+            who.join(", ")
+        ),
+    ))
 }
 
 /// status()'s `duty:<name>` rows from a worker slot's counters.

@@ -108,6 +108,25 @@ fn unix_seconds(ts: i64) -> f64 {
 
 type Figure = (String, JsonB, f64);
 
+/// How long the job log's due truncation has waited on other sessions'
+/// locks (0: it is not held back) and how many sessions hold them
+/// (jobs::log::rotate::blockers; status() names them).
+fn job_log_figures() -> Vec<Figure> {
+    let b = crate::jobs::log::rotate::blockers();
+    vec![
+        (
+            "pgque_job_log_truncation_blocked_seconds".into(),
+            JsonB(json!({})),
+            b.first().map_or(0.0, |x| x.due_for_s),
+        ),
+        (
+            "pgque_job_log_truncation_blockers".into(),
+            JsonB(json!({})),
+            b.len() as f64,
+        ),
+    ]
+}
+
 /// The worker's figures from shared memory: whether pgque is preloaded, the
 /// worker is up and switched on, and each duty's counters (the numbers
 /// status() prints in its `duty:<name>` rows).
@@ -214,6 +233,7 @@ fn metrics(
         (rows, enabled)
     });
     rows.extend(worker_figures(enabled));
+    rows.extend(job_log_figures());
     TableIterator::new(rows)
 }
 

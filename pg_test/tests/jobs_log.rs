@@ -1192,6 +1192,28 @@ fn a_blocked_log_truncation_names_the_session_that_blocks_it() {
         Some("idle in transaction")
     );
     assert!(r.get::<_, Option<f64>>(5).unwrap_or(-1.0) >= 0.0);
+    // status() and metrics() say so (due for days here: past their 60 s)
+    let st: (String, String) = {
+        let r = c
+            .query_one(
+                "SELECT status, detail FROM pgque.status() WHERE component = 'job_log'",
+                &[],
+            )
+            .unwrap();
+        (r.get(0), r.get(1))
+    };
+    assert_eq!(st.0, "blocked");
+    assert!(st.1.contains(&format!("pid {reader_pid} ")), "{}", st.1);
+    let metric = |c: &mut Client, name: &str| -> f64 {
+        c.query_one(
+            "SELECT value FROM pgque.metrics() WHERE name = $1",
+            &[&name],
+        )
+        .unwrap()
+        .get(0)
+    };
+    assert_eq!(metric(&mut c, "pgque_job_log_truncation_blockers"), 1.0);
+    assert!(metric(&mut c, "pgque_job_log_truncation_blocked_seconds") > 60.0);
     reader.batch_execute("COMMIT").unwrap();
     let (_, truncated, _) = rotate(&mut c);
     assert_eq!(truncated, Some(0));
@@ -1199,4 +1221,12 @@ fn a_blocked_log_truncation_names_the_session_that_blocks_it() {
         count(&mut c, "SELECT count(*) FROM pgque.job_log_blockers()"),
         0
     );
+    assert_eq!(
+        count(
+            &mut c,
+            "SELECT count(*) FROM pgque.status() WHERE component = 'job_log'"
+        ),
+        0
+    );
+    assert_eq!(metric(&mut c, "pgque_job_log_truncation_blockers"), 0.0);
 }

@@ -97,6 +97,21 @@ pub const KNOWN: &[(&str, &str, &str)] = &[
         "1 when pgque is in shared_preload_libraries (background worker mode).",
     ),
     (
+        "pgque_in_recovery",
+        "gauge",
+        "1 on a hot standby: no worker runs there and the queue figures are what was replicated.",
+    ),
+    (
+        "pgque_job_log_truncation_blocked_seconds",
+        "gauge",
+        "How long the job log's due truncation has waited on other sessions' locks (0: not held back; pgque.job_log_blockers() names them).",
+    ),
+    (
+        "pgque_job_log_truncation_blockers",
+        "gauge",
+        "Sessions whose locks hold back the job log's due truncation.",
+    ),
+    (
         "pgque_worker_enabled",
         "gauge",
         "1 when the database's worker is switched on (pgque.start()).",

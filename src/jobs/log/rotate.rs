@@ -287,6 +287,38 @@ LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = l.pid
 ORDER BY l.pid
 "#;
 
+/// One session keeping the job log's due truncation from running.
+pub struct Blocker {
+    pub seg: i16,
+    pub due_for_s: f64,
+    pub pid: i32,
+    pub usename: Option<String>,
+    pub application_name: Option<String>,
+    pub state: Option<String>,
+    pub xact_age_s: Option<f64>,
+}
+
+/// The sessions holding a lock on a partition of the oldest sealed segment
+/// whose truncation is due (BLOCKERS_SQL), in pid order. A read: answers on
+/// a standby too.
+pub fn blockers() -> Vec<Blocker> {
+    let retention = format!("{} seconds", gucs::completed_job_retention().as_secs());
+    Spi::connect(|c| {
+        c.select(BLOCKERS_SQL, None, &[retention.into()])
+            .unwrap_or_else(|e| pgrx::error!("{e}"))
+            .map(|r| Blocker {
+                seg: r.get::<i16>(1).ok().flatten().unwrap_or_default(),
+                due_for_s: r.get::<f64>(2).ok().flatten().unwrap_or_default(),
+                pid: r.get::<i32>(3).ok().flatten().unwrap_or_default(),
+                usename: r.get::<String>(4).ok().flatten(),
+                application_name: r.get::<String>(5).ok().flatten(),
+                state: r.get::<String>(6).ok().flatten(),
+                xact_age_s: r.get::<f64>(7).ok().flatten(),
+            })
+            .collect()
+    })
+}
+
 /// job_log_blockers(): the sessions that keep the job log's due truncation
 /// from running, one row each: the segment, how long its truncation has
 /// been due (s), the session's pid, user, application, state and how long
@@ -309,22 +341,16 @@ fn job_log_blockers() -> TableIterator<
         name!(xact_age_s, Option<f64>),
     ),
 > {
-    let retention = format!("{} seconds", gucs::completed_job_retention().as_secs());
-    let rows = Spi::connect(|c| {
-        c.select(BLOCKERS_SQL, None, &[retention.into()])
-            .unwrap_or_else(|e| pgrx::error!("{e}"))
-            .map(|r| {
-                (
-                    r.get::<i16>(1).ok().flatten().unwrap_or_default(),
-                    r.get::<f64>(2).ok().flatten().unwrap_or_default(),
-                    r.get::<i32>(3).ok().flatten().unwrap_or_default(),
-                    r.get::<String>(4).ok().flatten(),
-                    r.get::<String>(5).ok().flatten(),
-                    r.get::<String>(6).ok().flatten(),
-                    r.get::<f64>(7).ok().flatten(),
-                )
-            })
-            .collect::<Vec<_>>()
+    let rows = blockers().into_iter().map(|b| {
+        (
+            b.seg,
+            b.due_for_s,
+            b.pid,
+            b.usename,
+            b.application_name,
+            b.state,
+            b.xact_age_s,
+        )
     });
     TableIterator::new(rows)
 }
