@@ -96,7 +96,8 @@ GRANT EXECUTE ON FUNCTION pgque.maint_idem(), pgque.maint_delayed() TO pgque_adm
 GRANT EXECUTE ON FUNCTION
     pgque.event_dead(bigint, bigint, text, timestamptz, xid8, int4, text, text, text, text, text, text),
     pgque.create_queue(text, jsonb), pgque.pause_queue(text), pgque.resume_queue(text),
-    pgque.set_tick_period_ms(int4), pgque.maint_idem(text), pgque.maint_deliver_delayed()
+    pgque.set_tick_period_ms(int4), pgque.maint_idem(text), pgque.maint_deliver_delayed(),
+    pgque.maint_rotate_tables_step1(text), pgque.maint_rotate_tables_step2()
   TO pgque_admin;
 -- (ALL FUNCTIONS, revoked above, leaves procedures out.)
 REVOKE ALL ON PROCEDURE pgque.ticker_loop() FROM PUBLIC;

@@ -173,3 +173,22 @@ AS 'MODULE_PATHNAME', 'job_log_blockers_wrapper';
 REVOKE ALL ON FUNCTION pgque.job_log_blockers() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION pgque.job_log_blockers() TO pgque_admin, pgque_reader;
 ALTER FUNCTION pgque.job_log_blockers() SET jit = off;
+
+-- ==== PgQue's adapters (issue 35) ====
+-- PgQ's rotation steps: PgQue's benchmark adapter calls step 2 every 10 s.
+CREATE OR REPLACE FUNCTION "maint_rotate_tables_step1"(
+	"queue_name" TEXT
+) RETURNS INT
+SECURITY DEFINER
+SET search_path TO pg_catalog, pgque, pg_temp
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'maint_rotate_tables_step1_wrapper';
+CREATE OR REPLACE FUNCTION "maint_rotate_tables_step2"() RETURNS INT
+STRICT SECURITY DEFINER
+SET search_path TO pg_catalog, pgque, pg_temp
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'maint_rotate_tables_step2_wrapper';
+REVOKE ALL ON FUNCTION pgque.maint_rotate_tables_step1(text), pgque.maint_rotate_tables_step2() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION pgque.maint_rotate_tables_step1(text), pgque.maint_rotate_tables_step2() TO pgque_admin;
+ALTER FUNCTION pgque.maint_rotate_tables_step1(text) SET jit = off;
+ALTER FUNCTION pgque.maint_rotate_tables_step2() SET jit = off;
