@@ -1079,6 +1079,96 @@ def test_a_reader_sees_the_explorer_without_actions(ctx):
     assert not one(c, "SELECT paused FROM pgque.schedules WHERE name = 'nightly-report'")
 
 
+def test_list_jobs_pages_match_all_jobs_and_bad_input_is_refused(ctx):
+    """pgque.list_jobs paged 7 at a time, every filter combination, equals
+    the all_jobs view; bad input gets its SQLSTATE; the roles' grants."""
+    c = ctx["c"]
+    explorer_fixture(ctx)
+    states = [None, "waiting", "scheduled", "ready", "running", "completed", "failed", "cancelled"]
+    for st in states:
+        for qu in (None, "explore"):
+            for kind, search in ((None, None), ("resize", None), (None, "SMTP"), (None, "user7")):
+                where, args = ["true"], []
+                if st:
+                    where.append("state = %s"); args.append(st)
+                if qu:
+                    where.append("queue = %s"); args.append(qu)
+                if kind:
+                    where.append("kind = %s"); args.append(kind)
+                if search:
+                    where.append("(args::text ILIKE %s OR errors -> -1 ->> 'error' ILIKE %s)")
+                    args += [f"%{search}%"] * 2
+                want = [r[0] for r in q(c, f"SELECT id FROM pgque.all_jobs WHERE {' AND '.join(where)} "
+                                           "ORDER BY id DESC", args)]
+                got, before = [], None
+                for _ in range(1000):
+                    page = q(c, "SELECT id, cursor_id FROM pgque.list_jobs(%s, %s, %s, %s, %s, 7)",
+                             (qu, st, kind, search, before))
+                    got += [i for i, _ in page if i is not None]
+                    if not page or (page[-1][0] is not None and len(page) < 7):
+                        break
+                    before = page[-1][1]
+                assert got == want, (st, qu, kind, search, got, want)
+    for sql, code in (("SELECT * FROM pgque.list_jobs(in_state => 'done')", "22023"),
+                      ("SELECT * FROM pgque.list_jobs(max_jobs => 0)", "22003"),
+                      ("SELECT * FROM pgque.list_jobs(max_jobs => 1001)", "22003"),
+                      ("SELECT * FROM pgque.list_jobs('no-such-queue')", "42704"),
+                      ("SELECT * FROM pgque.list_jobs(search => repeat('x', 201))", "22001"),
+                      ("SELECT * FROM pgque.match_jobs('delete')", "22023"),
+                      ("SELECT * FROM pgque.flow_graph(1, 0)", "22003"),
+                      ("SELECT pgque.run_schedule_now('no-such-schedule')", "42704")):
+        try:
+            q(c, sql)
+            raise AssertionError(f"{sql} did not fail")
+        except psycopg2.Error as e:
+            assert e.pgcode == code, (sql, e.pgcode, e.pgerror)
+    if one(c, "SELECT count(*) FROM pgque.schedules WHERE name = 'nightly-report'"):
+        q(c, "SELECT pgque.pause_schedule('nightly-report')")
+        try:
+            q(c, "SELECT pgque.run_schedule_now('nightly-report')")
+            raise AssertionError("a paused schedule ran")
+        except psycopg2.Error as e:
+            assert e.pgcode == "55000", e.pgcode
+        finally:
+            q(c, "SELECT pgque.resume_schedule('nightly-report')")
+    # A reader reads pages but not pgque's tables, and changes nothing.
+    r = psycopg2.connect(host=HOST, port=PORT, user="web_reader", password=SECRET, dbname=DB)
+    r.autocommit = True
+    try:
+        assert len(q(r, "SELECT * FROM pgque.list_jobs(max_jobs => 5)")) == 5
+        fj = ctx["flow_jobs"]
+        assert one(r, "SELECT pgque.job_detail(%s) ->> 'state'", (fj["fetch"],)) == "completed"
+        assert q(r, "SELECT count(*) FROM pgque.job_timeline(%s)", (fj["fetch"],))[0][0] >= 3
+        assert [x[0] for x in q(r, "SELECT job_id FROM pgque.job_children(%s)", (fj["fetch"],))] == [fj["left"], fj["right"]]
+        assert len(q(r, "SELECT * FROM pgque.flow_graph(%s)", (ctx["flow"],))) == 4
+        for sql in ("SELECT count(*) FROM pgque.jobs", "SELECT count(*) FROM pgque.job_log",
+                    "SELECT * FROM pgque.match_jobs('retry')",
+                    "SELECT pgque.run_schedule_now('nightly-report')"):
+            try:
+                q(r, sql)
+                raise AssertionError(f"a reader ran {sql}")
+            except psycopg2.Error as e:
+                assert e.pgcode == "42501", (sql, e.pgcode)
+    finally:
+        r.close()
+    # A kind the newest 2,000 jobs lack: the first page ends its window with
+    # the cursor row (id NULL), the next one finds the job.
+    q(c, "SELECT pgque.create_job_queue('wide')")
+    needle = one(c, "SELECT pgque.enqueue('wide', 'needle', '{}')")
+    q(c, "SELECT count(*) FROM pgque.enqueue_ready_rows('wide', array_fill('hay'::text, ARRAY[2500]), "
+         "array_fill('{}'::jsonb, ARRAY[2500]))")
+    page = q(c, "SELECT id, cursor_id FROM pgque.list_jobs('wide', NULL, 'needle')")
+    assert len(page) == 1 and page[0][0] is None and page[0][1] > needle, page
+    page = q(c, "SELECT id, cursor_id FROM pgque.list_jobs('wide', NULL, 'needle', NULL, %s)", (page[0][1],))
+    assert page == [(needle, needle)], page
+    assert [r[0] for r in q(c, "SELECT * FROM pgque.match_jobs('cancel', 'wide', NULL, 'needle')")] == [needle]
+    # PUBLIC may call none of them.
+    assert not one(c, """SELECT bool_or(has_function_privilege('public', p.oid, 'EXECUTE'))
+                         FROM pg_proc p WHERE p.pronamespace = 'pgque'::regnamespace
+                          AND p.proname IN ('list_jobs', 'match_jobs', 'job_detail', 'job_timeline',
+                                            'job_children', 'flow_graph', 'run_schedule_now')""")
+
+
 TESTS = [
     test_metrics_endpoint_equals_pgque_metrics,
     test_monitoring_files_use_only_exported_names,
@@ -1100,6 +1190,7 @@ TESTS = [
     test_bulk_actions_change_exactly_the_jobs_confirmed,
     test_the_schedules_page_fires_pauses_and_resumes,
     test_a_reader_sees_the_explorer_without_actions,
+    test_list_jobs_pages_match_all_jobs_and_bad_input_is_refused,
 ]
 
 
