@@ -807,12 +807,20 @@ pub fn job_page(ctx: &Ctx, id: i64, d: &JobData) -> String {
         o.push_str("<table id=\"errors\"><thead><tr><th>attempt</th><th>at</th><th>error</th></tr></thead><tbody>");
         for e in &errors {
             let Some(e) = e.as_object() else { continue };
+            // a multi-line error is a traceback the worker put in its message
+            let msg = text(e, "error");
+            let shown = match msg.split_once('\n') {
+                Some((first, _)) => {
+                    format!("{}<pre class=\"traceback\">{}</pre>", esc(first), esc(&msg))
+                }
+                None => esc(&msg),
+            };
             let _ = write!(
                 o,
-                "<tr class=\"error\"><td class=\"n\">{}</td><td>{}</td><td>{}",
+                "<tr class=\"error\"><td class=\"n\">{}</td><td>{}</td><td data-error=\"{}\">{shown}",
                 esc(&text(e, "attempt")),
                 esc(&when(e, "at")),
-                esc(&text(e, "error"))
+                esc(&msg)
             );
             for tk in ["traceback", "stacktrace", "backtrace"] {
                 let t = text(e, tk);

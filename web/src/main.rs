@@ -5,7 +5,9 @@
 //!
 //! Pages (server-rendered, refreshed in place by a few lines of inline
 //! script): `/` overview, `/events`, `/jobs`, `/schedules`, `/worker`;
-//! `/fragment/<page>` is a page's refreshable part; `/metrics` is
+//! the job explorer (explorer.rs, not refreshed): `/jobs/list` (filters,
+//! keyset pages, bulk retry / cancel behind `/jobs/bulk`'s confirmation),
+//! `/jobs/<id>`, `/flows/<id>`; `/fragment/<page>` is a page's refreshable part; `/metrics` is
 //! pgque.metrics() in the Prometheus text format; `/healthz` answers once
 //! the database does.
 //!
@@ -49,7 +51,8 @@ use std::time::{Duration, Instant};
     about = "Dashboard and Prometheus /metrics for a pgque database",
     long_about = "Dashboard and Prometheus /metrics for a pgque database.\n\n\
 Serves the event queues (consumers, lag, partition slots, dead letters), the job queues \
-(by state, throughput, oldest ready job), the schedules and the background worker's duties, \
+(by state, throughput, oldest ready job), the jobs themselves (a filtered list, each job's \
+args, errors and history, flows as graphs), the schedules and the background worker's duties, \
 and /metrics in the Prometheus text format (from pgque.metrics()).\n\n\
 The pages are read-only unless the database role is a member of pgque_admin: then they \
 offer pause/resume, retry a failed job, cancel a job and replay dead letters, each a POST \

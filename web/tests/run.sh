@@ -3,7 +3,9 @@
 # private PostgreSQL with pgque preloaded, and runs web/tests/test_web.py
 # against both: /metrics parsed by prometheus_client and compared with
 # pgque.metrics(), logins through the login page and every page in headless
-# Chromium (WebDriver), admin actions through the browser, a read-only role
+# Chromium (WebDriver), admin actions through the browser, the job explorer's
+# pages (jobs list, job, flow, schedules) against the database's own figures
+# and its bulk actions, a read-only role
 # and a read login, forged POSTs, foreign Host and Origin headers, requests
 # without a session, logout, and startups refused for want of credentials.
 # It rewrites the screenshots in docs/screenshots/. Exit status: the tests'.

@@ -827,7 +827,8 @@ def explorer_fixture(ctx):
     assert len(got) == 60, got
     q(c, "SELECT pgque.complete_many(%s, %s)", ([g[0] for g in got[:40]], [g[1] for g in got[:40]]))
     for jid, tok in got[40:45]:
-        q(c, "SELECT pgque.fail(%s, %s, %s)", (jid, tok, f"smtp timeout #{jid}"))
+        q(c, "SELECT pgque.fail(%s, %s, %s)", (jid, tok, f"smtp timeout #{jid}\nTraceback (most recent "
+                                                     "call last):\n  File \"mailer.py\", line 12, in send"))
     ready = [r[0] for r in q(c, "SELECT id FROM pgque.list_jobs('explore', 'ready', max_jobs => 2)")]
     for jid in ready:
         q(c, "SELECT pgque.cancel(%s)", (jid,))
@@ -910,8 +911,9 @@ def test_a_job_page_and_a_flow_page_show_what_the_database_holds(ctx):
         want = "" if job[k] is None else str(job[k])
         assert fields[k] == want, (k, fields[k], want)
     assert json.loads(b.js("return document.getElementById('args').textContent")) == job["args"]
-    errs = b.js("return Array.from(document.querySelectorAll('#errors tr.error')).map(r => r.cells[2].textContent)")
-    assert errs == [e["error"] for e in job["errors"]] == [f"smtp timeout #{failed}"], errs
+    errs = b.js("return Array.from(document.querySelectorAll('#errors tr.error')).map(r => r.cells[2].dataset.error)")
+    assert errs == [e["error"] for e in job["errors"]] and errs[0].startswith(f"smtp timeout #{failed}\n"), errs
+    assert "mailer.py" in b.js("return document.querySelector('#errors pre.traceback').textContent")
     events = b.js("return Array.from(document.querySelectorAll('#timeline tr[data-event]')).map(r => r.dataset.event)")
     assert events[0] == "enqueued" and "dispatched" in events and events[-1] == "failed", events
     assert b.find("button[data-action='retry_job']") and not b.find("button[data-action='cancel_job']")
