@@ -1080,7 +1080,8 @@ pub fn schedules_page(ctx: &Ctx, s: &Result<Option<Vec<Row>>, String>) -> String
         let _ = write!(
             o,
             "<tr data-schedule=\"{n}\"><td>{n}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td><code>{}</code></td><td>{}</td><td class=\"{}\">{}</td>\
-<td data-field=\"next_run_at\" data-raw=\"{}\">{}</td><td data-field=\"last_run_at\" data-raw=\"{}\">{}</td><td data-field=\"last_job_id\">{}</td>",
+<td data-field=\"next_run_at\" data-raw=\"{}\">{}</td><td data-field=\"last_run_at\" data-raw=\"{}\">{}</td><td data-field=\"last_job_id\">{} \
+<a class=\"muted\" href=\"/jobs/list?queue={}&amp;kind={}\" title=\"the newest jobs of its queue and kind\">all</a></td>",
             esc(&text(r, "cron")),
             esc(&text(r, "timezone")),
             esc(&text(r, "queue_name")),
@@ -1094,6 +1095,8 @@ pub fn schedules_page(ctx: &Ctx, s: &Result<Option<Vec<Row>>, String>) -> String
             esc(&text(r, "last_run_at")),
             esc(&when(r, "last_run_at")),
             job_link(&text(r, "last_job_id")),
+            urlenc(&text(r, "queue_name")),
+            urlenc(&text(r, "kind")),
             n = esc(&name),
         );
         if ctx.admin {
