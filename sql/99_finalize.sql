@@ -160,6 +160,7 @@ BEGIN
                     'receive_coop', 'touch_subconsumer', 'dlq_inspect', 'dlq_replay', 'dlq_replay_all',
                     'dlq_purge', 'create_queue', 'drop_queue', 'set_queue_config', 'ticker',
                     'force_next_tick', 'force_tick', 'maint', 'maint_retry_events',
+                    'maint_rotate_tables_step1', 'maint_rotate_tables_step2',
                     'get_queue_info', 'get_consumer_info', 'get_batch_info',
                     'send_idem', 'maint_idem', 'send_at', 'maint_delayed',
                     'subscribe_partitioned', 'unsubscribe_partitioned', 'subscribe_slot',

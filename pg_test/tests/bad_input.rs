@@ -1142,6 +1142,38 @@ fn matrix() -> Vec<Row> {
         row("pgque.get_job(bigint)", "", &[])
             .with("NULL job", "SELECT * FROM pgque.get_job(NULL)", Noop)
             .with("unknown job", "SELECT * FROM pgque.get_job(987654321)", Noop),
+        // the job explorer (sql/34_explorer.sql): a NULL filter means "any"
+        row("pgque.list_jobs(text,text,text,text,bigint,integer)", "", &[])
+            .with("unknown queue", "SELECT * FROM pgque.list_jobs('nope')", St("42704"))
+            .with("unknown state", "SELECT * FROM pgque.list_jobs(NULL, 'gone')", St("22023"))
+            .with("max_jobs 0", "SELECT * FROM pgque.list_jobs(max_jobs => 0)", St("22003"))
+            .with("max_jobs 1001", "SELECT * FROM pgque.list_jobs(max_jobs => 1001)", St("22003"))
+            .with("search too long", "SELECT * FROM pgque.list_jobs(search => repeat('x', 201))", St("22001")),
+        row("pgque.match_jobs(text,text,text,text,text,integer)", "", &[])
+            .with("NULL action", "SELECT * FROM pgque.match_jobs(NULL)", St("22023"))
+            .with("unknown action", "SELECT * FROM pgque.match_jobs('bogus')", St("22023"))
+            .with("unknown queue", "SELECT * FROM pgque.match_jobs('retry', 'nope')", St("42704"))
+            .with("max_jobs 0", "SELECT * FROM pgque.match_jobs('retry', max_jobs => 0)", St("22003")),
+        row("pgque.job_detail(bigint)", "", &[])
+            .with("NULL job", "SELECT pgque.job_detail(NULL)", Noop)
+            .with("unknown job", "SELECT pgque.job_detail(987654321)", Noop),
+        row("pgque.job_timeline(bigint)", "", &[])
+            .with("NULL job", "SELECT * FROM pgque.job_timeline(NULL)", Noop)
+            .with("unknown job", "SELECT * FROM pgque.job_timeline(987654321)", Noop),
+        row("pgque.job_children(bigint)", "", &[])
+            .with("NULL job", "SELECT * FROM pgque.job_children(NULL)", Noop)
+            .with("unknown job", "SELECT * FROM pgque.job_children(987654321)", Noop),
+        row("pgque.flow_graph(bigint,integer)", "", &[])
+            .with("NULL flow", "SELECT * FROM pgque.flow_graph(NULL)", Noop)
+            .with("unknown flow", "SELECT * FROM pgque.flow_graph(987654321)", Noop)
+            .with("max_jobs 0", "SELECT * FROM pgque.flow_graph(1, 0)", St("22003")),
+        row("pgque.run_schedule_now(text)", "", &[])
+            .with("NULL name", "SELECT pgque.run_schedule_now(NULL)", Noop)
+            .with("unknown schedule", "SELECT pgque.run_schedule_now('nope')", St("42704")),
+        no_args("pgque.job_log_blockers()", "no arguments"),
+        no_args("pgque.ticker_loop_tick()", "no arguments: ticks, returns the period (ticker_loop's step)"),
+        no_args("pgque.maint_rotate_tables_step2()", "no arguments"),
+        row("pgque.maint_rotate_tables_step1(text)", "SELECT pgque.maint_rotate_tables_step1({Q}::text)", &[Queue]),
     ]
 }
 

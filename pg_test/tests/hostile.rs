@@ -186,7 +186,8 @@ fn exercise(c: &mut Client) {
         .query_one("SELECT count(*) FROM pgque.get_consumer_info('hq')", &[])
         .unwrap()
         .get(0);
-    assert_eq!(info, 2);
+    // c1, coop and its member coop.m1 (a row of its own, as PgQue lists it)
+    assert_eq!(info, 3);
     let q: i64 = c
         .query_one("SELECT count(*) FROM pgque.get_queue_info()", &[])
         .unwrap()

@@ -286,7 +286,10 @@ fn maint_retry_events() -> i32 {
     Spi::connect_mut(|c| maint::retry_events(c) as i32)
 }
 
-/// maint_operations(): the maintenance operations maint() runs.
+/// maint_operations(): the maintenance operations maint() runs, as PgQ
+/// lists them for an external maintenance loop (which calls func_name with
+/// func_arg, or with no argument when it is NULL): retry events, rotation
+/// step 1 per queue, step 2 once. Every function named exists.
 #[pg_extern(security_definer)]
 #[search_path(pg_catalog, pgque, pg_temp)]
 fn maint_operations(
@@ -301,13 +304,9 @@ fn maint_operations(
     });
     let mut ops = vec![("pgque.maint_retry_events".to_string(), None)];
     for q in queues {
-        ops.push((
-            "pgque.maint_rotate_tables_step1".to_string(),
-            Some(q.clone()),
-        ));
-        ops.push(("pgque.maint_rotate_tables_step2".to_string(), Some(q)));
+        ops.push(("pgque.maint_rotate_tables_step1".to_string(), Some(q)));
     }
-    ops.push(("pgque.maint_rotate_metadata".to_string(), None));
+    ops.push(("pgque.maint_rotate_tables_step2".to_string(), None));
     TableIterator::new(ops)
 }
 
