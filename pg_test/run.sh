@@ -18,6 +18,11 @@ ROOT=$(pwd)
 . "$ROOT/scripts/pgcluster.sh"
 pgq_pg_config "$VER"
 
+# On the newest version the tier also runs pg_upgrade from each older major
+# (tests/major_upgrade.rs): pgque into all of them first, this version last.
+if [ "$VER" = 18 ] && [ "${PGTEST_MAJOR_UPGRADE:-1}" = 1 ]; then
+  bash "$ROOT/pg_test/major_upgrade_prep.sh"
+fi
 # scripts/install.sh also ships the frozen install scripts of released versions
 # (the upgrade tests install them).
 pgq_install "$VER" pgtest

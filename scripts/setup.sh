@@ -63,6 +63,9 @@ fetch_pg() { # major version -> $PG_ROOT/pgb/<major>
   touch "$dest/.unpacked-$version"
 }
 fetch_pg 14 14.23.0
+# 15.19 only for pg_upgrade to and from 15 (pg_test/tests/major_upgrade.rs):
+# Debian's 15.20 (pgrx's pg15) writes a column option no other build knows.
+fetch_pg 15 15.19.0
 fetch_pg 16 16.15.0
 fetch_pg 17 17.11.0
 fetch_pg 18 18.6.0

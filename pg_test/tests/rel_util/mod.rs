@@ -437,6 +437,9 @@ pub fn consume_all(c: &mut Client, f: &Filled) {
 /// live ones, type, NOT NULL, default, identity, collation), constraints,
 /// indexes (pg_get_indexdef), views (pg_get_viewdef), sequences, composite
 /// types, triggers, comments, the schema's ACL and the pg_dump registrations.
+/// A function's or relation's ACL is compared with NULL read as the
+/// default it stands for (the owner's rights only): pg_upgrade from 15 on
+/// restores an explicit owner-only ACL, which is the default, as NULL.
 pub fn snapshot(c: &mut Client) -> BTreeMap<String, String> {
     const Q: &str = r#"
 WITH ext AS (SELECT * FROM pg_extension WHERE extname = 'pgque'),
@@ -451,13 +454,16 @@ SELECT 'function ' || p.oid::regprocedure::text,
          'secdef=' || p.prosecdef, 'volatile=' || p.provolatile::text, 'strict=' || p.proisstrict,
          'parallel=' || p.proparallel::text, 'leakproof=' || p.proleakproof, 'cost=' || p.procost,
          'rows=' || p.prorows, 'kind=' || p.prokind::text, 'owner=' || p.proowner::regrole,
-         'acl=' || coalesce((SELECT string_agg(a::text, ',' ORDER BY a::text) FROM unnest(p.proacl) a), 'default'))
+         'acl=' || coalesce((SELECT string_agg(a::text, ',' ORDER BY a::text)
+                               FROM unnest(coalesce(p.proacl, acldefault('f', p.proowner))) a), '-'))
   FROM pg_proc p JOIN mem ON mem.classid = 'pg_proc'::regclass AND mem.objid = p.oid
 UNION ALL
 SELECT 'relation ' || r.oid::regclass::text,
        concat_ws(E'\n', 'kind=' || r.relkind::text, 'persistence=' || r.relpersistence::text,
          'options=' || coalesce((SELECT string_agg(o, ',' ORDER BY o) FROM unnest(r.reloptions) o), '-'),
-         'acl=' || coalesce((SELECT string_agg(a::text, ',' ORDER BY a::text) FROM unnest(r.relacl) a), 'default'),
+         'acl=' || coalesce((SELECT string_agg(a::text, ',' ORDER BY a::text)
+                               FROM unnest(coalesce(r.relacl, acldefault((CASE WHEN r.relkind = 'S' THEN 's' ELSE 'r' END)::"char",
+                                                                         r.relowner))) a), '-'),
          'owner=' || r.relowner::regrole, 'rls=' || r.relrowsecurity,
          'partkey=' || coalesce(pg_get_partkeydef(r.oid), '-'),
          'partbound=' || coalesce(pg_get_expr(r.relpartbound, r.oid), '-'),
@@ -479,6 +485,9 @@ UNION ALL
 SELECT 'constraint ' || r.oid::regclass::text || '.' || co.conname,
        pg_get_constraintdef(co.oid) || ' deferrable=' || co.condeferrable || ' valid=' || co.convalidated
   FROM rels r JOIN pg_constraint co ON co.conrelid = r.oid
+ -- NOT NULL (a constraint row of its own from PostgreSQL 18 on, whose name
+ -- pg_upgrade gives partitions differently): the columns' attnotnull says it
+ WHERE co.contype <> 'n'
 UNION ALL
 SELECT 'index ' || i.indexrelid::regclass::text,
        concat_ws(E'\n', pg_get_indexdef(i.indexrelid),
