@@ -31,7 +31,7 @@ sed -n 's/^ *Executable \(.*\) (\(.*\))$/\1\t\2/p' "$out/build.log" >"$out/list"
 
 # The slow binaries first (seconds each, measured one at a time on 2 cores),
 # then the rest in cargo's order.
-slow="held_xmin idle pool jobs_log worker delayed events_rotation schedules_crash slots_lease upgrade bad_input idem rate_limits jobs_enqueue events_basic"
+slow="held_xmin idle worker_restart pool major_upgrade jobs_log worker consumer_plans standby hostile_worker delayed events_rotation schedules_crash slots_lease upgrade bad_input idem rate_limits jobs_enqueue events_basic"
 order=()
 for s in $slow; do
   line=$(grep -P "^tests/$s\.rs\t" "$out/list") && order+=("$line")
