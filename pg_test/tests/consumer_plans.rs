@@ -280,3 +280,133 @@ fn consumer_calls_keep_their_speed_as_a_fresh_database_grows() {
         );
     }
 }
+
+/// Buffers one call touches (its EXPLAIN (ANALYZE, BUFFERS), nested
+/// statements included).
+fn buffers(c: &mut Client, call: &str) -> f64 {
+    explain(c, call).buffers
+}
+
+/// One round of the lookup test: a tick of PER_LOOKUP events, then the plain
+/// consumer's receive + ack and each slot's receive + ack + release + claim.
+/// With `measure`, the buffers of each kind of call, summed over the slots.
+fn lookup_round(p: &mut Client, c: &mut Client, measure: bool) -> [f64; 7] {
+    const PER_LOOKUP: i64 = 20;
+    p.execute(
+        "SELECT pgque.send_batch('lq', 'e', array(SELECT '{}'::jsonb FROM generate_series(1, $1::int8)), \
+                array(SELECT (i % 7)::text FROM generate_series(1, $1::int8) i))",
+        &[&PER_LOOKUP],
+    )
+    .unwrap();
+    p.query_one("SELECT pgque.force_tick('lq')", &[]).unwrap();
+    let run = |c: &mut Client, call: &str| -> f64 {
+        if measure {
+            buffers(c, call)
+        } else {
+            c.batch_execute(call).unwrap();
+            0.0
+        }
+    };
+    let mut out = [0.0; 7];
+    out[0] = run(c, "SELECT * FROM pgque.receive('lq', 'c', 1000)");
+    let b: i64 = c
+        .query_one(
+            "SELECT current_batch FROM pgque.get_consumer_info('lq', 'c')",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    out[1] = run(c, &format!("SELECT pgque.ack({b})"));
+    for k in 0..SLOTS {
+        out[2] += run(
+            c,
+            &format!("SELECT * FROM pgque.receive_partitioned('lq', 'p', {k}, {SLOTS}, 'w', 1000)"),
+        );
+        out[3] += run(
+            c,
+            &format!("SELECT pgque.ack_partitioned('lq', 'p', {k}, {SLOTS}, 'w')"),
+        );
+        out[4] += run(
+            c,
+            &format!("SELECT pgque.release_slot('lq', 'p', {k}, 'w')"),
+        );
+        out[5] += run(
+            c,
+            &format!("SELECT pgque.claim_slot('lq', 'p', {k}, 'w', '1 hour')"),
+        );
+    }
+    out[6] = run(c, "SELECT * FROM pgque.claim_next_slot('lq', 'p', 'w2')");
+    out
+}
+
+/// The batch lookups of every consumer call (an open batch, the frontier
+/// batch, a batch by id) stay one index probe whatever the batch history
+/// holds. The planner, once it has statistics, liked to answer "is this
+/// batch done" by hashing every id in batch_done (all the batches since the
+/// last metadata rotation), which made ack_partitioned, release_slot and
+/// receive_partitioned cost ~1 ms and ~350 buffers each after 30 s at 5,000
+/// events/s. Here: a history of batches, ANALYZE, fresh sessions (plans made
+/// with those statistics), then the calls' buffers at two history sizes.
+#[test]
+fn batch_lookups_do_not_read_the_batch_history() {
+    let cl = Cluster::start_new("batch_lookups", "autovacuum = off");
+    let mut p = cl.create_db("batch_lookups");
+    stop_worker(&mut p);
+    p.batch_execute(
+        "SELECT pgque.create_queue('lq'); \
+         SELECT pgque.subscribe('lq', 'c'); \
+         SELECT pgque.subscribe_partitioned('lq', 'p', 2); \
+         SELECT pgque.claim_slot('lq', 'p', 0, 'w', '1 hour'); \
+         SELECT pgque.claim_slot('lq', 'p', 1, 'w', '1 hour')",
+    )
+    .unwrap();
+    let mut c = cl.connect("batch_lookups");
+    for _ in 0..300 {
+        lookup_round(&mut p, &mut c, false);
+    }
+    p.batch_execute("ANALYZE").unwrap();
+    let mut c = cl.connect("batch_lookups");
+    let measure = |p: &mut Client, c: &mut Client| -> Vec<f64> {
+        let rounds: Vec<[f64; 7]> = (0..9).map(|_| lookup_round(p, c, true)).collect();
+        (0..7)
+            .map(|i| quantile(rounds.iter().map(|r| r[i]).collect(), 0.5))
+            .collect()
+    };
+    measure(&mut p, &mut c); // plans made (and kept) now
+    let small = measure(&mut p, &mut c);
+    for _ in 0..900 {
+        lookup_round(&mut p, &mut c, false);
+    }
+    let big = measure(&mut p, &mut c);
+    let done: i64 = p
+        .query_one("SELECT count(*) FROM pgque.batch_done", &[])
+        .unwrap()
+        .get(0);
+    assert!(
+        done > 3000,
+        "a batch history to read: {done} finished batches"
+    );
+    for (i, call) in [
+        "receive",
+        "ack",
+        "receive_partitioned",
+        "ack_partitioned",
+        "release_slot",
+        "claim_slot",
+        "claim_next_slot",
+    ]
+    .iter()
+    .enumerate()
+    {
+        eprintln!(
+            "{call}: {} buffers at the first size, {} with {done} finished batches",
+            small[i], big[i]
+        );
+        assert!(
+            big[i] <= MAX_BUFFER_RATIO * small[i].max(10.0),
+            "{call} reads the batch history: {} -> {} buffers a call",
+            small[i],
+            big[i]
+        );
+    }
+}

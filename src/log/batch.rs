@@ -76,9 +76,15 @@ impl pgrx::IntoDatum for PgText {
     }
 }
 
+/// The batch columns and whether it is done. "Done" is a scalar subquery
+/// with LIMIT 1, not EXISTS: the planner may run an EXISTS as a hashed
+/// subplan, which reads every id of batch_done (all the batches since the
+/// last metadata rotation) to answer for the one row these lookups return;
+/// it does so in the generic plans of latest_batch, whose estimate is taken
+/// before its LIMIT 1. A scalar subquery is always an index probe per row.
 const BATCH_COLS: &str =
     "b.batch_id, b.sub_id, b.member_id, b.prev_tick_id, b.tick_id, b.ev_floor, b.ev_ceiling, \
-     EXISTS (SELECT 1 FROM pgque.batch_done d WHERE d.batch_id = b.batch_id)";
+     (SELECT true FROM pgque.batch_done d WHERE d.batch_id = b.batch_id LIMIT 1) IS NOT NULL";
 
 fn batch_from(r: &pgrx::spi::SpiHeapTupleData<'_>) -> Batch {
     Batch {
