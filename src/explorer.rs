@@ -10,3 +10,11 @@ extension_sql_file!(
     name = "explorer",
     requires = ["job_log", "flows", "schedules"]
 );
+
+// The event browser behind pgque-web's page of one event queue: its
+// waiting events and its dead letters, a page at a time.
+extension_sql_file!(
+    "../sql/35_event_browser.sql",
+    name = "event_browser",
+    requires = ["event_log", "explorer"]
+);

@@ -1167,6 +1167,20 @@ fn matrix() -> Vec<Row> {
             .with("NULL flow", "SELECT * FROM pgque.flow_graph(NULL)", Noop)
             .with("unknown flow", "SELECT * FROM pgque.flow_graph(987654321)", Noop)
             .with("max_jobs 0", "SELECT * FROM pgque.flow_graph(1, 0)", St("22003")),
+        // the event browser (sql/35_event_browser.sql)
+        row("pgque.browse_events(text,text,bigint,bigint,integer)", "", &[])
+            .with("NULL queue", "SELECT * FROM pgque.browse_events(NULL)", St("22004"))
+            .with("unknown queue", "SELECT * FROM pgque.browse_events('nope')", St("42704"))
+            .with("unknown consumer", "SELECT * FROM pgque.browse_events('q', 'nobody')", St("42704"))
+            .with("max_events 0", "SELECT * FROM pgque.browse_events('q', max_events => 0)", St("22003"))
+            .with("max_events 1001", "SELECT * FROM pgque.browse_events('q', max_events => 1001)", St("22003"))
+            .with("negative cursor", "SELECT * FROM pgque.browse_events('q', NULL, -1, 1)", St("22003"))
+            .with("unknown cursor", "SELECT * FROM pgque.browse_events('q', 'c', 9007199254740991, 1)", Noop),
+        row("pgque.browse_dead_letters(text,bigint,integer)", "", &[])
+            .with("NULL queue", "SELECT * FROM pgque.browse_dead_letters(NULL)", St("22004"))
+            .with("unknown queue", "SELECT * FROM pgque.browse_dead_letters('nope')", St("42704"))
+            .with("max_letters 0", "SELECT * FROM pgque.browse_dead_letters('q', NULL, 0)", St("22003"))
+            .with("max_letters 1001", "SELECT * FROM pgque.browse_dead_letters('q', NULL, 1001)", St("22003")),
         row("pgque.run_schedule_now(text)", "", &[])
             .with("NULL name", "SELECT pgque.run_schedule_now(NULL)", Noop)
             .with("unknown schedule", "SELECT pgque.run_schedule_now('nope')", St("42704")),

@@ -7,7 +7,9 @@
 //! script): `/` overview, `/events`, `/jobs`, `/schedules`, `/worker`;
 //! the job explorer (explorer.rs, not refreshed): `/jobs/list` (filters,
 //! keyset pages, bulk retry / cancel behind `/jobs/bulk`'s confirmation),
-//! `/jobs/<id>`, `/flows/<id>`; `/fragment/<page>` is a page's refreshable part; `/metrics` is
+//! `/jobs/<id>`, `/flows/<id>`; the event browser (events.rs, not refreshed):
+//! `/events/q/<queue>` (waiting events, open batches, dead letters with
+//! replay / purge of selected ones behind `/events/confirm`); `/fragment/<page>` is a page's refreshable part; `/metrics` is
 //! pgque.metrics() in the Prometheus text format; `/healthz` answers once
 //! the database does.
 //!
@@ -20,6 +22,7 @@
 //! required whenever it listens beyond loopback or offers admin actions.
 mod auth;
 mod db;
+mod events;
 mod explorer;
 mod guard;
 mod history;
@@ -333,6 +336,8 @@ name or address browsers use to reach it",
     let router = Router::new()
         .route("/", get(page_overview))
         .route("/events", get(page_events))
+        .route("/events/q/{queue}", get(page_event_queue))
+        .route("/events/confirm", post(dead_confirm))
         .route("/jobs", get(page_jobs))
         .route("/jobs/list", get(page_job_list))
         .route("/jobs/bulk", post(bulk_confirm))
@@ -581,6 +586,8 @@ async fn content(app: &App, p: Page, ctx: &Ctx<'_>) -> Result<String, String> {
         Page::Schedules => {
             explorer::schedules_page(ctx, &explorer::schedules(&app.pool).await.map_err(|e| e.0))
         }
+        // (not in PAGES: no fragment URL reaches it)
+        Page::EventQueue => return Err("this page is not refreshed in place".into()),
         Page::Worker => {
             let st = db::status(&app.pool).await.map_err(|e| e.0);
             let h = app.history.lock().unwrap();
@@ -1004,6 +1011,27 @@ async fn explorer_action(
                     .map_err(|e| e.0),
             )
         }
+        "dead_replay" | "dead_purge" => {
+            let op = events::DeadOp::parse(&name[5..])?;
+            let Some(queue) = form.get("queue").filter(|s| !s.is_empty()) else {
+                return Some(Err("a queue name is required".into()));
+            };
+            let ids = match parse_ids(form.get("selected").map_or("", String::as_str).split(',')) {
+                Ok(v) => v,
+                Err(e) => return Some(Err(e)),
+            };
+            let Some(count) = form
+                .get("count")
+                .and_then(|n| n.trim().parse::<usize>().ok())
+            else {
+                return Some(Err("no confirmed count".into()));
+            };
+            Some(
+                events::apply(&app.pool, op, queue, &ids, count)
+                    .await
+                    .map_err(|e| e.0),
+            )
+        }
         "bulk_retry" | "bulk_cancel" => {
             let act = explorer::Bulk::parse(&name[5..])?;
             let Some(d) = form.get("digest") else {
@@ -1123,6 +1151,102 @@ async fn page_flow(State(app): State<Shared>, Path(id): Path<String>, h: HeaderM
     html(
         status,
         pages::page_titled(Page::JobList, &format!("Flow {id}"), &c, &body, ""),
+    )
+}
+
+/// GET /events/q/<queue>: one event queue's waiting events, open batches
+/// and dead letters, from the cursors of the query string.
+async fn page_event_queue(
+    State(app): State<Shared>,
+    Path(queue): Path<String>,
+    Query(Pairs(q)): Query<Pairs>,
+    h: HeaderMap,
+) -> Response {
+    let Some(v) = viewer(&app, &h) else {
+        return login_instead(Page::EventQueue);
+    };
+    let at = match events::Cursor::from_query(&q) {
+        Ok(at) => at,
+        Err(e) => return html(StatusCode::BAD_REQUEST, pages::esc(&e)),
+    };
+    let c = ctx(&app, &v, explorer::field(&q, "msg"));
+    let (status, body) = match events::queue(&app.pool, &queue, at).await {
+        Ok(d) => (StatusCode::OK, events::queue_page(&c, &queue, at, &d)),
+        Err(e) => (
+            if e.0.contains("SQLSTATE 42704") {
+                StatusCode::NOT_FOUND
+            } else {
+                StatusCode::SERVICE_UNAVAILABLE
+            },
+            format!("<p class=\"bad\">{}</p>", pages::esc(&e.0)),
+        ),
+    };
+    html(
+        status,
+        pages::page_titled(
+            Page::EventQueue,
+            &format!("Event queue {queue}"),
+            &c,
+            &body,
+            "",
+        ),
+    )
+}
+
+/// POST /events/confirm (admin, CSRF): the confirmation of a replay or
+/// purge of the selected dead letters of a queue, saying how many it will
+/// change. Changes nothing itself.
+async fn dead_confirm(
+    State(app): State<Shared>,
+    headers: HeaderMap,
+    Form(form): Form<Vec<(String, String)>>,
+) -> Response {
+    let what = "POST /events/confirm";
+    let Some(v) = viewer(&app, &headers) else {
+        return refuse(StatusCode::FORBIDDEN, what, "not logged in");
+    };
+    if !app.admin {
+        return refuse(StatusCode::FORBIDDEN, what, "this dashboard is read-only");
+    }
+    if !v.admin {
+        return refuse(StatusCode::FORBIDDEN, what, "this login is read-only");
+    }
+    match explorer::field(&form, "csrf") {
+        Some(t) if same(t, &v.csrf) => {}
+        Some(_) => return refuse(StatusCode::FORBIDDEN, what, "wrong CSRF token"),
+        None => return refuse(StatusCode::FORBIDDEN, what, "no CSRF token"),
+    }
+    let Some(op) = explorer::field(&form, "op").and_then(events::DeadOp::parse) else {
+        return html(
+            StatusCode::BAD_REQUEST,
+            "no replay or purge operation".into(),
+        );
+    };
+    let Some(queue) = explorer::field(&form, "queue").filter(|s| !s.is_empty()) else {
+        return html(StatusCode::BAD_REQUEST, "a queue name is required".into());
+    };
+    let ids = match parse_ids(
+        form.iter()
+            .filter(|(k, _)| k == "ids")
+            .map(|(_, v)| v.as_str()),
+    ) {
+        Ok(v) => v,
+        Err(e) => return html(StatusCode::BAD_REQUEST, pages::esc(&e)),
+    };
+    let c = ctx(&app, &v, None);
+    let body = match events::confirm(&app.pool, &c, op, queue, &ids).await {
+        Ok(b) => b,
+        Err(e) => format!("<p class=\"bad\">{}</p>", pages::esc(&e.0)),
+    };
+    html(
+        StatusCode::OK,
+        pages::page_titled(
+            Page::EventQueue,
+            &format!("Confirm: {} dead letters of {queue}", op.name()),
+            &c,
+            &body,
+            "",
+        ),
     )
 }
 

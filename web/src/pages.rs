@@ -15,6 +15,9 @@ pub enum Page {
     JobList,
     Schedules,
     Worker,
+    /// One event queue's page (web/src/events.rs), under the nav entry of
+    /// Events, not refreshed in place (a refresh would drop a selection).
+    EventQueue,
 }
 
 pub const PAGES: &[Page] = &[
@@ -35,6 +38,7 @@ impl Page {
             Page::JobList => "/jobs/list",
             Page::Schedules => "/schedules",
             Page::Worker => "/worker",
+            Page::EventQueue => "/events",
         }
     }
     pub fn slug(self) -> &'static str {
@@ -45,6 +49,7 @@ impl Page {
             Page::JobList => "joblist",
             Page::Schedules => "schedules",
             Page::Worker => "worker",
+            Page::EventQueue => "event-queue",
         }
     }
     pub fn title(self) -> &'static str {
@@ -55,6 +60,7 @@ impl Page {
             Page::JobList => "Jobs",
             Page::Schedules => "Schedules",
             Page::Worker => "Worker",
+            Page::EventQueue => "Event queue",
         }
     }
     pub fn from_slug(s: &str) -> Option<Page> {
@@ -66,7 +72,14 @@ impl Page {
     /// Whether the page's figures refresh in place (the explorer's pages
     /// do not: a refresh would drop a selection or a position).
     pub fn refreshes(self) -> bool {
-        self != Page::JobList
+        self != Page::JobList && self != Page::EventQueue
+    }
+    /// The nav entry a page is shown under.
+    fn nav(self) -> Page {
+        match self {
+            Page::EventQueue => Page::Events,
+            p => p,
+        }
     }
 }
 
@@ -187,7 +200,7 @@ pub fn page_titled(p: Page, title: &str, ctx: &Ctx, content: &str, fixed: &str) 
             nav,
             "<a href=\"{}\"{}>{}</a>",
             q.path(),
-            if *q == p { " class=\"on\"" } else { "" },
+            if *q == p.nav() { " class=\"on\"" } else { "" },
             q.title()
         );
     }
@@ -198,7 +211,7 @@ pub fn page_titled(p: Page, title: &str, ctx: &Ctx, content: &str, fixed: &str) 
     format!(
         "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">\
 <meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">\
-<link rel=\"icon\" href=\"data:,\"><title>pgque · {title}</title><style>{CSS}{ECSS}</style></head>\
+<link rel=\"icon\" href=\"data:,\"><title>pgque · {title}</title><style>{CSS}{ECSS}{VCSS}</style></head>\
 <body data-refresh=\"{refresh}\" data-fragment=\"/fragment/{slug}\" data-admin=\"{admin}\">\
 <header><strong>pgque</strong>{nav}<span class=\"who\">database <b>{db}</b> as role <b>{role}</b> · {mode}{user}</span></header>\
 <main><h1>{title}</h1>{msg}<div id=\"content\">{content}</div>{fixed}</main>\
@@ -206,6 +219,7 @@ pub fn page_titled(p: Page, title: &str, ctx: &Ctx, content: &str, fixed: &str) 
 <script>{JS}</script></body></html>",
         title = esc(title),
         ECSS = crate::explorer::CSS,
+        VCSS = crate::events::CSS,
         refresh = if p.refreshes() { ctx.refresh_ms } else { 0 },
         slug = p.slug(),
         admin = ctx.admin,
@@ -602,7 +616,8 @@ pub fn events(
         let paused = f.get("pgque_event_queue_ticker_paused", &l) == Some(1.0);
         let _ = write!(
             o,
-            "<tr data-queue=\"{qe}\"><td>{qe}</td>{}{}{}{}{}{}<td class=\"{}\">{}</td><td>{}</td>",
+            "<tr data-queue=\"{qe}\"><td><a href=\"{}\">{qe}</a></td>{}{}{}{}{}{}<td class=\"{}\">{}</td><td>{}</td>",
+            esc(&crate::events::href(q)),
             cell(f, "pgque_event_queue_pending_events", &l, false),
             cell(f, "pgque_event_queue_unticked_events", &l, false),
             cell(f, "pgque_event_queue_last_tick_age_seconds", &l, true),

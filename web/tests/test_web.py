@@ -1171,6 +1171,150 @@ def test_list_jobs_pages_match_all_jobs_and_bad_input_is_refused(ctx):
                                             'job_children', 'flow_graph', 'run_schedule_now')""")
 
 
+# ---- the event browser (one queue's waiting events, open batches, dead letters) ----------
+def letters_fixture(ctx):
+    """Queue `letters`: 60 keyed events then 3 more; consumer `worker` gave up
+    on 5 of the first (dead letters, 'bounced #<id>') and holds the 3 in an
+    open batch; `slowpoke` has read nothing, so all 63 wait for it. Returns
+    the queue's id. Made once per run."""
+    if "letters" in ctx:
+        return ctx["letters"]
+    c = ctx["c"]
+    q(c, "SELECT pgque.create_queue('letters')")
+    q(c, "SELECT pgque.set_queue_config('letters', 'max_retries', '0')")
+    q(c, "SELECT pgque.subscribe('letters', 'worker')")
+    q(c, "SELECT pgque.subscribe('letters', 'slowpoke')")
+    q(c, "SELECT pgque.send('letters', 'letter', jsonb_build_object('n', g, 'to', 'user' || g || '@example.test'), "
+         "'k' || (g % 3)) FROM generate_series(1, 60) g")
+    ticked = lambda: one(c, "SELECT ev_new = 0 FROM pgque.get_queue_info('letters')")
+    wait_for("the letters' tick", ticked)
+    rows = q(c, "WITH r AS MATERIALIZED (SELECT m FROM pgque.receive('letters', 'worker', 100) m) "
+                "SELECT (r.m).batch_id, CASE WHEN (r.m).msg_id <= (SELECT min((x.m).msg_id) + 4 FROM r x) "
+                "THEN pgque.nack((r.m).batch_id, r.m, '0 seconds', 'bounced #' || (r.m).msg_id) END FROM r")
+    assert len(rows) == 60, rows
+    q(c, "SELECT pgque.ack(%s)", (rows[0][0],))
+    q(c, "SELECT pgque.send_batch('letters', 'late', ARRAY['l1', 'l2', 'l3'])")
+    wait_for("the late letters' tick", ticked)
+    assert len(q(c, "SELECT 1 FROM pgque.receive('letters', 'worker', 100)")) == 3
+    ctx["letters"] = one(c, "SELECT queue_id FROM pgque.queue WHERE queue_name = 'letters'")
+    return ctx["letters"]
+
+
+def shown_rows(b, table, attr):
+    return b.js(f"return Array.from(document.querySelectorAll('#{table} tr[data-{attr}]'))"
+                f".map(r => [+r.dataset.{attr}, Array.from(r.cells).map(c => c.title || c.textContent)])")
+
+
+def test_the_event_queue_page_shows_what_the_database_holds(ctx):
+    b, web, c = ctx["browser"], ctx["admin"], ctx["c"]
+    qid = letters_fixture(ctx)
+    ensure_login(b, web, ADMIN_TOKEN)
+    # The events page links each queue to its own page.
+    visit(b, web, "/events")
+    b.click(b.find("#event-queues tr[data-queue='letters'] a")[0])
+    wait_for("the queue's page", lambda: b.find("#waiting-events"))
+    assert b.js("return location.pathname") == "/events/q/letters"
+    errs = errors_in(b.console())
+    assert not errs, errs
+    shoot(b, "event-queue.png")
+    # Waiting events: every event slowpoke has still to read, page after page,
+    # in (transaction, id) order, each with its type, key and payload.
+    want = q(c, f"SELECT ev_id, ev_type, coalesce(ev_extra1, ''), ev_data FROM pgque.event_{qid} "
+                "ORDER BY ev_txid, ev_id")
+    assert len(want) == 63
+    pending = one(c, "SELECT pending_events FROM pgque.get_consumer_info('letters', 'slowpoke')")
+    assert pending == 63, pending
+    seen = []
+    while True:
+        rows = shown_rows(b, "waiting-events", "ev")
+        assert 0 < len(rows) <= 50, len(rows)
+        seen += [(i, cs[1], cs[2], cs[6]) for i, cs in rows]
+        nxt = b.find("#events-next")
+        if not nxt:
+            break
+        b.click(nxt[0])
+        wait_for("the next events", lambda: "after_id=" in b.js("return location.search"))
+        assert not errors_in(b.console())
+    assert seen == [tuple(r) for r in want], (seen[:3], want[:3])
+    # Open batches: the one worker holds, none for slowpoke.
+    batches = {r[0]: r[1] for r in q(c, "SELECT consumer_name, coalesce(current_batch::text, '') "
+                                        "FROM pgque.get_consumer_info('letters')")}
+    assert batches["worker"] and not batches["slowpoke"], batches
+    shown = b.js("return Array.from(document.querySelectorAll('#open-batches tr[data-consumer]'))"
+                 ".map(r => [r.dataset.consumer, r.dataset.batch])")
+    assert dict(shown) == batches, (shown, batches)
+    # Dead letters, newest first, with payload and reason.
+    want = q(c, "SELECT dl_id, ev_id, ev_data, dl_reason FROM pgque.dlq_inspect('letters', 50)")
+    rows = shown_rows(b, "dead-letters", "dl")
+    assert [(i, int(cs[5]), cs[9], cs[4]) for i, cs in rows] == [tuple(r) for r in want], rows
+    assert len(want) == 5 and all(r[3] == f"bounced #{r[1]}" for r in want), want
+    # Bad input: an unknown queue is a 404, a bad cursor a 400.
+    assert web.get("/events/q/nosuchqueue")[0] == 404
+    assert web.get("/events/q/letters?after_txid=1")[0] == 400
+    assert web.get("/events/q/letters?dl_before=x")[0] == 400
+    # A reader sees the page without a selection or a form.
+    st, body, _ = ctx["reader"].get("/events/q/letters")
+    assert st == 200 and "data-dl=" in body and "dead-form" not in body and "checkbox" not in body
+
+
+def test_replaying_and_purging_selected_dead_letters_changes_exactly_those(ctx):
+    b, web, c = ctx["browser"], ctx["admin"], ctx["c"]
+    letters_fixture(ctx)
+    ensure_login(b, web, ADMIN_TOKEN)
+    before = [r[0] for r in q(c, "SELECT dl_id FROM pgque.dlq_inspect('letters', 50)")]
+    assert len(before) >= 3, before
+    pick = before[1:3]
+    evs = {r[0]: r[1] for r in q(c, "SELECT dl_id, ev_id FROM pgque.dlq_inspect('letters', 50)")}
+    visit_static(b, web, "/events/q/letters")
+    for i in pick:
+        b.click(b.find(f"#dead-letters input[name='ids'][value='{i}']")[0])
+    b.click(b.find("#dead-replay")[0])
+    wait_for("the confirmation", lambda: b.find("#confirm-count"))
+    assert b.js("return document.getElementById('confirm-count').dataset.count") == "2"
+    assert not errors_in(b.console())
+    shoot(b, "dead-letters-confirm.png")
+    # Nothing changed yet.
+    assert [r[0] for r in q(c, "SELECT dl_id FROM pgque.dlq_inspect('letters', 50)")] == before
+    b.click(b.find("#confirm")[0])
+    wait_for("the replay", lambda: "msg=" in b.js("return location.search"))
+    assert "2 dead letters of letters replayed" in b.js("return document.getElementById('msg').textContent")
+    after = [r[0] for r in q(c, "SELECT dl_id FROM pgque.dlq_inspect('letters', 50)")]
+    assert after == [i for i in before if i not in pick], (before, pick, after)
+    # Exactly those two events wait in the retry queue for worker.
+    got = sorted(r[0] for r in q(c, "SELECT r.ev_id FROM pgque.retry_queue r JOIN pgque.subscription s "
+                                    "ON s.sub_id = r.ev_owner WHERE s.sub_consumer = 'worker' "
+                                    "AND r.ev_queue = %s", (ctx["letters"],)))
+    assert got == sorted(evs[i] for i in pick), (got, pick)
+    # Purge one: exactly it goes.
+    visit_static(b, web, "/events/q/letters")
+    gone = after[0]
+    b.click(b.find(f"#dead-letters input[name='ids'][value='{gone}']")[0])
+    b.click(b.find("#dead-purge")[0])
+    wait_for("the confirmation", lambda: b.find("#confirm-count"))
+    assert b.js("return document.getElementById('confirm-count').dataset.count") == "1"
+    b.click(b.find("#confirm")[0])
+    wait_for("the purge", lambda: "msg=" in b.js("return location.search"))
+    assert "1 dead letter of letters purged" in b.js("return document.getElementById('msg').textContent")
+    assert [r[0] for r in q(c, "SELECT dl_id FROM pgque.dlq_inspect('letters', 50)")] == after[1:]
+    assert not errors_in(b.console())
+    # A stale confirmation (its letter already gone) changes nothing.
+    token = web.csrf()
+    left = after[1]
+    st, _, h = web.request("POST", "/action/dead_purge", urllib.parse.urlencode({
+        "csrf": token, "queue": "letters", "selected": f"{gone},{left}", "count": "2",
+        "back": "/events/q/letters"}).encode(), {"Content-Type": "application/x-www-form-urlencoded",
+                                                  "Origin": web.base})
+    assert st == 303, st
+    assert "nothing changed" in urllib.parse.unquote_plus(h["location"]), h["location"]
+    assert [r[0] for r in q(c, "SELECT dl_id FROM pgque.dlq_inspect('letters', 50)")] == after[1:]
+    # Without the CSRF token, or from a read login: refused.
+    assert web.post("/events/confirm", {"op": "purge", "queue": "letters", "ids": str(left)})[0] == 403
+    rd = ctx["reader"]
+    assert rd.post("/action/dead_purge", {"queue": "letters", "selected": str(left), "count": "1",
+                                          "csrf": rd.csrf("/events")})[0] == 403
+    assert [r[0] for r in q(c, "SELECT dl_id FROM pgque.dlq_inspect('letters', 50)")] == after[1:]
+
+
 TESTS = [
     test_metrics_endpoint_equals_pgque_metrics,
     test_monitoring_files_use_only_exported_names,
@@ -1193,6 +1337,8 @@ TESTS = [
     test_the_schedules_page_fires_pauses_and_resumes,
     test_a_reader_sees_the_explorer_without_actions,
     test_list_jobs_pages_match_all_jobs_and_bad_input_is_refused,
+    test_the_event_queue_page_shows_what_the_database_holds,
+    test_replaying_and_purging_selected_dead_letters_changes_exactly_those,
 ]
 
 
