@@ -19,12 +19,13 @@ import sys
 import time
 import traceback
 
-from . import chart, db, report, w_events, w_interval, w_jobs, w_xmin
+from . import chart, db, report, w_events, w_interval, w_jobs, w_profile, w_xmin
 from .core import Results, progress
 
 WORKLOADS = {
     "w1": w_events.w1, "w2": w_events.w2, "w3": w_events.w3, "w4": w_events.w4, "w5": w_events.w5,
     "w6": w_jobs.w6, "w7": w_jobs.w7, "w8": w_jobs.w8, "w9": w_xmin.w9, "w10": w_interval.w10,
+    "w11": w_profile.w11,
 }
 
 
@@ -55,6 +56,15 @@ class Config:
         self.w10_sizes = [20_000, 100_000] if quick else [100_000, 1_000_000]
         if os.environ.get("W10_SIZES"):
             self.w10_sizes = [int(d) for d in os.environ["W10_SIZES"].split(",")]
+        # w11: the seed's profile (W11_RATE events/s, W11_SECS per cell, lease ttl W11_TTL s),
+        # then the rate search (W11_SEARCH rates, W11_SEARCH_SECS each)
+        self.w11_rate = int(os.environ.get("W11_RATE", "5000"))
+        self.w11_secs = int(os.environ.get("W11_SECS", "20" if quick else "60"))
+        self.w11_ttl = int(os.environ.get("W11_TTL", "5" if quick else "10"))
+        self.w11_zipf = 1.1  # random_zipfian(1, 2000, 1.1), as the seed's run
+        self.w11_search = [int(x) for x in os.environ.get(
+            "W11_SEARCH", "5000,10000,15000" if quick else "5000,7500,10000,12500,15000,20000,25000").split(",")]
+        self.w11_search_secs = int(os.environ.get("W11_SEARCH_SECS", "10" if quick else "20"))
         # CELL_SCALE=0.5: every timed cell (sends, latency, enqueue, end-to-end,
         # held-xmin phases) half as long; rounds, backlogs and depths unchanged.
         scale = float(os.environ.get("CELL_SCALE", "1"))
@@ -68,7 +78,7 @@ class Config:
                 f"{self.drain_batches}; latency cells {self.lat_secs} s at {self.lat_rates} ev/s; enqueue cells "
                 f"{self.enq_secs} s; dispatch depths {self.w7_depths}, {self.w7_samples} samples, limit {self.w7_limit}; "
                 f"end-to-end cells {self.w8_secs} s; held-xmin phases {self.w9_secs} s per system; one-interval drains "
-                f"{self.w10_sizes}")
+                f"{self.w10_sizes}; profile cells {self.w11_secs} s at {self.w11_rate:,} ev/s, search {self.w11_search}")
 
 
 def sh(cmd):
@@ -133,7 +143,7 @@ def main():
     elif report.has_history(out):
         progress(f"WARNING: {out} has a ## History section that is not its last section; "
                  "the run rewrites the whole file: carry the history over by hand (git diff)")
-    env = " ".join(f"{k}={os.environ[k]}" for k in ("QUICK", "ROUNDS", "ONLY", "W7_DEPTHS", "W10_SIZES", "CELL_SCALE") if os.environ.get(k))
+    env = " ".join(f"{k}={os.environ[k]}" for k in ("QUICK", "ROUNDS", "ONLY", "W7_DEPTHS", "W10_SIZES", "CELL_SCALE", "W11_RATE", "W11_SECS", "W11_TTL", "W11_SEARCH", "W11_SEARCH_SECS") if os.environ.get(k))
     cmdline = (env + " " if env else "") + "make bench" + (" -- " + " ".join(sys.argv[1:]) if sys.argv[1:] else "")
     only = [x.strip() for x in args.only.split(",") if x.strip()] or list(WORKLOADS)
 
