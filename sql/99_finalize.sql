@@ -137,6 +137,12 @@ GRANT EXECUTE ON FUNCTION
 GRANT EXECUTE ON FUNCTION pgque.partition_slot(text, int4)
   TO pgque_reader, pgque_writer, pgque_admin;
 GRANT SELECT ON pgque.partition_slot_status TO pgque_reader;
+-- The pause failure policy (src/log/pause.rs): a consumer chooses it at
+-- subscribe; releasing a blocked key is an administrator's call.
+GRANT EXECUTE ON FUNCTION pgque.subscribe_partitioned(text, text, int4, text, text)
+  TO pgque_reader;
+GRANT EXECUTE ON FUNCTION pgque.release_partition_key(text, text, text) TO pgque_admin;
+GRANT SELECT ON pgque.partition_blocked_keys TO pgque_reader;
 
 -- Event-queue functions plan their lookups with sequential scans disabled:
 -- ticks, batches and events are always reached through their indexes, also
@@ -166,7 +172,7 @@ BEGIN
                     'subscribe_partitioned', 'unsubscribe_partitioned', 'subscribe_slot',
                     'unsubscribe_slot', 'claim_slot', 'claim_next_slot', 'release_slot',
                     'receive_partitioned', 'ack_partitioned', 'nack_partitioned',
-                    'partition_slot_rows', 'event_dead', 'unsubscribe_subconsumer',
+                    'partition_slot_rows', 'release_partition_key', 'event_dead', 'unsubscribe_subconsumer',
                     'pause_queue', 'resume_queue', 'queue_stats', 'consumer_stats',
                     'queue_health', 'otel_metrics', 'stuck_consumers', 'in_flight', 'throughput',
                     'error_rate'])

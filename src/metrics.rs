@@ -101,6 +101,26 @@ SELECT 'pgque_job_queue_paused', jsonb_build_object('queue', js.queue_name),
   FROM js
 ORDER BY 1, 2";
 
+/// The blocked keys of `pause` consumers (src/log/pause.rs), per consumer:
+/// how many (0 included, for alerting), the oldest one's age and how many
+/// events they hold back. Reads the markers only (one row per blocked key,
+/// with its held count), not the held events. Needs 0.8.0's schema.
+const BLOCKED_FIGURES: &str = "\
+SELECT 'pgque_partition_blocked_keys'::text, jsonb_build_object('queue', q.queue_name, 'consumer', pc.pc_consumer),
+       (SELECT count(*) FROM pgque.partition_blocked_keys b
+         WHERE b.queue_name = q.queue_name AND b.consumer = pc.pc_consumer)::float8
+  FROM pgque.partition_consumer pc JOIN pgque.queue q ON q.queue_id = pc.pc_queue
+ WHERE pc.pc_failure_policy = 'pause'
+UNION ALL
+SELECT 'pgque_partition_blocked_oldest_seconds', jsonb_build_object('queue', queue_name, 'consumer', consumer),
+       extract(epoch FROM max(blocked_for))::float8
+  FROM pgque.partition_blocked_keys GROUP BY queue_name, consumer
+UNION ALL
+SELECT 'pgque_partition_held_events', jsonb_build_object('queue', queue_name, 'consumer', consumer),
+       sum(held_events)::float8
+  FROM pgque.partition_blocked_keys GROUP BY queue_name, consumer
+ORDER BY 1, 2";
+
 /// Seconds since 1970 of a PostgreSQL TimestampTz (microseconds since 2000).
 fn unix_seconds(ts: i64) -> f64 {
     ts as f64 / 1_000_000.0 + 946_684_800.0
@@ -223,6 +243,20 @@ fn metrics(
                 )
             })
             .collect();
+        let mut rows = rows;
+        if log::pause::installed() {
+            rows.extend(
+                log::exec_read(c, BLOCKED_FIGURES, &[])
+                    .map(|r| {
+                        (
+                            log::col::<String>(&r, 1).unwrap(),
+                            log::col::<JsonB>(&r, 2).unwrap(),
+                            log::col::<f64>(&r, 3).unwrap_or(0.0),
+                        )
+                    })
+                    .collect::<Vec<_>>(),
+            );
+        }
         let enabled = log::first_row(log::exec(
             c,
             "SELECT worker_enabled FROM pgque.worker_config",

@@ -553,6 +553,26 @@ fn matrix() -> Vec<Row> {
         .with("different n", "SELECT pgque.subscribe_partitioned('q', 'pc', 8)", St("22023"))
         .with("name of a plain consumer", "SELECT pgque.subscribe_partitioned('q', 'c', 4)", St("42710")),
         row(
+            "pgque.subscribe_partitioned(text,text,integer,text,text)",
+            "SELECT pgque.subscribe_partitioned({Q}::text, 'newpp', 4, 'pause')",
+            Q,
+        )
+        .with("NULL policy", "SELECT pgque.subscribe_partitioned('q', 'newpp', 4, NULL)", St("22004"))
+        .with("unknown policy", "SELECT pgque.subscribe_partitioned('q', 'newpp', 4, 'halt')", St("22023"))
+        .with("policy case", "SELECT pgque.subscribe_partitioned('q', 'newpp', 4, 'PAUSE')", St("22023"))
+        .with("NULL on_dead_letter", "SELECT pgque.subscribe_partitioned('q', 'newpp', 4, 'pause', NULL)", St("22004"))
+        .with("unknown on_dead_letter", "SELECT pgque.subscribe_partitioned('q', 'newpp', 4, 'pause', 'retry')", St("22023"))
+        .with("block with skip", "SELECT pgque.subscribe_partitioned('q', 'newpp', 4, 'skip', 'block')", St("22023"))
+        .with("other policy than persisted", "SELECT pgque.subscribe_partitioned('q', 'pc', 4, 'pause')", St("22023"))
+        .with("hash in consumer", "SELECT pgque.subscribe_partitioned('q', 'a#1', 4, 'pause')", St("42602"))
+        .with("n = 0", "SELECT pgque.subscribe_partitioned('q', 'newpp', 0, 'pause')", St("22003")),
+        row(
+            "pgque.release_partition_key(text,text,text)",
+            "SELECT pgque.release_partition_key({Q}::text, {C}::text, 'k')",
+            QC,
+        )
+        .with("NULL key", "SELECT pgque.release_partition_key('q', 'pc', NULL)", St("22004")),
+        row(
             "pgque.unsubscribe_partitioned(text,text)",
             "SELECT pgque.unsubscribe_partitioned({Q}::text, {C}::text)",
             QC,

@@ -14,7 +14,7 @@ use super::srf::Messages;
 use super::{deliver, max_return_arg};
 use crate::error::{self, raise, required};
 use crate::log::slots::{self, Slot, MAX_SLOTS};
-use crate::log::{self, batch, tick, Queue};
+use crate::log::{self, batch, pause, tick, Queue};
 use pgrx::datum::{Interval, TimestampWithTimeZone};
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
@@ -87,13 +87,115 @@ fn shared_tick(c: &mut SpiClient<'_>, q: &Queue) -> i64 {
 #[pg_extern(security_definer)]
 #[search_path(pg_catalog, pgque, pg_temp)]
 fn subscribe_partitioned(queue_name: Option<&str>, consumer: Option<&str>, n: Option<i32>) -> i32 {
+    subscribe_with(queue_name, consumer, n, slots::Policy::SKIP)
+}
+
+fn subscribe_with(
+    queue_name: Option<&str>,
+    consumer: Option<&str>,
+    n: Option<i32>,
+    policy: slots::Policy,
+) -> i32 {
     let n = n_arg(n);
     Spi::connect_mut(|c| {
         let (q, consumer) = queue_consumer(c, queue_name, consumer);
-        slots::set_n(c, &q, consumer, n);
+        slots::set_n(c, &q, consumer, n, Some(policy));
         slots::ensure_index(c, &q, n);
         let at = shared_tick(c, &q);
         slots::subscribe_slots(c, &q, consumer, 0, n - 1, at)
+    })
+}
+
+/// The failure policy arguments: failure_policy 'skip' or 'pause',
+/// on_dead_letter 'resume' or 'block' ('block' only with 'pause'); NULL
+/// 22004, anything else 22023.
+fn policy_arg(failure_policy: Option<&str>, on_dead_letter: Option<&str>) -> slots::Policy {
+    let fp = required(failure_policy, "failure_policy");
+    let dl = required(on_dead_letter, "on_dead_letter");
+    let pause = match fp {
+        "skip" => false,
+        "pause" => true,
+        _ => raise(
+            error::INVALID_PARAMETER_VALUE,
+            format!("failure_policy must be 'skip' or 'pause', not {fp:?}"),
+        ),
+    };
+    let block = match dl {
+        "resume" => false,
+        "block" => true,
+        _ => raise(
+            error::INVALID_PARAMETER_VALUE,
+            format!("on_dead_letter must be 'resume' or 'block', not {dl:?}"),
+        ),
+    };
+    if block && !pause {
+        raise(
+            error::INVALID_PARAMETER_VALUE,
+            "on_dead_letter 'block' needs failure_policy 'pause' (with 'skip' a dead letter holds nothing back)",
+        );
+    }
+    if pause && !crate::log::pause::installed() {
+        raise(
+            error::WRONG_STATE,
+            "failure_policy 'pause' needs pgque 0.8.0's schema: run ALTER EXTENSION pgque UPDATE",
+        );
+    }
+    slots::Policy { pause, block }
+}
+
+/// subscribe_partitioned(queue_name, consumer, n, failure_policy,
+/// on_dead_letter default 'resume') → slots newly subscribed: as the
+/// three-argument form, with the consumer's failure policy (persisted with
+/// N; a different one later is 22023). 'skip' (the three-argument form's):
+/// a nacked event comes back after its key's later events. 'pause': its
+/// key's later events wait until it is acked or dead-lettered; after a dead
+/// letter 'resume' lets them go, 'block' holds them until
+/// release_partition_key (src/log/pause.rs).
+#[pg_extern(name = "subscribe_partitioned", security_definer)]
+#[search_path(pg_catalog, pgque, pg_temp)]
+fn subscribe_partitioned_policy(
+    queue_name: Option<&str>,
+    consumer: Option<&str>,
+    n: Option<i32>,
+    failure_policy: Option<&str>,
+    on_dead_letter: default!(Option<&str>, "'resume'"),
+) -> i32 {
+    let policy = policy_arg(failure_policy, on_dead_letter);
+    subscribe_with(queue_name, consumer, n, policy)
+}
+
+/// release_partition_key(queue_name, consumer, partition_key) → true when
+/// the key was blocked (pause policy): its failed event (if still waiting
+/// for its retry time) and its held events are redelivered next, in order,
+/// then it flows again; done at once, or at the ack of the slot's open
+/// batch. False when the key is not blocked. An administrator's call.
+#[pg_extern(security_definer)]
+#[search_path(pg_catalog, pgque, pg_temp)]
+fn release_partition_key(
+    queue_name: Option<&str>,
+    consumer: Option<&str>,
+    partition_key: Option<&str>,
+) -> bool {
+    let key = required(partition_key, "partition_key");
+    Spi::connect_mut(|c| {
+        let (q, consumer) = queue_consumer(c, queue_name, consumer);
+        let n = slots::require_n(c, &q, consumer);
+        if !crate::log::pause::installed() {
+            return false;
+        }
+        let k = slots::slot_of(Some(key), n);
+        // The lease row: serialized with the slot's batch openings, acks
+        // and nacks (it waits for one in flight).
+        let t = log::exec(
+            c,
+            "SELECT ps_sub FROM pgque.partition_slot \
+              WHERE ps_queue = $1 AND ps_consumer = $2 AND ps_slot = $3 FOR NO KEY UPDATE",
+            &[q.id.into(), consumer.into(), k.into()],
+        );
+        let Some(sub) = log::first_row(t).and_then(|r| log::col::<i32>(&r, 1)) else {
+            return false;
+        };
+        crate::log::pause::release_key(c, &q, sub, key)
     })
 }
 
@@ -126,7 +228,7 @@ fn subscribe_slot(
     let k = slot_arg(slot, n);
     Spi::connect_mut(|c| {
         let (q, consumer) = queue_consumer(c, queue_name, consumer);
-        slots::set_n(c, &q, consumer, n);
+        slots::set_n(c, &q, consumer, n, None);
         slots::ensure_index(c, &q, n);
         let at = shared_tick(c, &q);
         slots::subscribe_slots(c, &q, consumer, k, k, at)
@@ -277,8 +379,45 @@ fn receive_partitioned(
             }
         };
         let opened = batch::next_batch_of(c, &q, f.sub_id, Some(s), limit, &mut lock);
-        deliver(c, &q, opened)
+        if f.pause {
+            deliver_paused(c, &q, f.sub_id, opened)
+        } else {
+            deliver(c, &q, opened)
+        }
     }))
+}
+
+/// deliver() for a slot of a pause consumer: a new batch's events of
+/// blocked keys are held back (a batch left with nothing to deliver is
+/// finished at once); an open batch read again shows what it showed.
+fn deliver_paused(
+    c: &mut SpiClient<'_>,
+    q: &Queue,
+    sub: i32,
+    opened: Option<batch::Opened>,
+) -> Option<(i64, Vec<batch::Event>)> {
+    let opened = opened?;
+    let b = opened.batch;
+    let evs = match opened.events {
+        Some(evs) => {
+            let evs = if evs.is_empty() {
+                evs
+            } else {
+                pause::hold_back(c, sub, b.batch_id, evs)
+            };
+            if evs.is_empty() {
+                batch::mark_done(c, b.batch_id, false);
+                pause::settle(c, q, sub, b.batch_id);
+                return None;
+            }
+            evs
+        }
+        None => {
+            let evs = batch::batch_events(c, q, &b, false);
+            pause::without_held(c, sub, evs)
+        }
+    };
+    Some((b.batch_id, evs))
 }
 
 /// ack_partitioned(queue_name, consumer, slot, n, worker) → 1 when the
@@ -293,11 +432,14 @@ fn ack_partitioned(
     worker: Option<&str>,
 ) -> i32 {
     Spi::connect_mut(|c| {
-        let (_q, _c, _w, _s, f) = fenced(c, queue_name, consumer, slot, n, worker, true);
+        let (q, _c, _w, _s, f) = fenced(c, queue_name, consumer, slot, n, worker, true);
         // The fence holds the lease row: no other ack of this slot runs now.
         match batch::latest_batch(c, f.sub_id) {
             Some(b) if !b.done => {
                 batch::mark_done(c, b.batch_id, false);
+                if f.pause {
+                    pause::settle(c, &q, f.sub_id, b.batch_id);
+                }
                 1
             }
             _ => 0,
@@ -351,7 +493,11 @@ fn nack_partitioned(
             );
         }
         let ev = super::consume::find_in_batch(c, &q, &b, msg_id);
-        super::consume::retry_event(c, &q, &b, &name, &ev, &retry_after, reason, true)
+        if f.pause {
+            pause::nack(c, &q, &b, &name, &ev, &retry_after, reason)
+        } else {
+            super::consume::retry_event(c, &q, &b, &name, &ev, &retry_after, reason, true)
+        }
     })
 }
 

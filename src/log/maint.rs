@@ -36,25 +36,32 @@ pub fn retry_events(client: &mut SpiClient<'_>) -> i64 {
         let n: i64 = col(&first_row(t).unwrap(), 1).unwrap();
         moved += n;
         if n > 0 {
-            // Retries take no sequence value, so the ticker would not see
-            // them as new: leave a pending tick (its snapshot cannot cover
-            // this still-running transaction), and the first ticker() after
-            // this commits -- the worker's, woken at commit -- ticks again.
-            let t = exec(
-                client,
-                "SELECT queue_name, coalesce(pg_sequence_last_value(queue_event_seq::regclass), 0) \
-                   FROM pgque.queue WHERE queue_id = $1",
-                &[qid.into()],
-            );
-            let r = first_row(t).unwrap();
-            let (name, seq): (String, i64) = (col(&r, 1).unwrap(), col(&r, 2).unwrap());
-            super::tick::try_insert_tick(client, qid, &name, seq, super::tick::Pending::New, false);
+            tick_after_reinsert(client, qid);
         }
     }
     if moved > 0 {
         crate::worker::wake::at_commit();
     }
     moved
+}
+
+/// After events were put back into a queue's event table with their old
+/// ids (retries, a paused key's held events): those take no sequence value,
+/// so the ticker would not see them as new. Leaves a pending tick (its
+/// snapshot cannot cover this still-running transaction), so the first
+/// ticker() after this commits -- the worker's, woken at commit -- ticks
+/// again.
+pub fn tick_after_reinsert(client: &mut SpiClient<'_>, qid: i32) {
+    let t = exec(
+        client,
+        "SELECT queue_name, coalesce(pg_sequence_last_value(queue_event_seq::regclass), 0) \
+           FROM pgque.queue WHERE queue_id = $1",
+        &[qid.into()],
+    );
+    let r = first_row(t).unwrap();
+    let (name, seq): (String, i64) = (col(&r, 1).unwrap(), col(&r, 2).unwrap());
+    super::tick::try_insert_tick(client, qid, &name, seq, super::tick::Pending::New, false);
+    crate::worker::wake::at_commit();
 }
 
 /// Takes AccessExclusiveLock on `rel` without queueing behind readers: a

@@ -20,6 +20,7 @@ use std::rc::Rc;
 pub mod batch;
 pub mod cuts;
 pub mod maint;
+pub mod pause;
 pub mod slots;
 pub mod tick;
 

@@ -267,10 +267,41 @@ pub fn check_n(consumer: &str, persisted: i32, n: i32) {
     }
 }
 
-/// Records `consumer` as partitioned with `n` slots (with the N lease rows),
-/// or checks that it already is with that same N. Serialized per consumer:
-/// a concurrent first subscribe waits on the primary key, then compares.
-pub fn set_n(client: &mut SpiClient<'_>, q: &Queue, consumer: &str, n: i32) {
+/// A partitioned consumer's failure policy (docs/partition-keys.md,
+/// "Failure policy"): `pause` holds a nacked key's later events back;
+/// `block` (pause only) keeps the key blocked after a dead letter until
+/// release_partition_key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Policy {
+    pub pause: bool,
+    pub block: bool,
+}
+
+impl Policy {
+    pub const SKIP: Policy = Policy {
+        pause: false,
+        block: false,
+    };
+    pub fn names(self) -> (&'static str, &'static str) {
+        (
+            if self.pause { "pause" } else { "skip" },
+            if self.block { "block" } else { "resume" },
+        )
+    }
+}
+
+/// Records `consumer` as partitioned with `n` slots (with the N lease rows)
+/// and `policy` (Policy::SKIP when None), or checks that it already is with
+/// that same N (22023) and, when given, that policy (22023: a policy is
+/// chosen once, at the first subscribe). Serialized per consumer: a
+/// concurrent first subscribe waits on the primary key, then compares.
+pub fn set_n(
+    client: &mut SpiClient<'_>,
+    q: &Queue,
+    consumer: &str,
+    n: i32,
+    policy: Option<Policy>,
+) {
     if super::find_sub(client, q, consumer).is_some() {
         raise(
             error::DUPLICATE_OBJECT,
@@ -280,34 +311,78 @@ pub fn set_n(client: &mut SpiClient<'_>, q: &Queue, consumer: &str, n: i32) {
             ),
         );
     }
+    if !super::pause::installed() {
+        // An older schema (before ALTER EXTENSION UPDATE): skip, as it was.
+        let t = exec(
+            client,
+            "INSERT INTO pgque.partition_consumer (pc_queue, pc_consumer, pc_n) VALUES ($1, $2, $3) \
+             ON CONFLICT DO NOTHING RETURNING 1",
+            &[q.id.into(), consumer.into(), n.into()],
+        );
+        if !t.is_empty() {
+            exec(
+                client,
+                "INSERT INTO pgque.partition_slot (ps_queue, ps_consumer, ps_slot, ps_n) \
+                 SELECT $1, $2, g, $3 FROM generate_series(0, $3 - 1) g",
+                &[q.id.into(), consumer.into(), n.into()],
+            );
+            return;
+        }
+        let t = exec(
+            client,
+            "SELECT pc_n FROM pgque.partition_consumer WHERE pc_queue = $1 AND pc_consumer = $2 \
+             FOR NO KEY UPDATE",
+            &[q.id.into(), consumer.into()],
+        );
+        let persisted: i32 = first_row(t).and_then(|r| col(&r, 1)).unwrap_or_else(|| {
+            raise(
+                error::UNDEFINED_OBJECT,
+                "consumer not registered: it was removed concurrently",
+            )
+        });
+        check_n(consumer, persisted, n);
+        return;
+    }
+    let (fp, dl) = policy.unwrap_or(Policy::SKIP).names();
     let t = exec(
         client,
-        "INSERT INTO pgque.partition_consumer (pc_queue, pc_consumer, pc_n) VALUES ($1, $2, $3) \
-         ON CONFLICT DO NOTHING RETURNING 1",
-        &[q.id.into(), consumer.into(), n.into()],
+        "INSERT INTO pgque.partition_consumer (pc_queue, pc_consumer, pc_n, pc_failure_policy, pc_on_dead_letter) \
+         VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING RETURNING 1",
+        &[q.id.into(), consumer.into(), n.into(), fp.into(), dl.into()],
     );
     if !t.is_empty() {
         exec(
             client,
-            "INSERT INTO pgque.partition_slot (ps_queue, ps_consumer, ps_slot, ps_n) \
-             SELECT $1, $2, g, $3 FROM generate_series(0, $3 - 1) g",
-            &[q.id.into(), consumer.into(), n.into()],
+            "INSERT INTO pgque.partition_slot (ps_queue, ps_consumer, ps_slot, ps_n, ps_pause) \
+             SELECT $1, $2, g, $3, $4 FROM generate_series(0, $3 - 1) g",
+            &[q.id.into(), consumer.into(), n.into(), (fp == "pause").into()],
         );
         return;
     }
     let t = exec(
         client,
-        "SELECT pc_n FROM pgque.partition_consumer WHERE pc_queue = $1 AND pc_consumer = $2 \
-         FOR NO KEY UPDATE",
+        "SELECT pc_n, pc_failure_policy, pc_on_dead_letter FROM pgque.partition_consumer \
+          WHERE pc_queue = $1 AND pc_consumer = $2 FOR NO KEY UPDATE",
         &[q.id.into(), consumer.into()],
     );
-    let persisted: i32 = first_row(t).and_then(|r| col(&r, 1)).unwrap_or_else(|| {
-        raise(
-            error::UNDEFINED_OBJECT,
-            "consumer not registered: it was removed concurrently",
-        )
-    });
+    let (persisted, pfp, pdl): (i32, String, String) = first_row(t)
+        .map(|r| (col(&r, 1).unwrap(), col(&r, 2).unwrap(), col(&r, 3).unwrap()))
+        .unwrap_or_else(|| {
+            raise(
+                error::UNDEFINED_OBJECT,
+                "consumer not registered: it was removed concurrently",
+            )
+        });
     check_n(consumer, persisted, n);
+    if policy.is_some() && (pfp.as_str(), pdl.as_str()) != (fp, dl) {
+        error::raise_detail(
+            error::INVALID_PARAMETER_VALUE,
+            format!(
+                "consumer {consumer:?} has failure_policy {pfp:?} (on_dead_letter {pdl:?}), not {fp:?} ({dl:?}): the policy cannot change while it is subscribed"
+            ),
+            "The failure policy is chosen at the first subscribe; unsubscribe_partitioned and subscribe again to change it.",
+        );
+    }
 }
 
 /// Subscribes slots `from..=to` that are not subscribed, all at `tick`;
@@ -431,6 +506,8 @@ pub struct Fenced {
     pub epoch: i64,
     /// Whether this transaction now holds the slot's lease row.
     pub locked: bool,
+    /// The consumer's failure policy is `pause` (src/log/pause.rs).
+    pub pause: bool,
 }
 
 /// The lease fence of receive / ack / nack_partitioned: checks that `worker`
@@ -455,9 +532,10 @@ pub fn fence(
 ) -> Fenced {
     let sql = format!(
         "SELECT ps_n, ps_sub, ps_owner, ps_epoch, \
-                ps_ttl IS NOT NULL AND ps_until - clock_timestamp() < ps_ttl / 2 \
+                ps_ttl IS NOT NULL AND ps_until - clock_timestamp() < ps_ttl / 2, {} \
            FROM pgque.partition_slot \
           WHERE ps_queue = $1 AND ps_consumer = $2 AND ps_slot = $3{}",
+        if super::pause::installed() { "ps_pause" } else { "false" },
         if lock { " FOR NO KEY UPDATE" } else { "" }
     );
     let t = exec(client, &sql, &[q.id.into(), consumer.into(), s.k.into()]);
@@ -474,6 +552,7 @@ pub fn fence(
     let owner: Option<String> = col(&r, 3);
     let epoch: i64 = col(&r, 4).unwrap();
     let renew: bool = col(&r, 5).unwrap();
+    let pause: bool = col(&r, 6).unwrap();
     drop(r);
     check_n(consumer, n, s.n);
     let Some(sub_id) = sub else {
@@ -515,6 +594,7 @@ pub fn fence(
         sub_id,
         epoch,
         locked: lock,
+        pause,
     }
 }
 
