@@ -5,10 +5,7 @@
 //! exactly its send order, none lost, none twice.
 mod slots_util;
 use pgque_pg_test::postgres::Client;
-use pgque_pg_test::*;
 use slots_util::*;
-use std::collections::{BTreeMap, HashMap, HashSet};
-use std::time::{Duration, Instant};
 
 /// nack_partitioned of one delivered message (by its id and batch).
 fn nack(c: &mut Client, q: &str, slot: i32, n: i32, w: &str, m: &Msg, after: &str) -> i32 {
@@ -57,7 +54,13 @@ fn pause_holds_a_nacked_keys_later_events_until_its_redelivery_is_acked() {
     )
     .unwrap();
     assert_eq!(claim(&mut c, "pq", "c", 0, "w", "5 minutes"), Some(1));
-    for (k, p) in [("a", "a1"), ("b", "b1"), ("a", "a2"), ("b", "b2"), ("a", "a3")] {
+    for (k, p) in [
+        ("a", "a1"),
+        ("b", "b1"),
+        ("a", "a2"),
+        ("b", "b2"),
+        ("a", "a3"),
+    ] {
         send(&mut c, "pq", k, p);
     }
     tick(&mut c, "pq");
@@ -141,7 +144,9 @@ fn pause_after_a_dead_letter_blocks_or_resumes_as_chosen() {
     assert_eq!(ack_slot(&mut c, "pd", "c", 0, 1, "w").unwrap(), 1);
     // Still blocked after more ticks; then released by hand.
     tick(&mut c, "pd");
-    assert!(recv_slot(&mut c, "pd", "c", 0, 1, "w", 100).unwrap().is_empty());
+    assert!(recv_slot(&mut c, "pd", "c", 0, 1, "w", 100)
+        .unwrap()
+        .is_empty());
     assert_eq!(blocked(&mut c), "k:dead:2");
     let r: bool = c
         .query_one("SELECT pgque.release_partition_key('pd', 'c', 'k')", &[])

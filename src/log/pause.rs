@@ -506,16 +506,7 @@ pub fn release_key(c: &mut SpiClient<'_>, q: &Queue, sub: i32, key: &str) -> boo
             &[sub.into(), key.into()],
         );
     } else {
-        settle_one(
-            c,
-            q,
-            sub,
-            &Marker {
-                unblock: true,
-                ..m
-            },
-            None,
-        );
+        settle_one(c, q, sub, &Marker { unblock: true, ..m }, None);
     }
     true
 }
@@ -556,7 +547,9 @@ mod tests {
     fn the_policy_is_chosen_at_subscribe_and_kept() {
         Spi::run("SELECT pgque.create_queue('fp')").unwrap();
         assert_eq!(
-            one_i64("SELECT pgque.subscribe_partitioned('fp', 'p', 2, failure_policy => 'pause')::int8"),
+            one_i64(
+                "SELECT pgque.subscribe_partitioned('fp', 'p', 2, failure_policy => 'pause')::int8"
+            ),
             Some(2)
         );
         assert_eq!(
@@ -583,17 +576,50 @@ mod tests {
         );
         for (sql, code) in [
             ("SELECT pgque.subscribe_partitioned('fp', 'p', 2)", "22023"),
-            ("SELECT pgque.subscribe_partitioned('fp', 'p', 2, 'skip')", "22023"),
-            ("SELECT pgque.subscribe_partitioned('fp', 'b', 2, 'pause')", "22023"),
-            ("SELECT pgque.subscribe_partitioned('fp', 's', 2, 'pause')", "22023"),
-            ("SELECT pgque.subscribe_partitioned('fp', 'n', 2, 'halt')", "22023"),
-            ("SELECT pgque.subscribe_partitioned('fp', 'n', 2, 'skip', 'block')", "22023"),
-            ("SELECT pgque.subscribe_partitioned('fp', 'n', 2, 'pause', 'never')", "22023"),
-            ("SELECT pgque.subscribe_partitioned('fp', 'n', 2, NULL)", "22004"),
-            ("SELECT pgque.subscribe_partitioned('fp', 'n', 2, 'pause', NULL)", "22004"),
-            ("SELECT pgque.release_partition_key('fp', 'p', NULL)", "22004"),
-            ("SELECT pgque.release_partition_key('fp', 'nobody', 'k')", "42704"),
-            ("SELECT pgque.release_partition_key('nope', 'p', 'k')", "42704"),
+            (
+                "SELECT pgque.subscribe_partitioned('fp', 'p', 2, 'skip')",
+                "22023",
+            ),
+            (
+                "SELECT pgque.subscribe_partitioned('fp', 'b', 2, 'pause')",
+                "22023",
+            ),
+            (
+                "SELECT pgque.subscribe_partitioned('fp', 's', 2, 'pause')",
+                "22023",
+            ),
+            (
+                "SELECT pgque.subscribe_partitioned('fp', 'n', 2, 'halt')",
+                "22023",
+            ),
+            (
+                "SELECT pgque.subscribe_partitioned('fp', 'n', 2, 'skip', 'block')",
+                "22023",
+            ),
+            (
+                "SELECT pgque.subscribe_partitioned('fp', 'n', 2, 'pause', 'never')",
+                "22023",
+            ),
+            (
+                "SELECT pgque.subscribe_partitioned('fp', 'n', 2, NULL)",
+                "22004",
+            ),
+            (
+                "SELECT pgque.subscribe_partitioned('fp', 'n', 2, 'pause', NULL)",
+                "22004",
+            ),
+            (
+                "SELECT pgque.release_partition_key('fp', 'p', NULL)",
+                "22004",
+            ),
+            (
+                "SELECT pgque.release_partition_key('fp', 'nobody', 'k')",
+                "42704",
+            ),
+            (
+                "SELECT pgque.release_partition_key('nope', 'p', 'k')",
+                "42704",
+            ),
         ] {
             assert_eq!(state(sql), code, "{sql}");
         }
@@ -637,7 +663,7 @@ mod tests {
                         blocked_for >= interval '0') FROM pgque.partition_blocked_keys"
             )
             .unwrap(),
-            Some("fq,p,0,k,retry,1,1,true".into())
+            Some("fq,p,0,k,retry,1,1,t".into())
         );
         assert_eq!(
             one_i64(
@@ -647,7 +673,13 @@ mod tests {
             Some(1)
         );
         Spi::run("SELECT pgque.unsubscribe_partitioned('fq', 'p')").unwrap();
-        assert_eq!(one_i64("SELECT count(*) FROM pgque.partition_blocked"), Some(0));
-        assert_eq!(one_i64("SELECT count(*) FROM pgque.partition_held"), Some(0));
+        assert_eq!(
+            one_i64("SELECT count(*) FROM pgque.partition_blocked"),
+            Some(0)
+        );
+        assert_eq!(
+            one_i64("SELECT count(*) FROM pgque.partition_held"),
+            Some(0)
+        );
     }
 }

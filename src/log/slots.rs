@@ -355,7 +355,12 @@ pub fn set_n(
             client,
             "INSERT INTO pgque.partition_slot (ps_queue, ps_consumer, ps_slot, ps_n, ps_pause) \
              SELECT $1, $2, g, $3, $4 FROM generate_series(0, $3 - 1) g",
-            &[q.id.into(), consumer.into(), n.into(), (fp == "pause").into()],
+            &[
+                q.id.into(),
+                consumer.into(),
+                n.into(),
+                (fp == "pause").into(),
+            ],
         );
         return;
     }
@@ -366,7 +371,13 @@ pub fn set_n(
         &[q.id.into(), consumer.into()],
     );
     let (persisted, pfp, pdl): (i32, String, String) = first_row(t)
-        .map(|r| (col(&r, 1).unwrap(), col(&r, 2).unwrap(), col(&r, 3).unwrap()))
+        .map(|r| {
+            (
+                col(&r, 1).unwrap(),
+                col(&r, 2).unwrap(),
+                col(&r, 3).unwrap(),
+            )
+        })
         .unwrap_or_else(|| {
             raise(
                 error::UNDEFINED_OBJECT,
@@ -535,7 +546,11 @@ pub fn fence(
                 ps_ttl IS NOT NULL AND ps_until - clock_timestamp() < ps_ttl / 2, {} \
            FROM pgque.partition_slot \
           WHERE ps_queue = $1 AND ps_consumer = $2 AND ps_slot = $3{}",
-        if super::pause::installed() { "ps_pause" } else { "false" },
+        if super::pause::installed() {
+            "ps_pause"
+        } else {
+            "false"
+        },
         if lock { " FOR NO KEY UPDATE" } else { "" }
     );
     let t = exec(client, &sql, &[q.id.into(), consumer.into(), s.k.into()]);
