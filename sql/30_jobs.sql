@@ -111,6 +111,12 @@ CREATE TABLE pgque.jobs (
     pending_parents int,
     run_on_parent_failure boolean,
     has_children  boolean,
+    -- Trace context and other small metadata the producer attached (W3C
+    -- traceparent / tracestate: docs/tracing.md): a JSON object of strings,
+    -- at most 1 kB (src/jobs/args.rs check_headers); NULL: none. A job with
+    -- headers is stored here, never in the job log, whose batch rows have no
+    -- place for them.
+    headers       jsonb,
     CHECK (state <> 'ready' OR ready_seq IS NOT NULL),
     CHECK (state <> 'running' OR (lease_token IS NOT NULL AND lease_until IS NOT NULL)),
     -- A lease token exists exactly while the job runs: the lifecycle

@@ -225,13 +225,14 @@ CREATE VIEW pgque.all_jobs AS
 SELECT s.id, s.queue, s.kind, s.args, s.priority, s.state, s.run_at, s.attempt,
        s.max_attempts, s.actor, s.fairness_key, s.identity_key, s.unique_key,
        s.enqueued_at, s.worker, s.lease_token, s.lease_until, s.dispatched_at,
-       s.finished_at, s.errors, s.shard, 'jobs'::text AS stored_in, s.output, s.progress
+       s.finished_at, s.errors, s.shard, 'jobs'::text AS stored_in, s.output, s.progress,
+       s.headers
 FROM pgque.jobs s
 UNION ALL
 SELECT g.id, g.queue, g.kind, g.args, g.priority, g.state, g.run_at, g.attempt,
        g.max_attempts, NULL, g.fairness_key, NULL, NULL,
        g.enqueued_at, g.worker, g.lease_token, g.lease_until, g.dispatched_at,
-       g.finished_at, NULL, g.shard, 'log'::text, g.output, g.progress
+       g.finished_at, NULL, g.shard, 'log'::text, g.output, g.progress, NULL::jsonb
 FROM pgque.job_log_jobs g;
 
 -- One job by id, wherever it is stored: its pgque.all_jobs row, or no row.
@@ -247,7 +248,7 @@ AS $get_job$
 SELECT s.id, s.queue, s.kind, s.args, s.priority, s.state, s.run_at, s.attempt,
        s.max_attempts, s.actor, s.fairness_key, s.identity_key, s.unique_key,
        s.enqueued_at, s.worker, s.lease_token, s.lease_until, s.dispatched_at,
-       s.finished_at, s.errors, s.shard, 'jobs'::text, s.output, s.progress
+       s.finished_at, s.errors, s.shard, 'jobs'::text, s.output, s.progress, s.headers
 FROM pgque.jobs s WHERE s.id = $1
 UNION ALL
 SELECT $1, f.queue, u.kind, u.args, f.priority,
@@ -263,7 +264,8 @@ SELECT $1, f.queue, u.kind, u.args, f.priority,
        c.dispatched_at, d.at, NULL, f.shard, 'log'::text,
        d.outputs[array_position(d.job_ids, $1)],
        (SELECT p.progress FROM pgque.job_progress p
-        WHERE p.job_id = $1 AND p.claim_id = c.claim_id ORDER BY p.id DESC LIMIT 1)
+        WHERE p.job_id = $1 AND p.claim_id = c.claim_id ORDER BY p.id DESC LIMIT 1),
+       NULL::jsonb
 FROM (
     SELECT l.lane_id, l.queue, l.priority, l.shard, r.id_lo, r.ids, r.enqueued_at,
            r.max_attempts, r.kinds, r.args, r.run_ats, r.job_max_attempts, r.fairness_keys,

@@ -232,9 +232,9 @@ $nojit$;
 -- Producers (pgque_writer) enqueue; consumers (pgque_reader) dispatch and
 -- report outcomes; pgque_admin administers queues, actors and single jobs.
 GRANT EXECUTE ON FUNCTION pgque.enqueue_ready_rows(text, text[], jsonb[], smallint[],
-    timestamptz[], text[], text[], text[], text[], int[], text) TO pgque_writer;
+    timestamptz[], text[], text[], text[], text[], int[], text, jsonb[]) TO pgque_writer;
 GRANT EXECUTE ON FUNCTION pgque.enqueue(text, text, jsonb, int, timestamptz, text,
-    text, text, text, int, text, bigint[]) TO pgque_writer;
+    text, text, text, int, text, bigint[], jsonb) TO pgque_writer;
 GRANT EXECUTE ON FUNCTION pgque.enqueue_flow(text, jsonb) TO pgque_writer;
 GRANT EXECUTE ON FUNCTION pgque.job_parents(bigint) TO pgque_reader, pgque_admin;
 GRANT EXECUTE ON FUNCTION pgque.flow_status(bigint) TO pgque_reader, pgque_admin;

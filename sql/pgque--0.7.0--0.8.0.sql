@@ -907,3 +907,175 @@ ALTER FUNCTION pgque.subscribe_partitioned(text, text, int4, text, text) SET ena
 ALTER FUNCTION pgque.release_partition_key(text, text, text) SET enable_seqscan = off;
 ALTER FUNCTION pgque.subscribe_partitioned(text, text, int4, text, text) SET jit = off;
 ALTER FUNCTION pgque.release_partition_key(text, text, text) SET jit = off;
+-- ==== trace context: job headers (issue 31, item 3; docs/tracing.md) ====
+-- A job's headers (W3C traceparent / tracestate), stored in pgque.jobs only
+-- (a job with headers never goes to the job log); enqueue and
+-- enqueue_ready_rows take them as a last argument with a default (callers of
+-- 0.7.0's signatures are unchanged), dispatch returns them as a 15th column,
+-- all_jobs / get_job (and so job_detail) as their last.
+ALTER TABLE pgque.jobs ADD COLUMN headers jsonb;
+
+CREATE OR REPLACE VIEW pgque.all_jobs AS
+SELECT s.id, s.queue, s.kind, s.args, s.priority, s.state, s.run_at, s.attempt,
+       s.max_attempts, s.actor, s.fairness_key, s.identity_key, s.unique_key,
+       s.enqueued_at, s.worker, s.lease_token, s.lease_until, s.dispatched_at,
+       s.finished_at, s.errors, s.shard, 'jobs'::text AS stored_in, s.output, s.progress,
+       s.headers
+FROM pgque.jobs s
+UNION ALL
+SELECT g.id, g.queue, g.kind, g.args, g.priority, g.state, g.run_at, g.attempt,
+       g.max_attempts, NULL, g.fairness_key, NULL, NULL,
+       g.enqueued_at, g.worker, g.lease_token, g.lease_until, g.dispatched_at,
+       g.finished_at, NULL, g.shard, 'log'::text, g.output, g.progress, NULL::jsonb
+FROM pgque.job_log_jobs g;
+
+CREATE OR REPLACE FUNCTION pgque.get_job(job_id bigint) RETURNS SETOF pgque.all_jobs
+LANGUAGE sql STABLE STRICT SECURITY DEFINER
+SET search_path = pg_catalog, pgque, pg_temp
+AS $get_job$
+SELECT s.id, s.queue, s.kind, s.args, s.priority, s.state, s.run_at, s.attempt,
+       s.max_attempts, s.actor, s.fairness_key, s.identity_key, s.unique_key,
+       s.enqueued_at, s.worker, s.lease_token, s.lease_until, s.dispatched_at,
+       s.finished_at, s.errors, s.shard, 'jobs'::text, s.output, s.progress, s.headers
+FROM pgque.jobs s WHERE s.id = $1
+UNION ALL
+SELECT $1, f.queue, u.kind, u.args, f.priority,
+       CASE WHEN c.claim_id IS NULL THEN 'ready'
+            WHEN d.claim_id IS NOT NULL THEN 'completed'
+            ELSE 'running' END,
+       COALESCE(u.run_at, f.enqueued_at),
+       CASE WHEN c.claim_id IS NULL THEN 0 ELSE 1 END,
+       COALESCE(u.ma, f.max_attempts), NULL, u.fk, NULL, NULL,
+       f.enqueued_at, c.worker,
+       CASE WHEN d.claim_id IS NULL THEN c.claim_id END,
+       CASE WHEN d.claim_id IS NULL THEN c.lease_until END,
+       c.dispatched_at, d.at, NULL, f.shard, 'log'::text,
+       d.outputs[array_position(d.job_ids, $1)],
+       (SELECT p.progress FROM pgque.job_progress p
+        WHERE p.job_id = $1 AND p.claim_id = c.claim_id ORDER BY p.id DESC LIMIT 1),
+       NULL::jsonb
+FROM (
+    SELECT l.lane_id, l.queue, l.priority, l.shard, r.id_lo, r.ids, r.enqueued_at,
+           r.max_attempts, r.kinds, r.args, r.run_ats, r.job_max_attempts, r.fairness_keys,
+           GREATEST(l.cursor_floor,
+                    (SELECT c.hi FROM pgque.job_claims c WHERE c.lane_id = l.lane_id
+                     ORDER BY c.hi DESC LIMIT 1)) AS cur
+    FROM pgque.job_lanes l
+    CROSS JOIN LATERAL (
+        SELECT r.* FROM pgque.job_log r
+        WHERE r.lane_id = l.lane_id AND r.id_hi >= $1
+        ORDER BY r.id_hi LIMIT 1) r
+    WHERE r.id_lo <= $1 AND (r.ids IS NULL OR $1 = ANY (r.ids))
+    LIMIT 1
+) f
+CROSS JOIN LATERAL (
+    SELECT u.* FROM unnest(f.kinds, f.args, f.run_ats, f.job_max_attempts, f.fairness_keys)
+         WITH ORDINALITY AS u(kind, args, run_at, ma, fk, ord)
+    WHERE COALESCE(f.ids[u.ord], f.id_lo + u.ord - 1) = $1) u
+LEFT JOIN LATERAL (
+    SELECT c.* FROM (
+        SELECT c.* FROM pgque.job_claims c
+        WHERE c.lane_id = f.lane_id AND c.hi >= $1
+        ORDER BY c.hi LIMIT 1) c
+    WHERE c.state::text <> 's' AND $1 = ANY (c.job_ids)) c ON true
+LEFT JOIN LATERAL (
+    SELECT d.* FROM pgque.job_done d
+    WHERE d.claim_id = c.claim_id AND d.kind = 'c' AND $1 = ANY (d.job_ids)
+    LIMIT 1) d ON true
+WHERE NOT EXISTS (SELECT 1 FROM pgque.jobs s WHERE s.id = $1)
+  AND (c.claim_id IS NOT NULL OR $1 > f.cur)
+$get_job$;
+
+DROP FUNCTION pgque.dispatch(text[], int, text, interval, int);
+CREATE FUNCTION pgque."dispatch"(
+	"queues" TEXT[],
+	"limit" INT,
+	"worker" TEXT,
+	"lease" interval DEFAULT NULL,
+	"oversample" INT DEFAULT 2
+) RETURNS TABLE (
+	"job_id" bigint,
+	"queue" TEXT,
+	"kind" TEXT,
+	"args" jsonb,
+	"priority" smallint,
+	"attempt" INT,
+	"max_attempts" INT,
+	"actor" TEXT,
+	"fairness_key" TEXT,
+	"identity_key" TEXT,
+	"run_at" timestamp with time zone,
+	"enqueued_at" timestamp with time zone,
+	"lease_token" bigint,
+	"lease_until" timestamp with time zone,
+	"headers" jsonb
+)
+SECURITY DEFINER PARALLEL UNSAFE
+SET search_path TO pg_catalog, pgque, pg_temp
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'dispatch_wrapper';
+
+DROP FUNCTION pgque.enqueue(text, text, jsonb, int, timestamptz, text, text, text, text, int, text, bigint[]);
+CREATE FUNCTION pgque."enqueue"(
+	"queue_name" TEXT,
+	"kind" TEXT,
+	"args" jsonb DEFAULT '{}',
+	"priority" INT DEFAULT 0,
+	"run_at" timestamp with time zone DEFAULT NULL,
+	"actor" TEXT DEFAULT NULL,
+	"fairness_key" TEXT DEFAULT NULL,
+	"identity_key" TEXT DEFAULT NULL,
+	"unique_key" TEXT DEFAULT NULL,
+	"max_attempts" INT DEFAULT NULL,
+	"on_duplicate" TEXT DEFAULT 'skip',
+	"depends_on" bigint[] DEFAULT NULL,
+	"headers" jsonb DEFAULT NULL
+) RETURNS bigint
+SECURITY DEFINER PARALLEL UNSAFE
+SET search_path TO pg_catalog, pgque, pg_temp
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'enqueue_with_headers_wrapper';
+
+DROP FUNCTION pgque.enqueue_ready_rows(text, text[], jsonb[], smallint[], timestamptz[],
+                                       text[], text[], text[], text[], int[], text);
+CREATE FUNCTION pgque."enqueue_ready_rows"(
+	"queue_name" TEXT,
+	"kinds" TEXT[],
+	"args" jsonb[],
+	"priorities" smallint[] DEFAULT NULL,
+	"run_at" timestamp with time zone[] DEFAULT NULL,
+	"actors" TEXT[] DEFAULT NULL,
+	"fairness_keys" TEXT[] DEFAULT NULL,
+	"identity_keys" TEXT[] DEFAULT NULL,
+	"unique_keys" TEXT[] DEFAULT NULL,
+	"max_attempts" INT[] DEFAULT NULL,
+	"on_duplicate" TEXT DEFAULT 'skip',
+	"headers" jsonb[] DEFAULT NULL
+) RETURNS TABLE (
+	"ord" INT,
+	"job_id" bigint,
+	"state" TEXT
+)
+SECURITY DEFINER PARALLEL UNSAFE
+SET search_path TO pg_catalog, pgque, pg_temp
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'enqueue_ready_rows_with_headers_wrapper';
+
+REVOKE ALL ON FUNCTION pgque.dispatch(text[], int, text, interval, int),
+    pgque.enqueue(text, text, jsonb, int, timestamptz, text, text, text, text, int, text,
+                  bigint[], jsonb),
+    pgque.enqueue_ready_rows(text, text[], jsonb[], smallint[], timestamptz[], text[], text[],
+                             text[], text[], int[], text, jsonb[])
+  FROM PUBLIC;
+ALTER FUNCTION pgque.dispatch(text[], int, text, interval, int) SET jit = off;
+ALTER FUNCTION pgque.get_job(bigint) SET jit = off;
+ALTER FUNCTION pgque.enqueue(text, text, jsonb, int, timestamptz, text, text, text, text, int,
+                             text, bigint[], jsonb) SET jit = off;
+ALTER FUNCTION pgque.enqueue_ready_rows(text, text[], jsonb[], smallint[], timestamptz[], text[],
+                                        text[], text[], text[], int[], text, jsonb[]) SET jit = off;
+GRANT EXECUTE ON FUNCTION pgque.dispatch(text[], int, text, interval, int) TO pgque_reader;
+GRANT EXECUTE ON FUNCTION pgque.enqueue(text, text, jsonb, int, timestamptz, text,
+    text, text, text, int, text, bigint[], jsonb) TO pgque_writer;
+GRANT EXECUTE ON FUNCTION pgque.enqueue_ready_rows(text, text[], jsonb[], smallint[],
+    timestamptz[], text[], text[], text[], text[], int[], text, jsonb[]) TO pgque_writer;
+-- ==== end of trace context ====

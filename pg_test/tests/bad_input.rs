@@ -1016,7 +1016,7 @@ fn matrix() -> Vec<Row> {
         row("pgque.drop_schedule(text)", "SELECT pgque.drop_schedule({S}::text)", &[Schedule]),
         no_args("pgque.run_schedules()", "no arguments"),
         row(
-            "pgque.enqueue(text,text,jsonb,integer,timestamp with time zone,text,text,text,text,integer,text,bigint[])",
+            "pgque.enqueue(text,text,jsonb,integer,timestamp with time zone,text,text,text,text,integer,text,bigint[],jsonb)",
             "SELECT pgque.enqueue({J}::text, 'k')",
             J,
         )
@@ -1034,9 +1034,13 @@ fn matrix() -> Vec<Row> {
         .with("max_attempts 0", "SELECT pgque.enqueue('jq', 'k', '{}', 0, NULL, NULL, NULL, NULL, NULL, 0)", St("22003"))
         .with("max_attempts 1001", "SELECT pgque.enqueue('jq', 'k', '{}', 0, NULL, NULL, NULL, NULL, NULL, 1001)", St("22003"))
         .with("bad on_duplicate", "SELECT pgque.enqueue('jq', 'k', '{}', 0, NULL, NULL, NULL, NULL, 'u', NULL, 'explode')", St("22023"))
-        .with("duplicate, on_duplicate error", "SELECT pgque.enqueue('jq', 'k', '{}', 0, NULL, NULL, NULL, NULL, 'held', NULL, 'error')", St("23505")),
+        .with("duplicate, on_duplicate error", "SELECT pgque.enqueue('jq', 'k', '{}', 0, NULL, NULL, NULL, NULL, 'held', NULL, 'error')", St("23505"))
+        .with("headers not an object", "SELECT pgque.enqueue('jq', 'k', headers => '[\"00-x\"]')", St("22023"))
+        .with("headers value not a string", "SELECT pgque.enqueue('jq', 'k', headers => '{\"traceparent\": 1}')", St("22023"))
+        .with("headers over 1 kB", "SELECT pgque.enqueue('jq', 'k', headers => jsonb_build_object('tracestate', repeat('a', 1100)))", St("54000"))
+        .with("headers with depends_on", "SELECT pgque.enqueue('jq', 'k', depends_on => ARRAY[1]::bigint[], headers => '{\"traceparent\": \"x\"}')", St("0A000")),
         row(
-            "pgque.enqueue_ready_rows(text,text[],jsonb[],smallint[],timestamp with time zone[],text[],text[],text[],text[],integer[],text)",
+            "pgque.enqueue_ready_rows(text,text[],jsonb[],smallint[],timestamp with time zone[],text[],text[],text[],text[],integer[],text,jsonb[])",
             "SELECT * FROM pgque.enqueue_ready_rows({J}::text, ARRAY['k'], ARRAY['{}']::jsonb[])",
             J,
         )
@@ -1050,7 +1054,10 @@ fn matrix() -> Vec<Row> {
         .with("priority out of range", "SELECT * FROM pgque.enqueue_ready_rows('jq', ARRAY['k'], ARRAY['{}']::jsonb[], ARRAY[5000]::smallint[])", St("22003"))
         .with("infinite run_at", "SELECT * FROM pgque.enqueue_ready_rows('jq', ARRAY['k'], ARRAY['{}']::jsonb[], NULL, ARRAY['infinity']::timestamptz[])", St("22023"))
         .with("max_attempts 0", "SELECT * FROM pgque.enqueue_ready_rows('jq', ARRAY['k'], ARRAY['{}']::jsonb[], NULL, NULL, NULL, NULL, NULL, NULL, ARRAY[0])", St("22003"))
-        .with("bad on_duplicate", "SELECT * FROM pgque.enqueue_ready_rows('jq', ARRAY['k'], ARRAY['{}']::jsonb[], on_duplicate => 'nope')", St("22023")),
+        .with("bad on_duplicate", "SELECT * FROM pgque.enqueue_ready_rows('jq', ARRAY['k'], ARRAY['{}']::jsonb[], on_duplicate => 'nope')", St("22023"))
+        .with("headers mismatch", "SELECT * FROM pgque.enqueue_ready_rows('jq', ARRAY['k'], ARRAY['{}']::jsonb[], headers => ARRAY[NULL, NULL]::jsonb[])", St("22023"))
+        .with("headers element not an object", "SELECT * FROM pgque.enqueue_ready_rows('jq', ARRAY['k'], ARRAY['{}']::jsonb[], headers => ARRAY['\"x\"']::jsonb[])", St("22023"))
+        .with("headers element over 1 kB", "SELECT * FROM pgque.enqueue_ready_rows('jq', ARRAY['k'], ARRAY['{}']::jsonb[], headers => ARRAY[jsonb_build_object('a', repeat('b', 1100))])", St("54000")),
         row(
             "pgque.dispatch(text[],integer,text,interval,integer)",
             "SELECT * FROM pgque.dispatch(ARRAY[{J}::text], 1, 'w', '1 minute')",

@@ -65,9 +65,10 @@ qs AS MATERIALIZED (
 
 /// DISPATCH_SQL's text, with the actor rate limits' two pieces (src/jobs/rate.rs)
 /// as holes: `$rate_left`, an actor's whole tokens (NULL: no limit) in
-/// actor_locks, and `$debit`, more SET clauses of the `act` UPDATE.
+/// actor_locks, and `$debit`, more SET clauses of the `act` UPDATE; and
+/// `$headers`, the jobs' headers column (NULL::jsonb on a schema without it).
 macro_rules! dispatch_sql {
-    ($rate_left:expr, $debit:expr) => {
+    ($rate_left:expr, $debit:expr, $headers:expr) => {
         concat!(
     crate::dispatch_queues!(),
     r#"
@@ -275,7 +276,9 @@ upd AS (
     WHERE j.ctid = ANY (ARRAY(SELECT f.tid FROM final f))
     RETURNING j.id, j.queue, j.kind, j.args, j.priority, j.attempt, j.max_attempts, j.actor,
               j.fairness_key, j.identity_key, j.run_at, j.enqueued_at, j.lease_token,
-              j.lease_until
+              j.lease_until, "#,
+    $headers,
+    r#" AS headers
 ),
 per_actor AS MATERIALIZED (
     SELECT COALESCE(jsonb_object_agg(x.actor, x.n), '{}'::jsonb) AS m
@@ -315,7 +318,8 @@ rank_map AS MATERIALIZED (
     SELECT jsonb_object_agg(f.id::text, jsonb_build_array(f.qrank, f.pos)) AS m FROM final f
 )
 SELECT u.id, u.queue, u.kind, u.args, u.priority, u.attempt, u.max_attempts, u.actor,
-       u.fairness_key, u.identity_key, u.run_at, u.enqueued_at, u.lease_token, u.lease_until
+       u.fairness_key, u.identity_key, u.run_at, u.enqueued_at, u.lease_token, u.lease_until,
+       u.headers
 FROM upd u
 CROSS JOIN rank_map rm
 ORDER BY (rm.m -> u.id::text ->> 0)::bigint, (rm.m -> u.id::text ->> 1)::bigint
@@ -324,25 +328,37 @@ ORDER BY (rm.m -> u.id::text ->> 0)::bigint, (rm.m -> u.id::text ->> 1)::bigint
     };
 }
 
-pub const DISPATCH_SQL: &str = dispatch_sql!(
-    concat!(
-        "CASE WHEN a.rate_jobs IS NOT NULL THEN floor(",
-        crate::refill!(a, rate_jobs, rate_per, rate_burst),
-        ")::int END"
-    ),
-    concat!(
-        ",
+/// The actor rate limits' pieces of DISPATCH_SQL (`$rate_left`, `$debit`).
+macro_rules! rated_dispatch_sql {
+    ($headers:expr) => {
+        dispatch_sql!(
+            concat!(
+                "CASE WHEN a.rate_jobs IS NOT NULL THEN floor(",
+                crate::refill!(a, rate_jobs, rate_per, rate_burst),
+                ")::int END"
+            ),
+            concat!(
+                ",
         tokens = CASE WHEN a.rate_jobs IS NULL THEN a.tokens ELSE GREATEST(0, ",
-        crate::refill!(a, rate_jobs, rate_per, rate_burst),
-        " - (p.m ->> a.actor)::int) END,
+                crate::refill!(a, rate_jobs, rate_per, rate_burst),
+                " - (p.m ->> a.actor)::int) END,
         refilled_at = CASE WHEN a.rate_jobs IS NULL THEN a.refilled_at
                            ELSE GREATEST(a.refilled_at, statement_timestamp()) END"
-    )
-);
+            ),
+            $headers
+        )
+    };
+}
 
-/// DISPATCH_SQL for a schema from before rate limits (0.6.0 and older: the
-/// library is updated before ALTER EXTENSION UPDATE runs): no actor buckets.
-pub const DISPATCH_SQL_NO_RATE: &str = dispatch_sql!("NULL::int", "");
+pub const DISPATCH_SQL: &str = rated_dispatch_sql!("j.headers");
+
+/// DISPATCH_SQL for a schema from before job headers (0.7.0: the library is
+/// updated before ALTER EXTENSION UPDATE runs).
+pub const DISPATCH_SQL_NO_HEADERS: &str = rated_dispatch_sql!("NULL::jsonb");
+
+/// DISPATCH_SQL for a schema from before rate limits (0.6.0 and older): no
+/// actor buckets, no headers.
+pub const DISPATCH_SQL_NO_RATE: &str = dispatch_sql!("NULL::int", "", "NULL::jsonb");
 
 pub fn arg_types() -> [pgrx::pg_sys::PgOid; 5] {
     [
@@ -493,10 +509,12 @@ fn dispatch(
                         .update(spill, None, &args(Some(lanes)))
                         .unwrap_or_else(|e| pgrx::error!("{e}"));
                 }
-                let sql = if rated {
+                let sql = if !rated {
+                    DISPATCH_SQL_NO_RATE
+                } else if super::args::schema_has_headers() {
                     DISPATCH_SQL
                 } else {
-                    DISPATCH_SQL_NO_RATE
+                    DISPATCH_SQL_NO_HEADERS
                 };
                 let stmt = prepared(client, sql, &arg_types());
                 let table = client
@@ -533,7 +551,8 @@ fn log_arg_types() -> [pgrx::pg_sys::PgOid; 5] {
 
 /// Moves the `n` rows of the dispatch statement just run (SPI_tuptable:
 /// DISPATCH_SQL's 14 columns, and LOG_DISPATCH_SQL's 15th, `blocked`) into
-/// `out`: each row deformed once, its by-reference values (texts, the args)
+/// `out` (RawRow's 15 columns: DISPATCH_SQL's and the log statements' with
+/// `headers`; their 16th is `blocked`): each row deformed once, its by-reference values (texts, the args)
 /// detoasted and copied into the memory context that outlives the SPI
 /// connection (the function's), where JobRows picks them up. Reading the
 /// columns one by one through SPI_getbinval walked each tuple from its start
@@ -549,11 +568,11 @@ unsafe fn take_rows(n: usize, out: &mut Vec<RawRow>) -> bool {
         let desc = (*tt).tupdesc;
         let natts = (*desc).natts as usize;
         assert!(
-            natts == 14 || natts == 15,
-            "a dispatch statement returns 14 or 15 columns"
+            natts == 15 || natts == 16,
+            "a dispatch statement returns 15 or 16 columns"
         );
-        let mut values = [pg_sys::Datum::from(0); 15];
-        let mut nulls = [false; 15];
+        let mut values = [pg_sys::Datum::from(0); 16];
+        let mut nulls = [false; 16];
         for i in 0..n {
             pg_sys::heap_deform_tuple(
                 *(*tt).vals.add(i),
@@ -561,11 +580,11 @@ unsafe fn take_rows(n: usize, out: &mut Vec<RawRow>) -> bool {
                 values.as_mut_ptr(),
                 nulls.as_mut_ptr(),
             );
-            if natts == 15 && !nulls[14] && values[14].value() != 0 {
+            if natts == 16 && !nulls[15] && values[15].value() != 0 {
                 return true;
             }
-            let mut row: RawRow = ([pg_sys::Datum::from(0); 14], [false; 14]);
-            for c in 0..14 {
+            let mut row: RawRow = ([pg_sys::Datum::from(0); 15], [false; 15]);
+            for c in 0..15 {
                 row.1[c] = nulls[c];
                 if nulls[c] {
                     continue;
@@ -583,11 +602,12 @@ unsafe fn take_rows(n: usize, out: &mut Vec<RawRow>) -> bool {
     }
 }
 
-/// Which of the 14 result columns are passed by reference: queue, kind,
-/// args, actor, fairness_key, identity_key (the rest are integers and
-/// timestamps, by value on every platform PostgreSQL 15+ supports).
-const BY_REF: [bool; 14] = [
+/// Which of the 15 result columns are passed by reference: queue, kind,
+/// args, actor, fairness_key, identity_key, headers (the rest are integers
+/// and timestamps, by value on every platform PostgreSQL 15+ supports).
+const BY_REF: [bool; 15] = [
     false, true, true, true, false, false, false, true, true, true, false, false, false, false,
+    true,
 ];
 
 const QUEUES_EXIST_SQL: &str = "SELECT n FROM unnest($1::text[]) n

@@ -31,7 +31,14 @@ use pgrx::{pg_sys, JsonB};
 pub const MIN_PRIORITY: i16 = -1000;
 pub const MAX_PRIORITY: i16 = 1000;
 
-pub const ENQUEUE_SQL: &str = r#"
+/// ENQUEUE_SQL's text; `$s`, `$u`, `$a`, `$c`, `$v` add the jobs' headers
+/// ($12) to the input, the unnest, its column names, the INSERT's columns
+/// and its values (empty: a batch without headers, whose statement is the
+/// same as before headers existed and works on a schema without the column).
+macro_rules! enqueue_sql {
+    ($s:expr, $u:expr, $a:expr, $c:expr, $v:expr) => {
+        concat!(
+            r#"
 WITH q AS MATERIALIZED (
     SELECT jq.queue_name, jq.shards, jq.max_attempts, jq.mode,
            pgque.xact_lock_shared(1785684593, pg_catalog.hashtext(jq.queue_name)) AS qlock
@@ -43,7 +50,9 @@ input AS MATERIALIZED (
            COALESCE(t.priority, 0::smallint) AS priority,
            COALESCE(t.run_at, now()) AS run_at,
            COALESCE(t.run_at > now(), false) AS scheduled,
-           t.actor, t.fairness_key, t.identity_key, t.unique_key,
+           t.actor, t.fairness_key, t.identity_key, t.unique_key,"#,
+            $s,
+            r#"
            COALESCE(t.max_attempts, q.max_attempts) AS max_attempts,
            CASE WHEN q.mode = 'round_robin' THEN COALESCE(t.fairness_key, '') END AS rr_key,
            s.shard
@@ -53,9 +62,13 @@ input AS MATERIALIZED (
                     THEN (pg_catalog.pg_backend_pid() % q.shards)::smallint
                     ELSE 0::smallint END AS shard) s
     CROSS JOIN LATERAL unnest($2::text[], $3::jsonb[], $4::smallint[], $5::timestamptz[],
-                              $6::text[], $7::text[], $8::text[], $9::text[], $10::int[])
+                              $6::text[], $7::text[], $8::text[], $9::text[], $10::int[]"#,
+            $u,
+            r#")
          WITH ORDINALITY AS t(kind, args, priority, run_at, actor, fairness_key,
-                              identity_key, unique_key, max_attempts, ord)
+                              identity_key, unique_key, max_attempts, "#,
+            $a,
+            r#"ord)
 ),
 lanes AS MATERIALIZED (
     SELECT k.lane_key, pgque.xact_lock(1785684588, k.lane_key) AS lock
@@ -73,12 +86,16 @@ numbered AS MATERIALIZED (
 ins AS (
     INSERT INTO pgque.jobs AS j (id, queue, kind, args, priority, shard, state, ready_seq, run_at,
                                  max_attempts, actor, fairness_key, rr_key, identity_key,
-                                 unique_key, enqueued_at)
+                                 unique_key, enqueued_at"#,
+            $c,
+            r#")
     SELECT n.id, $1, n.kind, n.args, n.priority, n.shard,
            CASE WHEN n.scheduled THEN 'scheduled' ELSE 'ready' END,
            CASE WHEN n.scheduled THEN NULL ELSE n.id END,
            n.run_at, n.max_attempts, n.actor, n.fairness_key, n.rr_key, n.identity_key,
-           n.unique_key, now()
+           n.unique_key, now()"#,
+            $v,
+            r#"
     FROM numbered n
     ORDER BY n.ord
     ON CONFLICT DO NOTHING
@@ -108,7 +125,23 @@ LEFT JOIN ins i ON i.id = n.id
 WHERE (SELECT count(pg_catalog.pg_notify((CASE WHEN octet_length($1) <= 52 THEN 'pgque_jobs_' || $1 ELSE 'pgque_jobs_' || md5($1) END), ''))
        FROM (SELECT 1 FROM ins WHERE ins.state = 'ready' LIMIT 1) r) >= 0
 ORDER BY n.ord
-"#;
+"#
+        )
+    };
+}
+
+/// The enqueue statement for any batch: $1..$10 (queue, kinds, args,
+/// priorities, run_at, actors, fairness_keys, identity_keys, unique_keys,
+/// max_attempts); one row per input position (ord, job_id, state).
+pub const ENQUEUE_SQL: &str = enqueue_sql!("", "", "", "", "");
+/// ENQUEUE_SQL for a batch with headers: $11 unused, $12 the headers.
+pub const ENQUEUE_SQL_HEADERS: &str = enqueue_sql!(
+    " t.headers,",
+    ", $12::jsonb[]",
+    "headers, ",
+    ", headers",
+    ", n.headers"
+);
 
 /// ENQUEUE_SQL for batches without unique keys (most batches), with the same
 /// guarantees and less work: a plain insert instead of a speculative one per
@@ -124,7 +157,10 @@ ORDER BY n.ord
 /// priorities of the batch's ready jobs (`ready_lane_priorities`, computed by
 /// the caller from the same arrays and the same now()), instead of a
 /// DISTINCT over the whole batch.
-pub const ENQUEUE_NO_KEYS_SQL: &str = r#"
+macro_rules! enqueue_no_keys_sql {
+    ($u:expr, $a:expr, $c:expr, $v:expr) => {
+        concat!(
+            r#"
 WITH q AS MATERIALIZED (
     SELECT jq.max_attempts, jq.mode,
            CASE WHEN jq.shards > 1
@@ -143,22 +179,30 @@ lanes AS MATERIALIZED (
 ins AS (
     INSERT INTO pgque.jobs AS j (id, queue, kind, args, priority, shard, state, ready_seq, run_at,
                                  max_attempts, actor, fairness_key, rr_key, identity_key,
-                                 enqueued_at)
+                                 enqueued_at"#,
+            $c,
+            r#")
     SELECT s.id, $1, s.kind, s.args, COALESCE(s.priority, 0::smallint), s.shard,
            CASE WHEN s.scheduled THEN 'scheduled' ELSE 'ready' END,
            CASE WHEN s.scheduled THEN NULL ELSE s.id END,
            COALESCE(s.run_at, now()), COALESCE(s.max_attempts, s.queue_max_attempts),
            s.actor, s.fairness_key,
            CASE WHEN s.mode = 'round_robin' THEN COALESCE(s.fairness_key, '') END,
-           s.identity_key, now()
+           s.identity_key, now()"#,
+            $v,
+            r#"
     FROM (SELECT i.*, COALESCE(i.run_at > now(), false) AS scheduled,
                  pg_catalog.nextval('pgque.jobs_id_seq') AS id
           FROM (SELECT t.*, q.shard, q.mode, q.max_attempts AS queue_max_attempts
                 FROM q
                 CROSS JOIN LATERAL unnest($2::text[], $3::jsonb[], $4::smallint[], $5::timestamptz[],
-                                          $6::text[], $7::text[], $8::text[], $10::int[])
+                                          $6::text[], $7::text[], $8::text[], $10::int[]"#,
+            $u,
+            r#")
                      WITH ORDINALITY AS t(kind, args, priority, run_at, actor, fairness_key,
-                                          identity_key, max_attempts, ord)
+                                          identity_key, max_attempts, "#,
+            $a,
+            r#"ord)
                 -- a one-time filter: every lane lock is taken before the first nextval
                 WHERE (SELECT count(*) FROM lanes) >= 0
                 ORDER BY t.ord) i) s
@@ -181,7 +225,15 @@ FROM ins i
 WHERE (SELECT count(pg_catalog.pg_notify((CASE WHEN octet_length($1) <= 52 THEN 'pgque_jobs_' || $1 ELSE 'pgque_jobs_' || md5($1) END), ''))
        FROM (SELECT 1 FROM ins WHERE ins.state = 'ready' LIMIT 1) r) >= 0
 ORDER BY i.id
-"#;
+"#
+        )
+    };
+}
+
+pub const ENQUEUE_NO_KEYS_SQL: &str = enqueue_no_keys_sql!("", "", "", "");
+/// ENQUEUE_NO_KEYS_SQL for a batch with headers ($12).
+pub const ENQUEUE_NO_KEYS_SQL_HEADERS: &str =
+    enqueue_no_keys_sql!(", $12::jsonb[]", "headers, ", ", headers", ", s.headers");
 
 /// The distinct priorities (sorted) of the jobs of a batch that are ready at
 /// enqueue: the lanes ENQUEUE_NO_KEYS_SQL locks. A job is ready unless its
@@ -266,6 +318,30 @@ pub struct Batch<'a> {
     /// The batch may go to the job log (log::enqueue::eligible), into these
     /// lanes' priorities (the 11th argument).
     pub log_lanes: Option<Vec<i16>>,
+    /// Some job has headers: `args` has 12 elements (the 11th NULL for a
+    /// keyed batch), the 12th the headers, and the batch goes to pgque.jobs.
+    pub headers: bool,
+}
+
+impl<'a> Batch<'a> {
+    /// Appends the arguments after the 10 arrays: the ready lanes
+    /// (`ready_lane_priorities`, None for a keyed batch) and the headers
+    /// (an array aligned with kinds, or None when no job has any).
+    pub fn finish(&mut self, lanes: Option<Vec<i16>>, headers: Option<DatumWithOid<'a>>) {
+        match headers {
+            Some(h) => {
+                self.log_lanes = None;
+                self.headers = true;
+                self.args.push(lanes.into());
+                self.args.push(h);
+            }
+            None => {
+                if let Some(lanes) = lanes {
+                    self.args.push(lanes.into());
+                }
+            }
+        }
+    }
 }
 
 /// Runs ENQUEUE_SQL over a validated batch. Raises 42704 for an unknown queue
@@ -282,18 +358,27 @@ pub fn run(queue: &str, batch: Batch<'_>, on_duplicate: OnDuplicate) -> Vec<Outc
         }
     }
     let mut out = Vec::with_capacity(batch.n);
-    let sql: &'static str = if batch.keyed {
-        ENQUEUE_SQL
-    } else {
-        ENQUEUE_NO_KEYS_SQL
+    let sql: &'static str = match (batch.keyed, batch.headers) {
+        (true, false) => ENQUEUE_SQL,
+        (false, false) => ENQUEUE_NO_KEYS_SQL,
+        (true, true) => ENQUEUE_SQL_HEADERS,
+        (false, true) => ENQUEUE_NO_KEYS_SQL_HEADERS,
     };
     with_generic_plans(|| {
         Spi::connect_mut(|client| {
-            let types = arg_types();
-            let types = if batch.keyed {
-                &types[..10]
+            let base = arg_types();
+            let with_headers: Vec<pg_sys::PgOid>;
+            let types = if batch.headers {
+                with_headers = base
+                    .iter()
+                    .copied()
+                    .chain([ty(pg_sys::JSONBARRAYOID)])
+                    .collect();
+                &with_headers[..]
+            } else if batch.keyed {
+                &base[..10]
             } else {
-                &types[..]
+                &base[..]
             };
             let stmt = prepared(client, sql, types);
             let table = client
@@ -350,11 +435,13 @@ type Arr<'a, T> = Option<Array<'a, T>>;
 /// 'scheduled', or 'duplicate' with the id of the live job holding the
 /// unique key). All arrays must have the length of `kinds`; NULL arrays and
 /// NULL elements take the defaults (priority 0, run_at now, the queue's
-/// max_attempts, no actor/keys).
+/// max_attempts, no actor/keys). `headers` (aligned with kinds, NULL
+/// elements: none) are small JSON objects of strings, W3C trace context
+/// (args.rs check_headers); jobs with headers are stored in pgque.jobs.
 #[allow(clippy::too_many_arguments)]
-#[pg_extern(security_definer, parallel_unsafe)]
+#[pg_extern(name = "enqueue_ready_rows", security_definer, parallel_unsafe)]
 #[search_path(pg_catalog, pgque, pg_temp)]
-fn enqueue_ready_rows<'a>(
+fn enqueue_ready_rows_with_headers<'a>(
     queue_name: Option<&'a str>,
     kinds: Arr<'a, &'a str>,
     args: Arr<'a, JsonB>,
@@ -366,6 +453,7 @@ fn enqueue_ready_rows<'a>(
     unique_keys: default!(Arr<'a, &'a str>, "NULL"),
     max_attempts: default!(Arr<'a, i32>, "NULL"),
     on_duplicate: default!(Option<&'a str>, "'skip'"),
+    headers: default!(Arr<'a, JsonB>, "NULL"),
 ) -> Outcomes {
     let queue = valid_name(queue_name, "queue_name", error::MAX_QUEUE_NAME);
     let kinds = required(kinds, "kinds");
@@ -380,6 +468,16 @@ fn enqueue_ready_rows<'a>(
     check_len("identity_keys", identity_keys.as_ref().map(|a| a.len()), n);
     check_len("unique_keys", unique_keys.as_ref().map(|a| a.len()), n);
     check_len("max_attempts", max_attempts.as_ref().map(|a| a.len()), n);
+    check_len("headers", headers.as_ref().map(|a| a.len()), n);
+    let mut any_headers = false;
+    if let Some(h) = &headers {
+        for (i, h) in h.iter().enumerate() {
+            if let Some(h) = h {
+                super::args::check_headers(&h, &format!("headers[{}]", i + 1));
+                any_headers = true;
+            }
+        }
+    }
     for (i, k) in kinds.iter().enumerate() {
         match k {
             None => raise(
@@ -428,6 +526,7 @@ fn enqueue_ready_rows<'a>(
         n,
         keyed,
         log_lanes: if log_ok { lanes.clone() } else { None },
+        headers: false,
         args: vec![
             queue.into(),
             kinds.into(),
@@ -441,10 +540,43 @@ fn enqueue_ready_rows<'a>(
             max_attempts.into(),
         ],
     };
-    if let Some(lanes) = lanes {
-        batch.args.push(lanes.into());
-    }
+    batch.finish(lanes, headers.filter(|_| any_headers).map(Into::into));
     Outcomes(run(queue, batch, on_duplicate))
+}
+
+/// The entry point of 0.7.0's `enqueue_ready_rows` (C symbol
+/// enqueue_ready_rows_wrapper, no headers), kept out of this version's SQL:
+/// a database still at 0.7.0 runs this library's enqueue_ready_rows through
+/// it until ALTER EXTENSION pgque UPDATE.
+#[allow(clippy::too_many_arguments)]
+#[pg_extern(sql = false, security_definer, parallel_unsafe)]
+fn enqueue_ready_rows<'a>(
+    queue_name: Option<&'a str>,
+    kinds: Arr<'a, &'a str>,
+    args: Arr<'a, JsonB>,
+    priorities: Arr<'a, i16>,
+    run_at: Arr<'a, TimestampWithTimeZone>,
+    actors: Arr<'a, &'a str>,
+    fairness_keys: Arr<'a, &'a str>,
+    identity_keys: Arr<'a, &'a str>,
+    unique_keys: Arr<'a, &'a str>,
+    max_attempts: Arr<'a, i32>,
+    on_duplicate: Option<&'a str>,
+) -> Outcomes {
+    enqueue_ready_rows_with_headers(
+        queue_name,
+        kinds,
+        args,
+        priorities,
+        run_at,
+        actors,
+        fairness_keys,
+        identity_keys,
+        unique_keys,
+        max_attempts,
+        on_duplicate,
+        None,
+    )
 }
 
 /// Enqueues one job (the one-element case of enqueue_ready_rows, same
@@ -452,10 +584,12 @@ fn enqueue_ready_rows<'a>(
 /// id of that job (on_duplicate 'skip') or error 23505 ('error'). With
 /// `depends_on` (job ids) the job waits until those jobs completed
 /// (flows.rs: stored in pgque.jobs; no unique key then, 0A000).
+/// `headers`: a small JSON object of strings, W3C trace context
+/// (args.rs check_headers); a job with headers is stored in pgque.jobs.
 #[allow(clippy::too_many_arguments)]
 #[pg_extern(name = "enqueue", security_definer, parallel_unsafe)]
 #[search_path(pg_catalog, pgque, pg_temp)]
-fn enqueue_with_parents(
+fn enqueue_with_headers(
     queue_name: Option<&str>,
     kind: Option<&str>,
     args: default!(Option<JsonB>, "'{}'"),
@@ -468,6 +602,7 @@ fn enqueue_with_parents(
     max_attempts: default!(Option<i32>, "NULL"),
     on_duplicate: default!(Option<&str>, "'skip'"),
     depends_on: default!(Option<Vec<Option<i64>>>, "NULL"),
+    headers: default!(Option<JsonB>, "NULL"),
 ) -> Option<i64> {
     let queue = valid_name(queue_name, "queue_name", error::MAX_QUEUE_NAME);
     let kind = required(kind, "kind");
@@ -485,8 +620,17 @@ fn enqueue_with_parents(
     if let Some(r) = run_at {
         check_run_at(r);
     }
+    if let Some(h) = &headers {
+        super::args::check_headers(h, "headers");
+    }
     if let Some(d) = depends_on.as_deref().filter(|d| !d.is_empty()) {
         let parents = super::args::check_depends_on(d);
+        if headers.is_some() {
+            raise(
+                error::FEATURE_NOT_SUPPORTED,
+                "a job with depends_on cannot have headers",
+            );
+        }
         if unique_key.is_some() {
             raise(
                 error::FEATURE_NOT_SUPPORTED,
@@ -525,6 +669,7 @@ fn enqueue_with_parents(
         n: 1,
         keyed,
         log_lanes: if log_ok { lanes.clone() } else { None },
+        headers: false,
         args: vec![
             queue.into(),
             vec![kind].into(),
@@ -538,9 +683,7 @@ fn enqueue_with_parents(
             vec![max_attempts].into(),
         ],
     };
-    if let Some(lanes) = lanes {
-        batch.args.push(lanes.into());
-    }
+    batch.finish(lanes, headers.map(|h| vec![h].into()));
     run(queue, batch, on_duplicate)
         .into_iter()
         .next()
@@ -578,6 +721,42 @@ fn enqueue(
         unique_key,
         max_attempts,
         on_duplicate,
+        None,
+    )
+}
+
+/// The entry point of 0.7.0's 12-argument `enqueue` (C symbol
+/// enqueue_with_parents_wrapper, no headers), kept out of this version's
+/// SQL for a database still at 0.7.0, as `enqueue` above for 0.6.0.
+#[allow(clippy::too_many_arguments)]
+#[pg_extern(sql = false, security_definer, parallel_unsafe)]
+fn enqueue_with_parents(
+    queue_name: Option<&str>,
+    kind: Option<&str>,
+    args: Option<JsonB>,
+    priority: Option<i32>,
+    run_at: Option<TimestampWithTimeZone>,
+    actor: Option<&str>,
+    fairness_key: Option<&str>,
+    identity_key: Option<&str>,
+    unique_key: Option<&str>,
+    max_attempts: Option<i32>,
+    on_duplicate: Option<&str>,
+    depends_on: Option<Vec<Option<i64>>>,
+) -> Option<i64> {
+    enqueue_with_headers(
+        queue_name,
+        kind,
+        args,
+        priority,
+        run_at,
+        actor,
+        fairness_key,
+        identity_key,
+        unique_key,
+        max_attempts,
+        on_duplicate,
+        depends_on,
         None,
     )
 }

@@ -13,9 +13,11 @@ use pgrx::pgrx_sql_entity_graph::metadata::{
     ArgumentError, ReturnsError, ReturnsRef, SqlMappingRef, SqlTranslatable, TypeOrigin,
 };
 
-/// One dispatched job: the values (and NULL flags) of `dispatch`'s 14
+/// One dispatched job: the values (and NULL flags) of `dispatch`'s 15
 /// result columns, by-reference values already in the function's memory.
-pub type RawRow = ([pg_sys::Datum; 14], [bool; 14]);
+/// Under 0.7.0's SQL signature (14 columns, before ALTER EXTENSION UPDATE)
+/// the tuplestore's descriptor has 14 and the 15th, headers, is not read.
+pub type RawRow = ([pg_sys::Datum; 15], [bool; 15]);
 
 /// The jobs of one dispatch, in dispatch order.
 pub struct JobRows(pub Vec<RawRow>);
@@ -25,10 +27,10 @@ unsafe impl SqlTranslatable for JobRows {
     const TYPE_ORIGIN: TypeOrigin = TypeOrigin::External;
     const ARGUMENT_SQL: Result<SqlMappingRef, ArgumentError> = Err(ArgumentError::SetOf);
     // The columns of the released signature, as pgrx spelled them for the
-    // TableIterator this replaces.
+    // TableIterator this replaces, and headers.
     const RETURN_SQL: Result<ReturnsRef, ReturnsError> =
         Ok(ReturnsRef::One(SqlMappingRef::literal(
-            "TABLE (\n\t\"job_id\" bigint,\n\t\"queue\" TEXT,\n\t\"kind\" TEXT,\n\t\"args\" jsonb,\n\t\"priority\" smallint,\n\t\"attempt\" INT,\n\t\"max_attempts\" INT,\n\t\"actor\" TEXT,\n\t\"fairness_key\" TEXT,\n\t\"identity_key\" TEXT,\n\t\"run_at\" timestamp with time zone,\n\t\"enqueued_at\" timestamp with time zone,\n\t\"lease_token\" bigint,\n\t\"lease_until\" timestamp with time zone\n)",
+            "TABLE (\n\t\"job_id\" bigint,\n\t\"queue\" TEXT,\n\t\"kind\" TEXT,\n\t\"args\" jsonb,\n\t\"priority\" smallint,\n\t\"attempt\" INT,\n\t\"max_attempts\" INT,\n\t\"actor\" TEXT,\n\t\"fairness_key\" TEXT,\n\t\"identity_key\" TEXT,\n\t\"run_at\" timestamp with time zone,\n\t\"enqueued_at\" timestamp with time zone,\n\t\"lease_token\" bigint,\n\t\"lease_until\" timestamp with time zone,\n\t\"headers\" jsonb\n)",
         )));
 }
 

@@ -68,6 +68,8 @@ pub const STATES: [&str; 7] = [
 ];
 
 #[cfg(any(test, feature = "pg_test"))]
+mod headers_tests;
+#[cfg(any(test, feature = "pg_test"))]
 mod rate_tests;
 #[cfg(any(test, feature = "pg_test"))]
 pub(crate) mod tests;

@@ -228,7 +228,8 @@ RETURNING claim_id, lease_until
 );
 
 /// $1 queues, $2 limit, $3 worker, $4 lease (NULL: the queue's), $5 lane ids
-/// (locked by LOCK_LANES_SQL). Returns DISPATCH_SQL's 14 columns and
+/// (locked by LOCK_LANES_SQL). Returns DISPATCH_SQL's 15 columns (headers
+/// NULL: a job with headers is never in the log) and
 /// `blocked`: the claimed jobs in dispatch order (blocked false), or one row
 /// with blocked true and nothing claimed.
 pub const LOG_DISPATCH_SQL: &str = concat!(
@@ -257,14 +258,14 @@ ins AS (
     RETURNING claim_id, lane_id, lease_until
 )
 (SELECT t.id, t.queue, t.kind, t.args, t.priority, 1, t.max_attempts, NULL::text, t.fk,
-        NULL::text, t.run_at, t.enqueued_at, i.claim_id, i.lease_until, false
+        NULL::text, t.run_at, t.enqueued_at, i.claim_id, i.lease_until, NULL::jsonb, false
  FROM taken t JOIN ins i ON i.lane_id = t.lane_id
  ORDER BY t.qrank, t.pos)
 -- a blocked call: one row, blocked true
 UNION ALL
 SELECT NULL::bigint, NULL::text, NULL::text, NULL::jsonb, NULL::smallint, NULL::int, NULL::int,
        NULL::text, NULL::text, NULL::text, NULL::timestamptz, NULL::timestamptz, NULL::bigint,
-       NULL::timestamptz, true
+       NULL::timestamptz, NULL::jsonb, true
 FROM blocked WHERE blocked.b
 "#
 );

@@ -341,8 +341,8 @@ pub fn dispatch_one(
     out.reserve(cand.len());
     for (id, r, k) in cand {
         let row = &rows[r];
-        let mut v = [Datum::from(0); 14];
-        let mut nl = [false; 14];
+        let mut v = [Datum::from(0); 15];
+        let mut nl = [false; 15];
         v[0] = Datum::from(id);
         v[1] = queue;
         match row.kinds.get(k) {
@@ -366,6 +366,8 @@ pub fn dispatch_one(
         v[11] = row.enqueued_at;
         v[12] = Datum::from(token);
         v[13] = until;
+        // headers: a job with headers is never in the log
+        nl[14] = true;
         out.push((v, nl));
     }
     false
