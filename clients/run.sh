@@ -8,6 +8,16 @@
 #   clients/run.sh 15 python [ARGS]      # only pytest (ARGS go to pytest, e.g. -k worker)
 #   clients/run.sh 15 rust [FILTER]      # only cargo test
 #   clients/run.sh 15 typescript [ARGS]  # only node --test (ARGS go to node, e.g. --test-name-pattern=drain)
+#   clients/run.sh 15 trace              # only the OpenTelemetry pass (below)
+#
+# The python, rust and typescript passes run without OpenTelemetry (Python
+# without the otel extra, Rust without the otel feature; the TypeScript dev
+# dependencies include the API, unused without an SDK) and Rust's
+# tests/tracing.rs with the feature. The trace pass then installs
+# opentelemetry-api/sdk into clients/python/.otel (git-ignored, on
+# PYTHONPATH for that pass only), builds the Rust and TypeScript hops and
+# runs Python's tracing tests and the cross-client trace
+# (tests/test_cross_trace.py: Python producer -> Rust worker -> TS worker).
 #
 # The Python side runs in a venv (clients/python/.venv, git-ignored) that this
 # script creates and fills from PyPI on first use (psycopg, pytest, setuptools, wheel),
@@ -20,7 +30,7 @@ set -euo pipefail
 VER=${1:?usage: clients/run.sh PGVERSION [python|rust|typescript] [args]}
 WHAT=${2:-all}
 shift $(( $# >= 2 ? 2 : 1 ))
-case "$WHAT" in all|python|rust|typescript) ;; *) echo "unknown client '$WHAT' (python|rust|typescript)" >&2; exit 2 ;; esac
+case "$WHAT" in all|python|rust|typescript|trace) ;; *) echo "unknown client '$WHAT' (python|rust|typescript|trace)" >&2; exit 2 ;; esac
 want() { [ "$WHAT" = all ] || [ "$WHAT" = "$1" ]; }
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -31,7 +41,7 @@ pgq_pg_config "$VER"
 # --- the Python venv (before the server: a failed fetch fails fast) ----------
 VENV=$ROOT/clients/python/.venv
 PY_PKGS=("psycopg[binary]==3.3.9" "pytest==8.4.2" "setuptools>=70.1" "wheel")
-if want python; then
+if want python || want trace; then
   [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
   if ! "$VENV/bin/python" -c 'import psycopg, pytest, wheel' 2>/dev/null; then
     echo "[clients] pip install ${PY_PKGS[*]} into $VENV"
@@ -45,7 +55,16 @@ fi
 
 # --- the TypeScript package (before the server, like the venv) --------------
 TS=$ROOT/clients/typescript
-if want typescript; then
+OTEL_PY=$ROOT/clients/python/.otel
+OTEL_PY_PKGS=("opentelemetry-api==1.45.2" "opentelemetry-sdk==1.45.2")
+if want trace; then
+  if ! PYTHONPATH=$OTEL_PY "$VENV/bin/python" -c 'import opentelemetry.sdk.trace' 2>/dev/null; then
+    echo "[clients] pip install ${OTEL_PY_PKGS[*]} into $OTEL_PY"
+    "$VENV/bin/pip" install -q --disable-pip-version-check --target "$OTEL_PY" "${OTEL_PY_PKGS[@]}"
+  fi
+  cargo build -q --manifest-path "$ROOT/clients/rust/Cargo.toml" --features otel --example trace_hop
+fi
+if want typescript || want trace; then
   if [ ! -f "$TS/node_modules/.package-lock.json" ] || [ "$TS/package-lock.json" -nt "$TS/node_modules/.package-lock.json" ]; then
     echo "[clients] npm ci in $TS"
     (cd "$TS" && npm ci --no-audit --no-fund >/tmp/pgque_clients_npm_$VER.log 2>&1) \
@@ -73,12 +92,21 @@ fi
 if want rust && [ -f "$ROOT/clients/rust/Cargo.toml" ]; then
   echo "==== clients: rust (cargo test)"
   cargo test --manifest-path "$ROOT/clients/rust/Cargo.toml" -- "$@" || rc=$?
+  echo "==== clients: rust with the otel feature (tests/tracing.rs)"
+  cargo test --manifest-path "$ROOT/clients/rust/Cargo.toml" --features otel --test tracing -- "$@" || rc=$?
 fi
 if want typescript; then
   echo "==== clients: typescript (node --test)"
   # TAP output: its closing lines are '# pass N' / '# fail N'. Two test files
   # at a time, each with a database of its own.
   (cd "$TS" && node --test --test-reporter=tap --test-concurrency=2 "$@" dist/test/*.test.js) || rc=$?
+fi
+if want trace; then
+  echo "==== clients: OpenTelemetry (python tracing tests, the cross-client trace)"
+  (cd "$ROOT/clients/python" && PYTHONPATH=$OTEL_PY PGQUE_TEST_OTEL=1 \
+    PGQUE_TRACE_RUST="$ROOT/clients/rust/target/debug/examples/trace_hop" \
+    PGQUE_TRACE_TS="node $TS/dist/test/trace_hop.js" \
+    "$VENV/bin/python" -m pytest -q -p no:cacheprovider tests/test_tracing.py tests/test_cross_trace.py) || rc=$?
 fi
 if [ $rc -ne 0 ]; then
   echo "[clients] FAILED; last lines of the server log:"

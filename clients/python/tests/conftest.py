@@ -66,3 +66,20 @@ def job_states(conn: psycopg.Connection[Any], queue: str) -> dict[str, int]:
         "SELECT state, count(*)::int FROM pgque.all_jobs WHERE queue = %s GROUP BY state", (queue,)
     ).fetchall()
     return dict(rows)
+
+
+@pytest.fixture(scope="session")
+def otel_exporter() -> Any:
+    """The OpenTelemetry SDK's in-memory exporter behind the global tracer
+    provider (set once per process). Only in clients/run.sh's OpenTelemetry
+    pass, where the SDK is on the path."""
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exp = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exp))
+    trace.set_tracer_provider(provider)
+    return exp

@@ -17,6 +17,9 @@ pub struct Features {
     pub flows: bool,
     /// `job_channel(queue)`.
     pub job_channel: bool,
+    /// Job headers (trace context): `enqueue(..., headers)`, and dispatch
+    /// returns them.
+    pub headers: bool,
 }
 
 impl Features {
@@ -27,7 +30,7 @@ impl Features {
                 "SELECT p.proname::text, p.pronargs::int4 FROM pg_catalog.pg_proc p \
                  JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace \
                  WHERE n.nspname = 'pgque' \
-                   AND p.proname = ANY ('{complete_many,set_progress,enqueue_flow,job_channel}')",
+                   AND p.proname = ANY ('{complete_many,set_progress,enqueue_flow,job_channel,enqueue}')",
                 &[],
             )
             .await?;
@@ -40,6 +43,7 @@ impl Features {
                 "set_progress" => f.progress = true,
                 "enqueue_flow" => f.flows = true,
                 "job_channel" => f.job_channel = true,
+                "enqueue" if nargs >= 13 => f.headers = true,
                 _ => {}
             }
         }

@@ -140,6 +140,8 @@ mod consumer;
 mod error;
 mod features;
 mod listen;
+#[cfg(feature = "otel")]
+pub mod otel;
 mod producer;
 mod shutdown;
 mod worker;

@@ -32,6 +32,11 @@ pub struct EnqueueOptions {
     pub on_duplicate: Option<String>,
     /// Parent jobs (servers with flows only).
     pub depends_on: Option<Vec<i64>>,
+    /// Small metadata stored with the job (servers with job headers only): a
+    /// JSON object of strings, e.g. W3C `traceparent` / `tracestate`. With
+    /// the `otel` feature, None is filled from the current OpenTelemetry
+    /// context (docs/tracing.md).
+    pub headers: Option<Value>,
 }
 
 /// One row of [`enqueue_many`].
@@ -94,6 +99,27 @@ pub async fn enqueue<C: GenericClient>(
     args: &Value,
     options: &EnqueueOptions,
 ) -> Result<Option<i64>> {
+    #[cfg(feature = "otel")]
+    {
+        if options.headers.is_none() {
+            let (cx, headers) = crate::otel::start_send(queue, 1);
+            let mut o = options.clone();
+            o.headers = headers;
+            let r = enqueue_plain(client, queue, kind, args, &o).await;
+            crate::otel::end(&cx, r.as_ref().err().map(|e| e.to_string()).as_deref());
+            return r;
+        }
+    }
+    enqueue_plain(client, queue, kind, args, options).await
+}
+
+async fn enqueue_plain<C: GenericClient>(
+    client: &C,
+    queue: &str,
+    kind: &str,
+    args: &Value,
+    options: &EnqueueOptions,
+) -> Result<Option<i64>> {
     let mut sql = String::from("SELECT pgque.enqueue(queue_name => $1::text, kind => $2::text, args => $3::jsonb");
     let mut params: Vec<Param> = vec![
         Box::new(queue.to_owned()),
@@ -128,6 +154,9 @@ pub async fn enqueue<C: GenericClient>(
     if let Some(v) = &o.depends_on {
         add("depends_on", "int8[]", Box::new(v.clone()), &mut params);
     }
+    if let Some(v) = &o.headers {
+        add("headers", "jsonb", Box::new(v.clone()), &mut params);
+    }
     sql.push(')');
     let row = client
         .query_one(&sql, &refs(&params))
@@ -147,6 +176,25 @@ pub async fn enqueue_many<C: GenericClient>(
     if jobs.is_empty() {
         return Ok(Vec::new());
     }
+    #[cfg(feature = "otel")]
+    {
+        let (cx, headers) = crate::otel::start_send(queue, jobs.len());
+        let r = enqueue_many_plain(client, queue, jobs, on_duplicate, headers.as_ref()).await;
+        crate::otel::end(&cx, r.as_ref().err().map(|e| e.to_string()).as_deref());
+        r
+    }
+    #[cfg(not(feature = "otel"))]
+    enqueue_many_plain(client, queue, jobs, on_duplicate, None).await
+}
+
+/// `headers`: for the jobs without their own (None: only the jobs' own).
+async fn enqueue_many_plain<C: GenericClient>(
+    client: &C,
+    queue: &str,
+    jobs: &[NewJob],
+    on_duplicate: Option<&str>,
+    headers: Option<&Value>,
+) -> Result<Vec<Enqueued>> {
     fn col<T: Clone>(jobs: &[NewJob], f: impl Fn(&EnqueueOptions) -> Option<T>) -> Option<Vec<Option<T>>> {
         let v: Vec<Option<T>> = jobs.iter().map(|j| f(&j.options)).collect();
         v.iter().any(Option::is_some).then_some(v)
@@ -162,26 +210,33 @@ pub async fn enqueue_many<C: GenericClient>(
     let ident = col(jobs, |o| o.identity_key.clone());
     let uniq = col(jobs, |o| o.unique_key.clone());
     let maxa = col(jobs, |o| o.max_attempts);
-    let rows = client
-        .query(
-            "SELECT job_id, state FROM pgque.enqueue_ready_rows($1::text, $2::text[], $3::jsonb[], \
-             $4::int2[], $5::timestamptz[], $6::text[], $7::text[], $8::text[], $9::text[], $10::int4[], \
-             coalesce($11::text, 'skip')) ORDER BY ord",
-            &[
-                &queue,
-                &kinds,
-                &args,
-                &prio,
-                &run_at,
-                &actors,
-                &fair,
-                &ident,
-                &uniq,
-                &maxa,
-                &on_duplicate,
-            ],
-        )
-        .await?;
+    let hdrs = col(jobs, |o| o.headers.clone().or_else(|| headers.cloned()));
+    let mut params: Vec<&(dyn ToSql + Sync)> = vec![
+        &queue,
+        &kinds,
+        &args,
+        &prio,
+        &run_at,
+        &actors,
+        &fair,
+        &ident,
+        &uniq,
+        &maxa,
+        &on_duplicate,
+    ];
+    // Headers only when some job has them: the statement of a server
+    // without job headers otherwise.
+    let sql = if let Some(h) = &hdrs {
+        params.push(h);
+        "SELECT job_id, state FROM pgque.enqueue_ready_rows($1::text, $2::text[], $3::jsonb[], \
+         $4::int2[], $5::timestamptz[], $6::text[], $7::text[], $8::text[], $9::text[], $10::int4[], \
+         coalesce($11::text, 'skip'), $12::jsonb[]) ORDER BY ord"
+    } else {
+        "SELECT job_id, state FROM pgque.enqueue_ready_rows($1::text, $2::text[], $3::jsonb[], \
+         $4::int2[], $5::timestamptz[], $6::text[], $7::text[], $8::text[], $9::text[], $10::int4[], \
+         coalesce($11::text, 'skip')) ORDER BY ord"
+    };
+    let rows = client.query(sql, &params).await?;
     Ok(rows
         .iter()
         .map(|r| Enqueued {

@@ -52,6 +52,10 @@ enum Handler {
 
 const DISPATCH: &str = "SELECT job_id, queue, kind, args, priority, attempt, max_attempts, actor, lease_token \
      FROM pgque.dispatch($1::text[], $2::int4, $3::text, make_interval(secs => $4::float8))";
+/// DISPATCH with the jobs' headers, on a server that has them.
+const DISPATCH_HEADERS: &str =
+    "SELECT job_id, queue, kind, args, priority, attempt, max_attempts, actor, lease_token, \
+     headers FROM pgque.dispatch($1::text[], $2::int4, $3::text, make_interval(secs => $4::float8))";
 const HEARTBEAT: &str = "SELECT job_id FROM pgque.heartbeat($1::int8[], $2::int8[], make_interval(secs => $3::float8))";
 
 /// How long a dispatch waits for half the handler slots to free up.
@@ -83,6 +87,9 @@ pub struct Job {
     pub max_attempts: i32,
     pub actor: Option<String>,
     pub lease_token: i64,
+    /// What the producer attached (W3C `traceparent` / `tracestate`); None:
+    /// nothing, or a server without job headers.
+    pub headers: Option<Value>,
     shared: Arc<Shared>,
     flags: Arc<Flags>,
 }
@@ -363,6 +370,7 @@ impl Worker {
             drained.clone(),
         ));
         let batch = b.batch_size.unwrap_or(b.concurrency);
+        let dispatch_sql = if features.headers { DISPATCH_HEADERS } else { DISPATCH };
 
         let mut failure = None;
         while !shutdown.is_triggered() {
@@ -392,7 +400,7 @@ impl Worker {
             }
             let want = free.min(batch);
             let rows = match client
-                .query(DISPATCH, &[&b.queues, &(want as i32), &self.worker_id, &lease])
+                .query(dispatch_sql, &[&b.queues, &(want as i32), &self.worker_id, &lease])
                 .await
             {
                 Ok(r) => r,
@@ -427,6 +435,7 @@ impl Worker {
                     max_attempts: r.get(6),
                     actor: r.get(7),
                     lease_token: r.get(8),
+                    headers: if features.headers { r.get(9) } else { None },
                     shared: shared.clone(),
                     flags: flags.clone(),
                 };
@@ -437,20 +446,38 @@ impl Worker {
                 let shared = shared.clone();
                 tokio::spawn(async move {
                     let (id, token, flags) = (job.id, job.lease_token, job.flags.clone());
+                    #[cfg(feature = "otel")]
+                    let cx =
+                        crate::otel::start_process(&job.queue, job.id, &job.kind, job.attempt, job.headers.as_ref());
+                    // The handler's future runs in the process span's context.
+                    #[cfg(feature = "otel")]
+                    fn traced<F>(f: F, cx: &opentelemetry::Context) -> opentelemetry::context::WithContext<F> {
+                        opentelemetry::context::FutureExt::with_context(f, cx.clone())
+                    }
+                    #[cfg(not(feature = "otel"))]
+                    fn traced<F>(f: F, _: &()) -> F {
+                        f
+                    }
+                    #[cfg(not(feature = "otel"))]
+                    let cx = ();
                     // None: an exactly-once handler's outcome is settled already.
                     let result = match handler {
                         None => Some(Err(format!("no handler for job kind {:?}", job.kind))),
-                        Some(Handler::Plain(h)) => Some(match tokio::spawn(h(job)).await {
+                        Some(Handler::Plain(h)) => Some(match tokio::spawn(traced(h(job), &cx)).await {
                             Ok(Ok(out)) => Ok(out),
                             Ok(Err(e)) => Err(error_text(&*e)),
                             Err(join) => Err(format!("handler panicked: {join}")),
                         }),
-                        Some(Handler::Tx(h)) => match tokio::spawn(run_in_transaction(shared, h, job)).await {
-                            Ok(Ok(())) => None,
-                            Ok(Err(e)) => Some(Err(e)),
-                            Err(join) => Some(Err(format!("handler panicked: {join}"))),
-                        },
+                        Some(Handler::Tx(h)) => {
+                            match tokio::spawn(traced(run_in_transaction(shared, h, job), &cx)).await {
+                                Ok(Ok(())) => None,
+                                Ok(Err(e)) => Some(Err(e)),
+                                Err(join) => Some(Err(format!("handler panicked: {join}"))),
+                            }
+                        }
                     };
+                    #[cfg(feature = "otel")]
+                    crate::otel::end(&cx, result.as_ref().and_then(|r| r.as_ref().err()).map(String::as_str));
                     if let Some(result) = result {
                         let _ = tx.send(Msg::Done(Outcome {
                             id,

@@ -34,6 +34,8 @@ export interface Features {
   flows: boolean;
   /** `job_channel` exists. */
   jobChannel: boolean;
+  /** Jobs carry headers (trace context): enqueue takes them, dispatch returns them. */
+  headers: boolean;
   /** Named parameters and their SQL types per function. */
   params: Record<string, Record<string, string>>;
 }
@@ -61,7 +63,7 @@ export function features(client: Queryable): Promise<Features> {
 
 async function readFeatures(client: Queryable): Promise<Features> {
   const { rows } = await query<CatalogRow>(client, CATALOG_SQL, [FUNCTIONS]);
-  const f: Features = { outputs: false, progress: false, flows: false, jobChannel: false, params: {} };
+  const f: Features = { outputs: false, progress: false, flows: false, jobChannel: false, headers: false, params: {} };
   const widest: Record<string, number> = {};
   for (const r of rows) {
     if (r.name === "complete_many" && r.nargs >= 3) f.outputs = true;
@@ -77,5 +79,6 @@ async function readFeatures(client: Queryable): Promise<Features> {
       f.params[r.name] = params;
     }
   }
+  f.headers = f.params.enqueue?.headers !== undefined;
   return f;
 }

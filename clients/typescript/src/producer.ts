@@ -13,6 +13,7 @@
  */
 import { InvalidParameterValue, ServerFeatureMissing } from "./errors.js";
 import { features, type Features } from "./features.js";
+import { sendSpan } from "./otel.js";
 import { query, toId, toIdOrNull, toIds, type Queryable } from "./util.js";
 
 /** Options of {@link enqueue}, the parameters of `pgque.enqueue` by name. */
@@ -35,6 +36,11 @@ export interface EnqueueOptions {
   onDuplicate?: "skip" | "error";
   /** Ids of jobs this one runs after (servers with flows). */
   dependsOn?: number[];
+  /** Small metadata stored with the job (servers with job headers): an object
+   * of strings, e.g. W3C `traceparent` / `tracestate`. When absent and
+   * `@opentelemetry/api` is installed, filled from the active context
+   * (docs/tracing.md). */
+  headers?: Record<string, string>;
 }
 
 /** One job of {@link enqueueMany}: `[kind, args]` or an object with options. */
@@ -50,6 +56,7 @@ export type NewJob =
       identityKey?: string;
       uniqueKey?: string;
       maxAttempts?: number;
+      headers?: Record<string, string>;
     };
 
 /** One row of {@link enqueueMany}: the job id (the holder's for a
@@ -119,6 +126,7 @@ const ENQUEUE_PARAMS: Record<keyof EnqueueOptions, string> = {
   maxAttempts: "max_attempts",
   onDuplicate: "on_duplicate",
   dependsOn: "depends_on",
+  headers: "headers",
 };
 
 // Per-job option of enqueueMany -> the array parameter of enqueue_ready_rows.
@@ -130,6 +138,7 @@ const MANY_PARAMS: Record<string, string> = {
   identityKey: "identity_keys",
   uniqueKey: "unique_keys",
   maxAttempts: "max_attempts",
+  headers: "headers",
 };
 
 const FLOW_FIELDS: Record<string, string> = {
@@ -193,21 +202,26 @@ export async function enqueue(
   options: EnqueueOptions = {},
 ): Promise<number | null> {
   const f = await features(client);
-  const values: [string, unknown][] = [
-    ["queue_name", queue],
-    ["kind", kind],
-    ["args", json(args)],
-  ];
-  for (const [k, v] of Object.entries(options)) {
-    if (v === undefined) continue;
-    const name = ENQUEUE_PARAMS[k as keyof EnqueueOptions];
-    if (name === undefined) throw new InvalidParameterValue(`unknown enqueue option '${k}'`);
-    values.push([name, v]);
-  }
-  const [sql, params] = namedCall(f, "enqueue", values);
-  const { rows } = await query(client, sql, params);
-  const first = rows[0];
-  return first === undefined ? null : toIdOrNull(Object.values(first)[0]);
+  return sendSpan(queue, 1, async (traced) => {
+    const values: [string, unknown][] = [
+      ["queue_name", queue],
+      ["kind", kind],
+      ["args", json(args)],
+    ];
+    for (const [k, v] of Object.entries(options)) {
+      if (v === undefined) continue;
+      const name = ENQUEUE_PARAMS[k as keyof EnqueueOptions];
+      if (name === undefined) throw new InvalidParameterValue(`unknown enqueue option '${k}'`);
+      values.push([name, k === "headers" ? json(v) : v]);
+    }
+    if (traced !== undefined && options.headers === undefined && f.params.enqueue?.headers !== undefined) {
+      values.push(["headers", json(traced)]);
+    }
+    const [sql, params] = namedCall(f, "enqueue", values);
+    const { rows } = await query(client, sql, params);
+    const first = rows[0];
+    return first === undefined ? null : toIdOrNull(Object.values(first)[0]);
+  });
 }
 
 /**
@@ -224,6 +238,17 @@ export async function enqueueMany(
 ): Promise<Enqueued[]> {
   if (jobs.length === 0) return [];
   const f = await features(client);
+  return sendSpan(queue, jobs.length, (traced) => enqueueManyWith(f, client, queue, jobs, options, traced));
+}
+
+async function enqueueManyWith(
+  f: Features,
+  client: Queryable,
+  queue: string,
+  jobs: NewJob[],
+  options: { onDuplicate?: "skip" | "error" },
+  traced: Record<string, string> | undefined,
+): Promise<Enqueued[]> {
   const kinds: string[] = [];
   const args: string[] = [];
   const cols = new Map<string, unknown[]>();
@@ -247,9 +272,17 @@ export async function enqueueMany(
         col = new Array<unknown>(jobs.length).fill(null);
         cols.set(k, col);
       }
-      col[i] = v;
+      col[i] = k === "headers" ? json(v) : v;
     }
   });
+  if (traced !== undefined && f.params.enqueue_ready_rows?.headers !== undefined) {
+    let col = cols.get("headers");
+    if (col === undefined) {
+      col = new Array<unknown>(jobs.length).fill(null);
+      cols.set("headers", col);
+    }
+    for (let i = 0; i < col.length; i++) if (col[i] === null) col[i] = json(traced);
+  }
   const values: [string, unknown][] = [
     ["queue_name", queue],
     ["kinds", kinds],

@@ -23,6 +23,7 @@ import pg from "pg";
 import { ServerFeatureMissing, isConnectionError, translateError } from "./errors.js";
 import { features, type Features } from "./features.js";
 import { Listener } from "./listen.js";
+import { processSpan } from "./otel.js";
 import {
   closeQuietly,
   connect,
@@ -86,11 +87,14 @@ interface JobRow {
   enqueued_at: Date;
   lease_token: unknown;
   lease_until: Date;
+  headers?: Record<string, string> | null;
 }
 
 const DISPATCH_SQL =
   "SELECT job_id, queue, kind, args, priority, attempt, max_attempts, actor, enqueued_at, lease_token, lease_until " +
   "FROM pgque.dispatch($1::text[], $2::int4, $3::text, make_interval(secs => $4::float8))";
+/** DISPATCH_SQL with the jobs' headers, on a server that has them. */
+const DISPATCH_HEADERS_SQL = DISPATCH_SQL.replace("lease_until ", "lease_until, headers ");
 const HEARTBEAT_SQL =
   "SELECT job_id FROM pgque.heartbeat($1::int8[], $2::int8[], make_interval(secs => $3::float8))";
 
@@ -116,12 +120,17 @@ export class Job {
   /** The lease token of this attempt; every outcome call is fenced by it. */
   readonly leaseToken: number;
   readonly leaseUntil: Date;
+  /** What the producer attached (W3C `traceparent` / `tracestate`); null:
+   * nothing, or a server without job headers. */
+  readonly headers: Record<string, string> | null;
   /** Aborted when the job was cancelled or its lease lost (a heartbeat left
    * it out), or when a shutdown handed it back: its completion will be
    * refused, a long handler should stop. */
   readonly signal: AbortSignal;
   /** @internal */
   handedBack = false;
+  /** @internal The error reported for this attempt (its process span's status). */
+  failure: string | undefined;
   private readonly controller = new AbortController();
   private readonly worker: Worker;
 
@@ -138,6 +147,7 @@ export class Job {
     this.enqueuedAt = row.enqueued_at;
     this.leaseToken = toId(row.lease_token);
     this.leaseUntil = row.lease_until;
+    this.headers = row.headers ?? null;
     this.signal = this.controller.signal;
     this.worker = worker;
   }
@@ -379,7 +389,7 @@ export class Worker {
       const want = Math.min(free, this.batchSize);
       let rows: JobRow[];
       try {
-        ({ rows } = await query<JobRow>(conn, DISPATCH_SQL, [this.queues, want, this.workerId, lease]));
+        ({ rows } = await query<JobRow>(conn, this.feats?.headers ? DISPATCH_HEADERS_SQL : DISPATCH_SQL, [this.queues, want, this.workerId, lease]));
       } catch (err) {
         if (!isConnectionError(err)) throw err;
         this.log.warn(`worker ${this.workerId}: dispatch failed (${(err as Error).message}); reconnecting`);
@@ -419,7 +429,11 @@ export class Worker {
     this.tasks.add(task);
   }
 
-  private async runJob(job: Job): Promise<void> {
+  private runJob(job: Job): Promise<void> {
+    return processSpan(job, () => this.runJobIn(job));
+  }
+
+  private async runJobIn(job: Job): Promise<void> {
     const h = this.handlers.get(job.kind);
     if (h === undefined) {
       this.report({ what: "fail", job, error: `Error: no handler for job kind '${job.kind}' in worker ${this.workerId}` });
@@ -500,6 +514,7 @@ export class Worker {
   // ---- outcomes ------------------------------------------------------------
 
   private report(o: Outcome): void {
+    if (o.what === "fail") o.job.failure = o.error;
     // A handed-back job's outcome is not ours to send; nor is anything after run() returned.
     if (o.job.handedBack || !this.active) return;
     this.outcomes.push(o);

@@ -36,9 +36,10 @@ import psycopg
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
+from . import _otel
 from ._features import Features, afeatures
 from .errors import ServerFeatureMissing, translated
-from .worker import DISPATCH_SQL, REFILL_WAIT, _seconds, complete_params, complete_sql, failure_text
+from .worker import REFILL_WAIT, dispatch_sql, _seconds, complete_params, complete_sql, failure_text
 from .worker import Job as _SyncJob
 from .worker import wants_transaction
 
@@ -309,7 +310,7 @@ class Worker:
             want = min(free, self.batch_size)
             try:
                 with translated():
-                    cur = await conn.execute(DISPATCH_SQL, (self.queues, want, self.worker_id, lease))
+                    cur = await conn.execute(dispatch_sql(self._features), (self.queues, want, self.worker_id, lease))
                     rows = await cur.fetchall()
             except psycopg.OperationalError as e:
                 log.warning("pgque async worker: dispatch failed (%s); reconnecting", e)
@@ -346,11 +347,12 @@ class Worker:
             if entry is None:
                 raise LookupError(f"no handler for job kind {job.kind!r} in worker {self.worker_id}")
             fn, tx = entry
-            if tx:
-                outcome = await self._run_in_transaction(job, fn)
-            else:
-                result = await _maybe_await(fn(job))
-                outcome = ("complete", job, None if result is None else json.dumps(result))
+            with _otel.process_span(job.queue, job.id, job.kind, job.attempt, job.headers):
+                if tx:
+                    outcome = await self._run_in_transaction(job, fn)
+                else:
+                    result = await _maybe_await(fn(job))
+                    outcome = ("complete", job, None if result is None else json.dumps(result))
         except asyncio.CancelledError:
             outcome = None  # handed back at the end of the drain
         except Exception as e:  # noqa: BLE001 - every failure of a handler fails its job

@@ -38,6 +38,8 @@ class Features:
     progress: bool = False
     flows: bool = False
     job_channel: bool = False
+    # jobs carry headers (trace context): enqueue takes them, dispatch returns them
+    headers: bool = False
     params: dict[str, dict[str, str]] = field(default_factory=dict)
 
     @classmethod
@@ -56,6 +58,7 @@ class Features:
             if nargs > widest.get(name, -1):
                 widest[name] = nargs
                 f.params[name] = dict(zip(argnames, argtypes))
+        f.headers = "headers" in f.params.get("enqueue", {})
         return f
 
 

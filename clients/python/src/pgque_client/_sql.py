@@ -71,7 +71,11 @@ def enqueue_query(f: Features, queue: str, kind: str, args: Any, options: Mappin
     for k, v in options.items():
         if k in values:
             raise InvalidParameterValue(f"{k!r} is given twice")
-        values[k] = v if k != "depends_on" else list(v)
+        if k == "depends_on":
+            v = list(v)
+        elif k == "headers" and v is not None:
+            v = Jsonb(dict(v))
+        values[k] = v
     return _named_call("enqueue", f.params.get("enqueue", {}), values)
 
 
@@ -84,10 +88,15 @@ _MANY = {
     "identity_key": "identity_keys",
     "unique_key": "unique_keys",
     "max_attempts": "max_attempts",
+    "headers": "headers",
 }
 
 
-def enqueue_many_query(f: Features, queue: str, jobs: Sequence[Any], on_duplicate: str | None) -> Query:
+def enqueue_many_query(
+    f: Features, queue: str, jobs: Sequence[Any], on_duplicate: str | None, headers: dict[str, str] | None = None
+) -> Query:
+    """``headers``: trace context for every job of the batch that has none of
+    its own (ignored by a server without job headers)."""
     kinds: list[str] = []
     argv: list[Jsonb] = []
     cols: dict[str, list[Any]] = {}
@@ -107,7 +116,14 @@ def enqueue_many_query(f: Features, queue: str, jobs: Sequence[Any], on_duplicat
                 raise InvalidParameterValue(
                     f"job {i}: unknown option {k!r} for enqueue_many (known: {', '.join(sorted(_MANY))})"
                 )
+            if k == "headers" and v is not None:
+                v = Jsonb(dict(v))
             cols.setdefault(k, [None] * len(jobs))[i] = v
+    if headers is not None and "headers" in f.params.get("enqueue_ready_rows", {}):
+        col = cols.setdefault("headers", [None] * len(jobs))
+        for i, h in enumerate(col):
+            if h is None:
+                col[i] = Jsonb(headers)
     values: dict[str, Any] = {"queue_name": queue, "kinds": kinds, "args": argv}
     for k, col in cols.items():
         values[_MANY[k]] = col

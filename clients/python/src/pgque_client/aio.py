@@ -11,7 +11,7 @@ from typing import Any
 
 import psycopg
 
-from . import _sql
+from . import _otel, _sql
 from ._aio_worker import Job, Worker
 from ._features import afeatures
 from ._sql import Enqueued, FlowJob, IdemSend
@@ -34,7 +34,10 @@ async def _all(conn: psycopg.AsyncConnection[Any], q: _sql.Query) -> list[Any]:
 
 async def enqueue(conn: psycopg.AsyncConnection[Any], queue: str, kind: str, args: Any = None, **options: Any) -> int | None:
     """As pgque_client.enqueue."""
-    row = await _one(conn, _sql.enqueue_query(await afeatures(conn), queue, kind, args, options))
+    f = await afeatures(conn)
+    with _otel.send_span(queue) as headers:
+        _otel.with_headers(f.params.get("enqueue", {}), options, headers)
+        row = await _one(conn, _sql.enqueue_query(f, queue, kind, args, options))
     return None if row is None else row[0]
 
 
@@ -47,7 +50,9 @@ async def enqueue_many(
     """As pgque_client.enqueue_many."""
     if not jobs:
         return []
-    rows = await _all(conn, _sql.enqueue_many_query(await afeatures(conn), queue, jobs, on_duplicate))
+    f = await afeatures(conn)
+    with _otel.send_span(queue, len(jobs)) as headers:
+        rows = await _all(conn, _sql.enqueue_many_query(f, queue, jobs, on_duplicate, headers))
     return [Enqueued(r[0], r[1]) for r in rows]
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import psycopg
 
-from . import _sql
+from . import _otel, _sql
 from ._features import features
 from ._sql import Enqueued, FlowJob, IdemSend
 from .errors import translated
@@ -44,9 +44,11 @@ def enqueue(conn: psycopg.Connection[Any], queue: str, kind: str, args: Any = No
     InvalidParameterValue before anything is sent. For a duplicate unique key
     (``on_duplicate='skip'``) the id is that of the job holding the key."""
     f = features(conn)
-    q, params = _sql.enqueue_query(f, queue, kind, args, options)
-    with translated():
-        row = conn.execute(q, params).fetchone()
+    with _otel.send_span(queue) as headers:
+        _otel.with_headers(f.params.get("enqueue", {}), options, headers)
+        q, params = _sql.enqueue_query(f, queue, kind, args, options)
+        with translated():
+            row = conn.execute(q, params).fetchone()
     return None if row is None else row[0]
 
 
@@ -65,9 +67,10 @@ def enqueue_many(
     if not jobs:
         return []
     f = features(conn)
-    q, params = _sql.enqueue_many_query(f, queue, jobs, on_duplicate)
-    with translated():
-        rows = conn.execute(q, params).fetchall()
+    with _otel.send_span(queue, len(jobs)) as headers:
+        q, params = _sql.enqueue_many_query(f, queue, jobs, on_duplicate, headers)
+        with translated():
+            rows = conn.execute(q, params).fetchall()
     return [Enqueued(r[0], r[1]) for r in rows]
 
 

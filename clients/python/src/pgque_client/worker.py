@@ -52,6 +52,7 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
+from . import _otel
 from ._features import Features, features
 from ._listen import Listener
 from .errors import ServerFeatureMissing, translated
@@ -66,6 +67,13 @@ DISPATCH_SQL = (
     "enqueued_at, lease_token, lease_until "
     "FROM pgque.dispatch(%s::text[], %s::int, %s::text, %s::interval)"
 )
+# DISPATCH_SQL with the jobs' headers, on a server that has them.
+DISPATCH_HEADERS_SQL = DISPATCH_SQL.replace("lease_until ", "lease_until, headers ")
+
+
+def dispatch_sql(f: Features) -> str:
+    """The dispatch statement for the server of ``f``."""
+    return DISPATCH_HEADERS_SQL if f.headers else DISPATCH_SQL
 
 
 # How long a dispatch waits for half the handler slots to free up (see _dispatch_loop).
@@ -128,6 +136,8 @@ class Job:
     enqueued_at: datetime
     lease_token: int
     lease_until: datetime
+    # What the producer attached (W3C traceparent / tracestate); None: nothing.
+    headers: dict[str, str] | None = None
     _worker: Worker | None = field(default=None, repr=False)
     _lost: threading.Event = field(default_factory=threading.Event, repr=False)
     _handed_back: bool = field(default=False, repr=False)
@@ -330,7 +340,7 @@ class Worker:
             want = min(free, self.batch_size)
             try:
                 with translated():
-                    rows = conn.execute(DISPATCH_SQL, (self.queues, want, self.worker_id, lease)).fetchall()
+                    rows = conn.execute(dispatch_sql(self._features), (self.queues, want, self.worker_id, lease)).fetchall()
             except psycopg.OperationalError as e:
                 log.warning("pgque worker: dispatch failed (%s); reconnecting", e)
                 self._stopping.wait(1.0)
@@ -367,12 +377,13 @@ class Worker:
             if entry is None:
                 raise LookupError(f"no handler for job kind {job.kind!r} in worker {self.worker_id}")
             fn, tx = entry
-            if tx:
-                outcome = self._run_in_transaction(job, fn)
-            else:
-                result = fn(job)
-                out = None if result is None else json.dumps(result)
-                outcome = ("complete", job, out)
+            with _otel.process_span(job.queue, job.id, job.kind, job.attempt, job.headers):
+                if tx:
+                    outcome = self._run_in_transaction(job, fn)
+                else:
+                    result = fn(job)
+                    out = None if result is None else json.dumps(result)
+                    outcome = ("complete", job, out)
         except BaseException as e:  # noqa: BLE001 - every failure of a handler fails its job
             outcome = ("fail", job, failure_text(e))
         if outcome is not None:
