@@ -781,6 +781,14 @@ pub fn job_page(ctx: &Ctx, id: i64, d: &JobData) -> String {
         "<h2>Args</h2><pre id=\"args\">{}</pre>",
         esc(&pretty(j.get("args")))
     );
+    // trace context the producer attached (docs/tracing.md)
+    if let Some(h) = j.get("headers").filter(|v| !v.is_null()) {
+        let _ = write!(
+            o,
+            "<h2>Headers</h2><pre id=\"headers\">{}</pre>",
+            esc(&pretty(Some(h)))
+        );
+    }
     if let Some(p) = j.get("progress").filter(|v| !v.is_null()) {
         let _ = write!(
             o,

@@ -927,6 +927,15 @@ def test_a_job_page_and_a_flow_page_show_what_the_database_holds(ctx):
     children = b.js("return Array.from(document.querySelectorAll('#children tr[data-job]')).map(r => +r.dataset.job)")
     assert children == [fj["left"], fj["right"]], children
     assert "rows" in b.js("return document.getElementById('output').textContent")
+    assert not b.find("#headers"), "a job without headers shows none"
+    # A traced job: its page shows the trace context it carries.
+    tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    q(c, "SELECT pgque.create_job_queue('explore_traced')")
+    traced = one(c, "SELECT pgque.enqueue('explore_traced', 'traced', headers => jsonb_build_object("
+                    "'traceparent', %s::text, 'tracestate', 'x=1'))", (tp,))
+    visit_static(b, web, f"/jobs/{traced}")
+    assert json.loads(b.js("return document.getElementById('headers').textContent")) == {
+        "traceparent": tp, "tracestate": "x=1"}
     visit_static(b, web, f"/flows/{flow}", "flow.png")
     status = q(c, "SELECT to_jsonb(s) FROM pgque.flow_status(%s) s", (flow,))[0][0]
     counts = dict(b.js("return Array.from(document.querySelectorAll('#flow-counts [data-count]'))"
