@@ -378,13 +378,35 @@ fn receive_partitioned(
                 slots::fence(c, &q, consumer, s, worker, true);
             }
         };
-        let opened = batch::next_batch_of(c, &q, f.sub_id, Some(s), limit, &mut lock);
-        if f.pause {
-            deliver_paused(c, &q, f.sub_id, opened)
-        } else {
-            deliver(c, &q, opened)
+        if !f.pause {
+            let opened = batch::next_batch_of(c, &q, f.sub_id, Some(s), limit, &mut lock);
+            return deliver(c, &q, opened);
         }
+        // A batch whose events were all held back is finished at once and
+        // the next one opened (a blocked key's backlog in the log must not
+        // make the other keys' poll come back empty), up to a bound.
+        for _ in 0..PARKED_BATCHES_PER_CALL {
+            let opened = batch::next_batch_of(c, &q, f.sub_id, Some(s), limit, &mut lock);
+            match deliver_paused(c, &q, f.sub_id, opened) {
+                Paused::Deliver(b, evs) => return Some((b, evs)),
+                Paused::Nothing => return None,
+                Paused::AllHeld => {}
+            }
+        }
+        None
     }))
+}
+
+/// How many batches whose events were all held back one receive_partitioned
+/// of a paused slot goes through before it returns empty.
+const PARKED_BATCHES_PER_CALL: usize = 16;
+
+enum Paused {
+    Deliver(i64, Vec<batch::Event>),
+    /// No new batch, or an empty one.
+    Nothing,
+    /// A new batch whose events were all held back (finished).
+    AllHeld,
 }
 
 /// deliver() for a slot of a pause consumer: a new batch's events of
@@ -395,29 +417,30 @@ fn deliver_paused(
     q: &Queue,
     sub: i32,
     opened: Option<batch::Opened>,
-) -> Option<(i64, Vec<batch::Event>)> {
-    let opened = opened?;
+) -> Paused {
+    let Some(opened) = opened else {
+        return Paused::Nothing;
+    };
     let b = opened.batch;
-    let evs = match opened.events {
+    match opened.events {
+        Some(evs) if evs.is_empty() => {
+            batch::mark_done(c, b.batch_id, false);
+            Paused::Nothing
+        }
         Some(evs) => {
-            let evs = if evs.is_empty() {
-                evs
-            } else {
-                pause::hold_back(c, sub, b.batch_id, evs)
-            };
+            let evs = pause::hold_back(c, sub, b.batch_id, evs);
             if evs.is_empty() {
                 batch::mark_done(c, b.batch_id, false);
                 pause::settle(c, q, sub, b.batch_id);
-                return None;
+                return Paused::AllHeld;
             }
-            evs
+            Paused::Deliver(b.batch_id, evs)
         }
         None => {
             let evs = batch::batch_events(c, q, &b, false);
-            pause::without_held(c, sub, evs)
+            Paused::Deliver(b.batch_id, pause::without_held(c, sub, b.batch_id, evs))
         }
-    };
-    Some((b.batch_id, evs))
+    }
 }
 
 /// ack_partitioned(queue_name, consumer, slot, n, worker) → 1 when the

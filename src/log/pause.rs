@@ -198,22 +198,28 @@ pub fn hold_back(c: &mut SpiClient<'_>, sub: i32, batch_id: i64, evs: Vec<Event>
     keep
 }
 
-/// The open batch of a paused slot read again (after a crash or a lease
-/// takeover): its events minus the parked ones and minus those nacked in
-/// it (scheduled for retry or dead-lettered: their redelivery is their
-/// next delivery), so each event is delivered for processing once per
-/// failure, and never ahead of its key's earlier ones.
-pub fn without_held(c: &mut SpiClient<'_>, sub: i32, evs: Vec<Event>) -> Vec<Event> {
-    let ids: Vec<i64> = evs.iter().map(|e| e.id).collect();
+/// The open batch `batch_id` of a paused slot read again (after a crash or
+/// a lease takeover): its events minus the parked ones and minus the one
+/// nacked in it per key (a marker waiting for that event, set by a nack
+/// in this batch: pb_batch is not this batch), so an event is handed out
+/// for processing once per failure, never ahead of its key's earlier ones.
+pub fn without_held(c: &mut SpiClient<'_>, sub: i32, batch_id: i64, evs: Vec<Event>) -> Vec<Event> {
+    let ids: Vec<i64> = evs
+        .iter()
+        .filter(|e| e.extra[0].is_some())
+        .map(|e| e.id)
+        .collect();
     if ids.is_empty() {
         return evs;
     }
     let t = exec(
         c,
         "SELECT ev_id FROM pgque.partition_held WHERE ph_sub = $1 AND ev_id = ANY ($2) \
-         UNION ALL SELECT ev_id FROM pgque.retry_queue WHERE ev_owner = $1 AND ev_id = ANY ($2) \
-         UNION ALL SELECT ev_id FROM pgque.dead_letter_store WHERE dl_owner = $1 AND ev_id = ANY ($2)",
-        &[sub.into(), ids.into()],
+         UNION ALL \
+         SELECT pb_event FROM pgque.partition_blocked \
+          WHERE pb_sub = $1 AND pb_state IN ('retry', 'dead') AND pb_event = ANY ($2) \
+            AND pb_batch IS DISTINCT FROM $3",
+        &[sub.into(), ids.into(), batch_id.into()],
     );
     let held: HashSet<i64> = t.map(|r| col::<i64>(&r, 1).unwrap()).collect();
     if held.is_empty() {
