@@ -98,7 +98,8 @@ fn recovery_row() -> (String, String, String) {
 /// One row per component: `mode` (preloaded or manual), `recovery` (only
 /// on a standby: status `standby`), `worker` (this database's worker:
 /// running / parked / starting / stopped / standby / absent), `launcher`,
-/// and `duty:<name>` for each duty (runs, failures, last run, last error).
+/// `worker_pool` (only while the pool is short of processes), `job_log`
+/// (only while its truncation is held back) and `duty:<name>` for each duty (runs, failures, last run, last error).
 /// Reads shared memory and pgque.worker_config; changes nothing and takes
 /// no transaction id, so it answers on a hot standby too.
 #[pg_extern(security_definer)]
@@ -223,10 +224,36 @@ fn status() -> TableIterator<
             rows.push(("worker".into(), state.into(), detail.into()));
         }
     }
+    if let Some(row) = pool_short_row() {
+        rows.push(row);
+    }
     if let Some(row) = job_log_row() {
         rows.push(row);
     }
     TableIterator::new(rows)
+}
+
+/// status()'s `worker_pool` row while the worker pool is short: databases
+/// of this server wait for a worker process it cannot start (launcher.rs
+/// also logs a WARNING). None otherwise (the row is left out).
+fn pool_short_row() -> Option<(String, String, String)> {
+    let short = shmem::pool_short();
+    if short.since == 0 {
+        return None;
+    }
+    let mwp = unsafe { pg_sys::max_worker_processes };
+    Some((
+        "worker_pool".into(),
+        "short".into(),
+        format!(
+            "since {}: {} databases wait for a worker process ({} with work now); \
+             max_worker_processes = {mwp}, pgque serves {} databases: raise it (docs/operations.md, the pool)",
+            ts_text(short.since),
+            short.waiting,
+            short.wanted,
+            shmem::pool_databases()
+        ),
+    ))
 }
 
 /// How long the job log's due truncation may wait on other sessions' locks

@@ -177,6 +177,21 @@ fn worker_figures(enabled: bool) -> Vec<Figure> {
         ((running.is_some() || parked) && enabled) as u8 as f64,
     );
     put("pgque_worker_parked", json!({}), parked as u8 as f64);
+    if preloaded {
+        // The server's pool, the same in every database: databases that
+        // wait for a worker process the pool cannot start.
+        let short = shmem::pool_short();
+        put(
+            "pgque_worker_pool_short",
+            json!({}),
+            (short.since != 0) as u8 as f64,
+        );
+        put(
+            "pgque_worker_pool_waiting_databases",
+            json!({}),
+            short.waiting as f64,
+        );
+    }
     if let Some(slot) = running {
         put(
             "pgque_worker_start_time_seconds",

@@ -86,6 +86,10 @@ pub struct DbSlot {
     /// The worker parks (park_worker): it is leaving; commits ask the
     /// launcher for a new worker, which may take the slot over.
     pub parking: bool,
+    /// TimestampTz of the last commit that claimed jobs here (note_busy):
+    /// a database whose consumers work is busy even while no producer's
+    /// commit wakes the worker, and keeps its process (dbworker).
+    pub busy_at: i64,
     pub duties: [DutyStat; MAX_DUTIES],
 }
 
@@ -99,8 +103,23 @@ impl DbSlot {
         idle_since: 0,
         recheck: false,
         parking: false,
+        busy_at: 0,
         duties: [DutyStat::EMPTY; MAX_DUTIES],
     };
+}
+
+/// The pool's shortage as the launcher last saw it (worker::pool): for
+/// status(), metrics() and the launcher's WARNING.
+#[derive(Copy, Clone, Default, Debug, PartialEq, Eq)]
+pub struct PoolShort {
+    /// TimestampTz since which databases have waited for a worker process
+    /// the pool could not start (PostgreSQL had no free slot, or
+    /// pgque.max_workers were running); 0: not short.
+    pub since: i64,
+    /// Databases waiting at the launcher's last look.
+    pub waiting: u32,
+    /// Of them, those with work now (a producer's commit, a turn).
+    pub wanted: u32,
 }
 
 #[derive(Copy, Clone)]
@@ -112,6 +131,10 @@ pub struct Workers {
     /// TimestampTz since which a database has waited for a worker the pool
     /// could not start (0: none waits); workers give their process back then.
     pub pool_waiting_since: i64,
+    /// As pool_waiting_since, for databases with work now (wanted): only
+    /// these make a busy worker give its process after its turn.
+    pub pool_wanted_since: i64,
+    pub pool_short: PoolShort,
     dropped: [u32; DROPPED],
     dropped_next: usize,
     unwanted: [(u32, i64); UNWANTED],
@@ -125,6 +148,12 @@ impl Default for Workers {
             slots: [DbSlot::EMPTY; MAX_DBS],
             demand: [crate::worker::pool::Demand::EMPTY; DEMAND],
             pool_waiting_since: 0,
+            pool_wanted_since: 0,
+            pool_short: PoolShort {
+                since: 0,
+                waiting: 0,
+                wanted: 0,
+            },
             dropped: [0; DROPPED],
             dropped_next: 0,
             unwanted: [(0, 0); UNWANTED],
@@ -386,6 +415,82 @@ pub fn set_pool_waiting(since: i64) {
 /// Since when (TimestampTz) a database waits for a worker; 0: none waits.
 pub fn pool_waiting_since() -> i64 {
     WORKERS.share().pool_waiting_since
+}
+
+/// Sets (a TimestampTz) or clears (0) the mark of a database with work
+/// waiting for a process, keeping the earliest time while it goes on.
+pub fn set_pool_wanted(since: i64) {
+    let mut w = WORKERS.exclusive();
+    if since == 0 || w.pool_wanted_since == 0 {
+        w.pool_wanted_since = since;
+    }
+}
+
+/// Since when (TimestampTz) a database with work waits for a worker; 0: none.
+pub fn pool_wanted_since() -> i64 {
+    WORKERS.share().pool_wanted_since
+}
+
+/// Records the launcher's view of the shortage (`since` 0: not short; an
+/// earlier `since` is kept while the shortage lasts).
+pub fn set_pool_short(since: i64, waiting: u32, wanted: u32) {
+    let mut w = WORKERS.exclusive();
+    let keep = if since != 0 && w.pool_short.since != 0 {
+        w.pool_short.since
+    } else {
+        since
+    };
+    w.pool_short = PoolShort {
+        since: keep,
+        waiting,
+        wanted,
+    };
+}
+
+/// The pool's shortage as the launcher last saw it.
+pub fn pool_short() -> PoolShort {
+    WORKERS.share().pool_short
+}
+
+/// How many databases the pool serves: with a process, or parked (their
+/// entries in the demand table), counted once each.
+pub fn pool_databases() -> usize {
+    let w = WORKERS.share();
+    let mut oids: Vec<u32> = w
+        .slots
+        .iter()
+        .filter(|s| s.db_oid != 0 && (s.pid > 0 || s.parking))
+        .map(|s| s.db_oid)
+        .chain(w.demand.iter().filter(|d| d.db_oid != 0).map(|d| d.db_oid))
+        .collect();
+    oids.sort_unstable();
+    oids.dedup();
+    oids.len()
+}
+
+/// How often at most a committing consumer writes busy_at (note_busy).
+const BUSY_NOTE_US: i64 = 100_000;
+
+/// Notes at `now` that a commit claimed jobs in `db_oid` (slot busy_at).
+/// Every claiming commit calls this, so the common case (noted within
+/// BUSY_NOTE_US) takes only the shared lock.
+pub fn note_busy(db_oid: u32, now: i64) {
+    {
+        let w = WORKERS.share();
+        match w.slots.iter().find(|s| s.db_oid == db_oid && s.pid > 0) {
+            Some(s) if now - s.busy_at >= BUSY_NOTE_US => {}
+            _ => return,
+        }
+    }
+    let mut w = WORKERS.exclusive();
+    if let Some(s) = w.slots.iter_mut().find(|s| s.db_oid == db_oid && s.pid > 0) {
+        s.busy_at = s.busy_at.max(now);
+    }
+}
+
+/// When a commit last claimed jobs in the database of slot `idx`.
+pub fn busy_at(idx: usize) -> i64 {
+    WORKERS.share().slots[idx].busy_at
 }
 
 /// The slot index and pid of the worker of `db_oid`, if one is running.

@@ -368,3 +368,242 @@ fn a_parked_database_can_be_copied_renamed_and_dropped() {
     }
     admin.batch_execute("DROP DATABASE ddl_copy").unwrap();
 }
+
+/// The worker process of database `db` (pg_stat_activity), if it has one.
+fn worker_pid_of(admin: &mut Client, db: &str) -> Option<i32> {
+    admin
+        .query_opt(
+            "SELECT pid FROM pg_stat_activity WHERE backend_type = 'pgque worker' AND datname = $1",
+            &[&db],
+        )
+        .unwrap()
+        .map(|r| r.get(0))
+}
+
+/// Issue 35: a busy database must keep its worker when the pool is short.
+/// max_worker_processes = 8 leaves 6 slots (pgque's launcher and
+/// PostgreSQL's logical replication launcher take two); a session's
+/// parallel queries take every slot that frees, 7 idle databases with pgque
+/// come due every few seconds (idle ticks), the launcher probes new
+/// databases without pgque as they appear. Neither the due ones nor the
+/// probes may take the busy database's process: its worker keeps the same
+/// pid, first while a producer sends (active), then while only its
+/// consumers claim jobs (idle by producers, busy by claims), its events
+/// arrive promptly, its ticker keeps running; status(), metrics() and a
+/// WARNING say the pool is short.
+#[test]
+fn a_busy_database_keeps_its_worker_when_the_pool_is_short() {
+    let cl = Cluster::start_new(
+        "pool_short",
+        "max_worker_processes = 8\npgque.idle_after = 1000\npgque.worker_turn = 2\n\
+         pgque.launcher_rescan_interval = 2\nmax_parallel_workers = 8\n\
+         log_min_messages = warning",
+    );
+    let mut admin = cl.connect("postgres");
+    for i in 0..3 {
+        admin
+            .batch_execute(&format!("CREATE DATABASE plain_{i}"))
+            .unwrap();
+    }
+    for i in 0..7 {
+        let mut c = setup_db(&cl, &format!("idle_{i}"));
+        // an idle tick every 2 s: a parked database comes due that often
+        c.batch_execute("SELECT pgque.set_queue_config('q', 'ticker_idle_period', '2 seconds')")
+            .unwrap();
+    }
+    let mut busy = setup_db(&cl, "busy");
+    // a backlog the job consumers drain for the whole test
+    busy.batch_execute(
+        "SELECT pgque.enqueue('j', 'k', '{}'::jsonb) FROM generate_series(1, 30000)",
+    )
+    .unwrap();
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let sending = Arc::new(AtomicBool::new(true));
+    // Producer: an event every 10 ms while `sending`, its send time as payload.
+    let producer = {
+        let (stop, sending) = (stop.clone(), sending.clone());
+        let mut p = cl.connect("busy");
+        std::thread::spawn(move || {
+            let mut sent = 0i64;
+            while !stop.load(Ordering::Relaxed) {
+                if sending.load(Ordering::Relaxed) {
+                    p.execute(
+                        "SELECT pgque.send('q', (extract(epoch FROM clock_timestamp()) * 1000)::text)",
+                        &[],
+                    )
+                    .unwrap();
+                    sent += 1;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            sent
+        })
+    };
+    // Consumer: send -> receive latencies (ms).
+    let consumer = {
+        let stop = stop.clone();
+        let mut c = cl.connect("busy");
+        std::thread::spawn(move || {
+            let mut lat: Vec<f64> = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                let rows = c
+                    .query(
+                        "SELECT batch_id, payload,
+                                extract(epoch FROM clock_timestamp()) * 1000 - payload::float8
+                           FROM pgque.receive('q', 'c', 1000)",
+                        &[],
+                    )
+                    .unwrap();
+                if let Some(r) = rows.first() {
+                    let b: i64 = r.get(0);
+                    lat.extend(rows.iter().map(|r| r.get::<_, f64>(2)));
+                    c.execute("SELECT pgque.ack($1)", &[&b]).unwrap();
+                } else {
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+            }
+            lat
+        })
+    };
+    // Job consumer: claims and completes 20 jobs every 20 ms.
+    let jobs = {
+        let stop = stop.clone();
+        let mut c = cl.connect("busy");
+        std::thread::spawn(move || {
+            let mut done = 0i64;
+            while !stop.load(Ordering::Relaxed) {
+                let n: i32 = c
+                    .query_one(
+                        "SELECT coalesce(pgque.complete_many(array_agg(d.job_id), array_agg(d.lease_token)), 0)
+                           FROM pgque.dispatch(ARRAY['j'], 20, 'w') d",
+                        &[],
+                    )
+                    .unwrap()
+                    .get(0);
+                done += n as i64;
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            done
+        })
+    };
+    assert!(
+        wait_until(Duration::from_secs(20), || worker_pid_of(
+            &mut admin, "busy"
+        )
+        .is_some()),
+        "the busy database got no worker; log:\n{}",
+        cl.log_tail(30)
+    );
+    // Parallel queries in a database without pgque take every slot that frees.
+    let hog = {
+        let stop = stop.clone();
+        let mut h = cl.connect("plain_0");
+        h.batch_execute(
+            "CREATE TABLE t AS SELECT g FROM generate_series(1, 200000) g;
+             SET max_parallel_workers_per_gather = 8; SET parallel_setup_cost = 0;
+             SET parallel_tuple_cost = 0; SET min_parallel_table_scan_size = 0;
+             SET parallel_leader_participation = off",
+        )
+        .unwrap();
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                h.batch_execute("SELECT count(*) FROM t WHERE pg_sleep(0.00002) IS NOT NULL")
+                    .unwrap();
+            }
+        })
+    };
+    let ticks = |c: &mut Client| -> i64 {
+        c.query_one(
+            "SELECT substring(detail FROM 'runs=([0-9]+)')::int8 FROM pgque.status()
+              WHERE component = 'duty:ticker'",
+            &[],
+        )
+        .unwrap()
+        .get(0)
+    };
+    let pid0 = worker_pid_of(&mut admin, "busy").unwrap();
+    let ticks0 = ticks(&mut busy);
+    let (mut samples, mut held, mut short_seen, mut gauge_seen) = (0, 0, false, false);
+    let t0 = Instant::now();
+    let mut created = 0;
+    while t0.elapsed() < Duration::from_secs(24) {
+        if t0.elapsed() >= Duration::from_secs(12) {
+            // the second half: only the job consumers work
+            sending.store(false, Ordering::Relaxed);
+        }
+        if created < 2 && t0.elapsed() >= Duration::from_secs(4 + 6 * created) {
+            // new databases without pgque: the launcher probes them
+            admin
+                .batch_execute(&format!("CREATE DATABASE probe_{created}"))
+                .unwrap();
+            created += 1;
+        }
+        samples += 1;
+        held += (worker_pid_of(&mut admin, "busy") == Some(pid0)) as usize;
+        short_seen |= busy
+            .query_opt(
+                "SELECT 1 FROM pgque.status() WHERE component = 'worker_pool' AND status = 'short'",
+                &[],
+            )
+            .unwrap()
+            .is_some();
+        gauge_seen |= busy
+            .query_one(
+                "SELECT coalesce(max(value), 0) FROM pgque.metrics() WHERE name = 'pgque_worker_pool_short'",
+                &[],
+            )
+            .unwrap()
+            .get::<_, f64>(0)
+            == 1.0;
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let ticks1 = ticks(&mut busy);
+    stop.store(true, Ordering::Relaxed);
+    let sent = producer.join().unwrap();
+    let mut lat = consumer.join().unwrap();
+    let done = jobs.join().unwrap();
+    hog.join().unwrap();
+    lat.sort_by(f64::total_cmp);
+    let log = cl.log_tail(3000);
+    eprintln!(
+        "pool short: busy worker held in {held} of {samples} samples; {sent} events sent, {} received, \
+         p50 {:.1} ms, p99 {:.1} ms; {done} jobs done; ticker runs {ticks0} -> {ticks1}",
+        lat.len(),
+        percentile(&lat, 0.5),
+        percentile(&lat, 0.99)
+    );
+    assert_eq!(
+        held,
+        samples,
+        "the busy database's worker {pid0} lost its process; log:\n{}",
+        cl.log_tail(60)
+    );
+    assert!(
+        !log.contains("for database busy: gives its process"),
+        "the busy database gave its process to a database without work"
+    );
+    // every event sent arrived (sending stopped 12 s before the end)
+    assert!(
+        lat.len() as i64 == sent,
+        "{} of {sent} events received",
+        lat.len()
+    );
+    assert!(
+        percentile(&lat, 0.5) < 100.0,
+        "send -> receive p50 {:.1} ms",
+        percentile(&lat, 0.5)
+    );
+    assert!(done >= 5_000, "only {done} jobs completed");
+    assert!(ticks1 > ticks0 + 50, "ticker runs {ticks0} -> {ticks1}");
+    assert!(short_seen, "status() never showed the pool short");
+    assert!(
+        gauge_seen,
+        "metrics() never showed pgque_worker_pool_short = 1"
+    );
+    assert!(
+        log.contains("WARNING:  pgque worker pool is short"),
+        "no WARNING about the short pool; log:\n{}",
+        cl.log_tail(40)
+    );
+}

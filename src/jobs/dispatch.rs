@@ -428,8 +428,6 @@ fn dispatch(
         super::args::check_positive_interval(l, "lease");
     }
     let names: Vec<String> = queues.into_iter().flatten().collect();
-    // The claims' leases expire at a time an idle worker must learn (rescue).
-    crate::worker::wake::recheck_at_commit();
     let mut out = Vec::new();
     with_generic_plans(|| {
         Spi::connect_mut(|client| {
@@ -533,6 +531,12 @@ fn dispatch(
     // stays one statement.
     if out.is_empty() {
         check_queues_exist(&names);
+    } else {
+        // The claims' leases expire at a time an idle worker must learn
+        // (rescue); and a database whose consumers claim is busy (its
+        // worker keeps its process). A poll that claims nothing is neither.
+        crate::worker::wake::recheck_at_commit();
+        crate::worker::wake::busy_at_commit();
     }
     JobRows(out)
 }

@@ -16,9 +16,11 @@
 //! due into shared memory and exits, the launcher starts a worker again
 //! then or at a producer's commit) when another database waits for a
 //! process, or after pgque.worker_idle_exit if that is set; a busy one
-//! parks for its turn after pgque.worker_turn while another waits. A worker
+//! parks for its turn after pgque.worker_turn while another database with work waits. A worker
 //! started for a due duty of a database its last worker parked is idle from
-//! the start: it runs what is due and parks again.
+//! the start: it runs what is due and parks again. A worker whose database's
+//! consumers claim jobs is busy though idle (no producer wakes it), and
+//! parks only as a busy one does.
 //!
 //! Exit status tells the postmaster whether to restart it: 0 (no restart) when
 //! it parks, when it is not wanted here (no extension, stop(), pgque.enabled off, database
@@ -37,12 +39,31 @@ use std::time::{Duration, Instant};
 const INSTALL_WAIT: Duration = Duration::from_secs(10);
 /// How often the worker re-checks that it is still wanted.
 const RECHECK: Duration = Duration::from_secs(1);
-/// An idle worker parks only when its next duty is at least this far away:
-/// a process started again sooner costs more than one that sleeps.
+/// An idle worker parks only when its next duty is at least this far away
+/// (a process started again sooner costs more than one that sleeps), or a
+/// database with work waits for its process.
 const PARK_MIN_SLEEP: Duration = Duration::from_secs(2);
-/// A busy worker parks for its turn only after a database has waited this
-/// long (TimestampTz microseconds): not for a wait the launcher ends itself.
+/// A busy worker parks for its turn only after a database with work has
+/// waited this long (TimestampTz microseconds): not for a wait the launcher
+/// ends itself.
 const TURN_WAIT_US: i64 = 1_000_000;
+
+/// A database whose consumers claimed jobs within this long (TimestampTz
+/// microseconds) is busy (shmem::note_busy).
+const BUSY_WINDOW_US: i64 = 2_000_000;
+
+/// Whether a busy worker's turn is over: a database with work (a
+/// producer's commit, a consumer's claim, start()) has waited for a
+/// process for TURN_WAIT_US and this worker has had its process for
+/// pgque.worker_turn. A database that is only due, or that the launcher
+/// merely looks at, never ends a turn: it waits for an idle worker to park
+/// or a slot to free.
+fn turn_over(claimed_at: Instant) -> bool {
+    let waiting = shmem::pool_wanted_since();
+    waiting != 0
+        && now_ts() - waiting >= TURN_WAIT_US
+        && claimed_at.elapsed() >= gucs::worker_turn()
+}
 
 fn now_ts() -> i64 {
     unsafe { pg_sys::GetCurrentTimestamp() }
@@ -311,11 +332,19 @@ pub extern "C-unwind" fn pgque_db_worker_main(arg: pg_sys::Datum) {
     }
 
     loop {
+        // A busy database (its consumers claimed jobs lately, though no
+        // producer's commit woke the worker) keeps its process like an
+        // active one: only a database with work takes it, after a turn.
+        let busy = now_ts() - shmem::busy_at(idx) < BUSY_WINDOW_US;
         if let Some(since) = idle_since {
             if idle_checked {
-                let leave = due_start
-                    || shmem::pool_waiting_since() != 0
-                    || gucs::worker_idle_exit().is_some_and(|d| since.elapsed() >= d);
+                let leave = if busy {
+                    turn_over(claimed_at)
+                } else {
+                    due_start
+                        || shmem::pool_waiting_since() != 0
+                        || gucs::worker_idle_exit().is_some_and(|d| since.elapsed() >= d)
+                };
                 let now = Instant::now();
                 let duty_next = sched
                     .iter()
@@ -323,25 +352,26 @@ pub extern "C-unwind" fn pgque_db_worker_main(arg: pg_sys::Datum) {
                     .zip(&hints)
                     .filter_map(|((s, d), h)| idle_next(s, d, *h, since))
                     .min();
-                if leave && duty_next.is_none_or(|t| t >= now + PARK_MIN_SLEEP) {
+                // A database with work waiting takes the process even when
+                // a duty here is due soon: a due start serves that one.
+                let soon_ok = !busy && shmem::pool_wanted_since() != 0;
+                if leave && (soon_ok || duty_next.is_none_or(|t| t >= now + PARK_MIN_SLEEP)) {
                     let after = duty_next.map_or(gucs::idle_maint_period(), |t| t - now);
                     let ts = now_ts();
-                    if shmem::park_worker(idx, pid, ts + after.as_micros() as i64, false, ts) {
+                    // busy: back in the queue at once, behind the waiting one
+                    if shmem::park_worker(idx, pid, ts + after.as_micros() as i64, busy, ts) {
+                        if busy {
+                            log!("pgque worker for database {dbname}: gives its process to a waiting database after its turn of {:?}", claimed_at.elapsed());
+                        }
                         park_exit();
                     }
                 }
             }
-        } else {
-            let waiting = shmem::pool_waiting_since();
-            if waiting != 0
-                && now_ts() - waiting >= TURN_WAIT_US
-                && claimed_at.elapsed() >= gucs::worker_turn()
-            {
-                let ts = now_ts();
-                if shmem::park_worker(idx, pid, 0, true, ts) {
-                    log!("pgque worker for database {dbname}: gives its process to a waiting database after its turn of {:?}", claimed_at.elapsed());
-                    park_exit();
-                }
+        } else if turn_over(claimed_at) {
+            let ts = now_ts();
+            if shmem::park_worker(idx, pid, 0, true, ts) {
+                log!("pgque worker for database {dbname}: gives its process to a waiting database after its turn of {:?}", claimed_at.elapsed());
+                park_exit();
             }
         }
         let now = Instant::now();

@@ -22,6 +22,8 @@ pub fn register() {
 
 /// How soon the launcher tries again while databases wait for a worker.
 const FULL_RETRY: Duration = Duration::from_secs(1);
+/// As FULL_RETRY, while a database with work waits.
+const WANTED_RETRY: Duration = Duration::from_millis(50);
 
 /// A database the launcher may start a worker for.
 struct Db {
@@ -150,18 +152,27 @@ fn serve_pool() -> Option<i64> {
         }
     }
     let (table, _) = shmem::pool_view();
-    if pool::any_waiting(&table, now) {
+    // What still waits was refused a process (PostgreSQL's slots, or
+    // pgque.max_workers): the pool is short.
+    let (waiting, wanted) = pool::waiting_counts(&table, now);
+    if waiting > 0 {
         if shmem::pool_waiting_since() == 0 {
             shmem::set_pool_waiting(now);
             for pid in shmem::idle_worker_pids() {
                 super::wake::set_latch_of(pid);
             }
         }
-        if refused {
-            log_full_once();
-        }
     } else {
         shmem::set_pool_waiting(0);
+    }
+    shmem::set_pool_wanted(if wanted > 0 { now } else { 0 });
+    shmem::set_pool_short(
+        if waiting > 0 { now } else { 0 },
+        waiting as u32,
+        wanted as u32,
+    );
+    if waiting > 0 {
+        warn_short(now, refused);
     }
     let next = pool::next_due(&table, now);
     if exiting {
@@ -178,16 +189,53 @@ fn serve_pool() -> Option<i64> {
 const EXITING_RECHECK_US: i64 = 5_000;
 
 thread_local! {
-    static LOGGED_FULL: std::cell::Cell<Option<Instant>> = const { std::cell::Cell::new(None) };
+    static WARNED_SHORT: std::cell::Cell<Option<Instant>> = const { std::cell::Cell::new(None) };
 }
 
-/// Says (once a minute at most) that PostgreSQL had no worker slot free.
-fn log_full_once() {
-    LOGGED_FULL.with(|l| {
-        if l.get().is_none_or(|t| t.elapsed() >= Duration::from_secs(60)) {
-            log!("pgque launcher: no free background worker slot; databases take turns (raise max_worker_processes, or set pgque.max_workers below it)");
-            l.set(Some(Instant::now()));
+/// A shortage is worth a WARNING once it has lasted this long (the pool
+/// ends a short one itself: idle workers park, a probe leaves).
+const SHORT_WARN_AFTER_US: i64 = 5_000_000;
+/// At most one WARNING per this long.
+const SHORT_WARN_EVERY: Duration = Duration::from_secs(300);
+
+/// Says, with a WARNING at most every SHORT_WARN_EVERY, that databases have
+/// waited for a worker process for SHORT_WARN_AFTER_US, and what to set.
+/// `refused`: PostgreSQL had no free background worker slot (else
+/// pgque.max_workers were running).
+fn warn_short(now: i64, refused: bool) {
+    let short = shmem::pool_short();
+    if short.since == 0 || now - short.since < SHORT_WARN_AFTER_US {
+        return;
+    }
+    WARNED_SHORT.with(|l| {
+        if l.get().is_some_and(|t| t.elapsed() < SHORT_WARN_EVERY) {
+            return;
         }
+        l.set(Some(Instant::now()));
+        let served = shmem::pool_databases();
+        let mwp = unsafe { pg_sys::max_worker_processes };
+        let cause = if refused || gucs::max_workers().is_none() {
+            format!("PostgreSQL has no free background worker slot (max_worker_processes = {mwp})")
+        } else {
+            format!(
+                "pgque.max_workers = {} workers run",
+                gucs::max_workers().unwrap_or(0)
+            )
+        };
+        ereport!(
+            PgLogLevel::WARNING,
+            PgSqlErrorCode::ERRCODE_INSUFFICIENT_RESOURCES,
+            format!(
+                "pgque worker pool is short: {} databases wait for a worker process ({} with work now): {cause}",
+                short.waiting, short.wanted
+            ),
+            format!(
+                "pgque serves {served} databases here; set max_worker_processes to at least {} \
+                 (one per database with pgque, pgque's launcher, PostgreSQL's logical replication launcher) \
+                 plus what parallel query and replication workers use, and restart",
+                served + 2
+            )
+        );
     });
 }
 
@@ -223,7 +271,11 @@ pub extern "C-unwind" fn pgque_launcher_main(_arg: pg_sys::Datum) {
                 let now = unsafe { pg_sys::GetCurrentTimestamp() };
                 wait = wait.min(Duration::from_micros((due - now).max(0) as u64));
             }
-            if shmem::pool_waiting_since() != 0 {
+            if shmem::pool_wanted_since() != 0 {
+                // a database with work waits: PostgreSQL frees a slot
+                // without telling us, and others (parallel query) take it
+                wait = wait.min(WANTED_RETRY);
+            } else if shmem::pool_waiting_since() != 0 {
                 // a worker parking sets our latch; this is the fallback
                 wait = wait.min(FULL_RETRY);
             }

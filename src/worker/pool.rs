@@ -8,11 +8,16 @@
 //! database waits for a process, parks: it writes the time its next duty is
 //! due (pgque.duty_due()) into the demand table and exits. A busy worker
 //! whose database has had its process for `pgque.worker_turn` while
-//! another waits parks too, asking to come back at once, so busy databases
-//! take turns rather than starve. A producer's commit in a database without
-//! a process asks for one (shmem::want_worker) and sets the launcher's
-//! latch; the launcher starts workers for the databases that want one or
-//! whose due time has come, the longest-waiting first, within the bound.
+//! another database *with work* waits (a producer committed there, or its
+//! consumers claim jobs) parks too, asking to come back at once, so busy
+//! databases take turns rather than starve. A database that is only due
+//! (housekeeping, an idle tick, the launcher's first look at a database
+//! that may not even have pgque) never takes a busy database's process: it
+//! waits for an idle one or a free slot. A producer's commit in a database
+//! without a process asks for one (shmem::want_worker) and sets the
+//! launcher's latch; the launcher starts workers for the databases that
+//! want one, the longest-waiting first, then for those whose due time has
+//! come, within the bound.
 //!
 //! This module holds the demand table's rules, kept apart from shared
 //! memory and processes so they are tested as plain functions.
@@ -128,24 +133,36 @@ pub fn forget(table: &mut [Demand], db_oid: u32) -> Option<Demand> {
     was
 }
 
-/// The databases to start a worker for at `now`, the longest-waiting first,
-/// at most `room` of them; each with whether it is wanted now (a commit, a
-/// turn) rather than only due. Databases being started are skipped.
+/// The databases to start a worker for at `now`: those wanted now (a
+/// commit, a turn) the longest-waiting first, then those only due, the
+/// longest-due first; at most `room` of them, each with whether it is
+/// wanted. Databases being started are skipped.
 pub fn pick(table: &[Demand], now: i64, room: usize) -> Vec<(u32, bool)> {
-    let mut waiting: Vec<(i64, u32, bool)> = table
+    let mut waiting: Vec<(bool, i64, u32)> = table
         .iter()
         .filter(|d| !d.starting(now, START_GRACE_US))
         .filter_map(|d| {
             d.waiting_since(now)
-                .map(|since| (since, d.db_oid, d.wanted_since != 0))
+                .map(|since| (d.wanted_since == 0, since, d.db_oid))
         })
         .collect();
     waiting.sort_unstable();
     waiting
         .into_iter()
         .take(room)
-        .map(|(_, oid, wanted)| (oid, wanted))
+        .map(|(due_only, _, oid)| (oid, !due_only))
         .collect()
+}
+
+/// How many databases wait at `now` with no worker being started for them,
+/// and how many of those are wanted (have work now).
+pub fn waiting_counts(table: &[Demand], now: i64) -> (usize, usize) {
+    table
+        .iter()
+        .filter(|d| !d.starting(now, START_GRACE_US) && d.waiting_since(now).is_some())
+        .fold((0, 0), |(n, w), d| {
+            (n + 1, w + (d.wanted_since != 0) as usize)
+        })
 }
 
 /// Whether some database waits at `now` with no worker being started for it.
@@ -232,7 +249,9 @@ mod tests {
         assert_eq!(t[0].waiting_since(600), None);
         assert_eq!(t[1].waiting_since(600), Some(500));
         assert_eq!(t[2].waiting_since(600), Some(900));
-        assert_eq!(pick(&t, 600, 10), vec![(2, false), (3, true)]);
+        // the wanted one first, though the due one waits longer
+        assert_eq!(pick(&t, 600, 10), vec![(3, true), (2, false)]);
+        assert_eq!(waiting_counts(&t, 600), (2, 1));
         assert_eq!(next_due(&t, 600), Some(1_000));
         assert!(any_waiting(&t, 600));
     }
@@ -243,7 +262,12 @@ mod tests {
         put(&mut t, 1, 0, Some(300));
         put(&mut t, 2, 0, Some(100));
         put(&mut t, 3, 200, None);
-        assert_eq!(pick(&t, 1_000, 2), vec![(2, true), (3, false)]);
+        put(&mut t, 4, 150, None);
+        assert_eq!(pick(&t, 1_000, 2), vec![(2, true), (1, true)]);
+        assert_eq!(
+            pick(&t, 1_000, 4),
+            vec![(2, true), (1, true), (4, false), (3, false)]
+        );
         assert_eq!(pick(&t, 1_000, 0), vec![]);
     }
 

@@ -9,6 +9,8 @@ static PENDING: AtomicBool = AtomicBool::new(false);
 static SPAWN_PENDING: AtomicBool = AtomicBool::new(false);
 /// This backend changed when a duty is due (a lease, a retry) in the current transaction.
 static RECHECK_PENDING: AtomicBool = AtomicBool::new(false);
+/// This backend claimed jobs in the current transaction.
+static BUSY_PENDING: AtomicBool = AtomicBool::new(false);
 /// The transaction callback is registered once per backend.
 static REGISTERED: AtomicBool = AtomicBool::new(false);
 
@@ -52,6 +54,18 @@ pub fn recheck_at_commit() {
     }
     register();
     RECHECK_PENDING.store(true, Ordering::Relaxed);
+}
+
+/// Notes, when the current transaction commits, that this database is busy
+/// (a consumer claimed jobs): its worker keeps its process against
+/// databases with nothing to do (dbworker), though no producer's commit
+/// wakes it. A parked database is left to recheck_at_commit's request.
+pub fn busy_at_commit() {
+    if !shmem::available() {
+        return;
+    }
+    register();
+    BUSY_PENDING.store(true, Ordering::Relaxed);
 }
 
 /// Wakes the worker of the current database now: sets its wake flag and its
@@ -104,6 +118,10 @@ unsafe extern "C-unwind" fn on_xact_event(
             if PENDING.swap(false, Ordering::Relaxed) {
                 wake_now();
             }
+            if BUSY_PENDING.swap(false, Ordering::Relaxed) {
+                let db = unsafe { pg_sys::MyDatabaseId }.to_u32();
+                shmem::note_busy(db, unsafe { pg_sys::GetCurrentTimestamp() });
+            }
             if RECHECK_PENDING.swap(false, Ordering::Relaxed) {
                 let db = unsafe { pg_sys::MyDatabaseId }.to_u32();
                 if let Some(pid) = shmem::request_recheck(db) {
@@ -118,6 +136,7 @@ unsafe extern "C-unwind" fn on_xact_event(
             PENDING.store(false, Ordering::Relaxed);
             SPAWN_PENDING.store(false, Ordering::Relaxed);
             RECHECK_PENDING.store(false, Ordering::Relaxed);
+            BUSY_PENDING.store(false, Ordering::Relaxed);
         }
         _ => {}
     }

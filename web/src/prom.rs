@@ -127,6 +127,16 @@ pub const KNOWN: &[(&str, &str, &str)] = &[
         "1 while the worker pool has parked the database's worker (no process; nothing due).",
     ),
     (
+        "pgque_worker_pool_short",
+        "gauge",
+        "1 while databases of this server wait for a worker process the pool cannot start (raise max_worker_processes).",
+    ),
+    (
+        "pgque_worker_pool_waiting_databases",
+        "gauge",
+        "Databases of this server waiting for a worker process.",
+    ),
+    (
         "pgque_worker_start_time_seconds",
         "gauge",
         "Unix time the running worker started.",
