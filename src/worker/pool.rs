@@ -257,7 +257,7 @@ mod tests {
     }
 
     #[test]
-    fn the_longest_waiting_start_first_within_the_room() {
+    fn wanted_databases_start_first_then_due_ones_each_longest_waiting_first() {
         let mut t = table();
         put(&mut t, 1, 0, Some(300));
         put(&mut t, 2, 0, Some(100));
