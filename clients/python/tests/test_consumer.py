@@ -6,6 +6,8 @@ import collections
 import threading
 import time
 
+import pytest
+
 import pgque_client as pq
 from conftest import wait_until
 from test_worker import Running
@@ -121,3 +123,39 @@ def test_partitioned_worker_that_loses_its_lease_stops_processing_the_slot(dsn, 
         assert [r[0] for r in rows] == ids  # the new owner gets the whole batch again
         assert conn.execute("SELECT pgque.ack_partitioned(%s, 'pc', 0, 1, 'thief')", (name,)).fetchone() == (1,)
     assert handled == [ids[0]]
+
+
+def test_partitioned_consumer_pause_keeps_a_failed_keys_order(dsn, conn, name):
+    conn.execute("SELECT pgque.create_queue(%s)", (name,))
+    conn.execute("SELECT pgque.subscribe_partitioned(%s, 'pp', 1, failure_policy => 'pause')", (name,))
+    keys = ["a", "b", "a", "b", "a", "a"]
+    ids = pq.send_batch(conn, name, [{"i": i} for i in range(len(keys))], type="t", partition_keys=keys)
+    done = []
+    lock = threading.Lock()
+    failed_once = threading.Event()
+
+    def handle(msg: pq.Message):
+        # The first delivery of a's first event fails.
+        if msg.msg_id == ids[0] and not failed_once.is_set():
+            failed_once.set()
+            raise ValueError("a's first event fails once")
+        with lock:
+            done.append((msg.partition_key, msg.msg_id))
+
+    pc = pq.PartitionedConsumer(
+        dsn, name, "pp", 1, handle, poll_interval=0.2, retry_after=0, handle_signals=False,
+        failure_policy="pause",
+    )  # fmt: skip
+    with Running(pc):
+        conn.execute("SELECT pgque.force_tick(%s)", (name,))
+        wait_until(lambda: len(done) == len(keys), 30, 0.05, "every event handled")
+    assert failed_once.is_set()
+    assert [i for k, i in done if k == "a"] == [ids[0], ids[2], ids[4], ids[5]]  # a in order, the failed first
+    assert [i for k, i in done if k == "b"] == [ids[1], ids[3]]
+    assert conn.execute(
+        "SELECT pc_failure_policy FROM pgque.partition_consumer WHERE pc_consumer = 'pp'"
+    ).fetchone() == ("pause",)
+    assert conn.execute("SELECT count(*) FROM pgque.partition_blocked_keys WHERE consumer = 'pp'").fetchone() == (0,)
+    # The policy is the consumer's: another one is refused.
+    with pytest.raises(pq.errors.InvalidParameterValue):
+        pq.PartitionedConsumer(dsn, name, "pp", 1, handle, handle_signals=False).run()

@@ -257,7 +257,15 @@ class PartitionedConsumer(_Runner):
     With a transactional handler (``handler(message, tx)``) a batch's
     handler calls, nacks and fenced ack run in one transaction; the lease
     renewals between messages go through a second connection of the worker
-    thread, so they take effect at once rather than at that commit."""
+    thread, so they take effect at once rather than at that commit.
+
+    ``failure_policy`` is the consumer's, chosen at its first subscribe
+    (docs/partition-keys.md, "Failure policy"): ``"skip"`` (a failed event
+    comes back after its key's later ones) or ``"pause"`` (the key's later
+    events wait until it is acked or dead-lettered; ``on_dead_letter``
+    ``"resume"`` or ``"block"``). With ``"pause"`` a worker skips a key's
+    remaining events of a batch once the handler failed on one of them:
+    the server holds them back and redelivers them after the failed one."""
 
     def __init__(
         self,
@@ -278,10 +286,18 @@ class PartitionedConsumer(_Runner):
         handle_signals: bool = True,
         connect_kwargs: dict[str, Any] | None = None,
         transactional: bool | None = None,
+        failure_policy: str = "skip",
+        on_dead_letter: str = "resume",
     ):
         super().__init__(dsn, queue, _seconds(poll_interval), handle_signals, connect_kwargs, handler, transactional)
         if workers < 1:
             raise ValueError("workers must be at least 1")
+        if failure_policy not in ("skip", "pause"):
+            raise ValueError(f"failure_policy must be 'skip' or 'pause', not {failure_policy!r}")
+        if on_dead_letter not in ("resume", "block"):
+            raise ValueError(f"on_dead_letter must be 'resume' or 'block', not {on_dead_letter!r}")
+        self.failure_policy = failure_policy
+        self.on_dead_letter = on_dead_letter
         self.consumer = consumer
         self.n = n
         self.workers = workers
@@ -306,7 +322,15 @@ class PartitionedConsumer(_Runner):
         try:
             if self.subscribe:
                 with self._connect() as conn, translated():
-                    conn.execute("SELECT pgque.subscribe_partitioned(%s, %s, %s)", (self.queue, self.consumer, self.n))
+                    if (self.failure_policy, self.on_dead_letter) == ("skip", "resume"):
+                        conn.execute(
+                            "SELECT pgque.subscribe_partitioned(%s, %s, %s)", (self.queue, self.consumer, self.n)
+                        )
+                    else:
+                        conn.execute(
+                            "SELECT pgque.subscribe_partitioned(%s, %s, %s, %s, %s)",
+                            (self.queue, self.consumer, self.n, self.failure_policy, self.on_dead_letter),
+                        )
             listener.start()
             threads = [
                 threading.Thread(target=self._worker, args=(i,), name=f"pgque-slot-{i}", daemon=True)
@@ -407,11 +431,19 @@ class PartitionedConsumer(_Runner):
 
             def handle_all() -> None:
                 nonlocal epoch, renewed
+                # pause: a key whose event failed in this batch is skipped
+                # from there on (its later events come back after it).
+                blocked: set[str] = set()
                 for m in msgs:
+                    if m.partition_key is not None and m.partition_key in blocked:
+                        continue
                     if time.monotonic() - renewed > self.ttl / 3:
                         epoch = self._renew(side, wid, slot, epoch, ttl)
                         renewed = time.monotonic()
+                    before = len(failed)
                     self._call(conn, m, failed)
+                    if self.failure_policy == "pause" and len(failed) > before and m.partition_key is not None:
+                        blocked.add(m.partition_key)
 
             if not self.transactional:
                 handle_all()
