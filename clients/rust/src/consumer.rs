@@ -354,6 +354,13 @@ pub struct PartitionedConsumer {
     retry_after: Duration,
     worker_id: String,
     stats: Arc<ConsumerStats>,
+    policy: Option<(String, String)>,
+}
+
+/// Whether `m` is skipped because its key failed earlier in the batch
+/// (the pause policy: the server holds the key's later events back).
+fn skipped(blocked: &std::collections::HashSet<String>, m: &Message) -> bool {
+    m.partition_key().is_some_and(|k| blocked.contains(k))
 }
 
 impl PartitionedConsumer {
@@ -392,7 +399,21 @@ impl PartitionedConsumer {
             retry_after: Duration::from_secs(60),
             worker_id: format!("rust-{}", std::process::id()),
             stats: Arc::default(),
+            policy: None,
         })
+    }
+    /// The consumer's failure policy, chosen at its first subscribe
+    /// (docs/partition-keys.md, "Failure policy"): `"skip"` (the default:
+    /// a failed event comes back after its key's later ones) or `"pause"`
+    /// (they wait until it is acked or dead-lettered; `on_dead_letter`
+    /// `"resume"` or `"block"`). With `"pause"` a task skips a key's
+    /// remaining events of a batch once the handler failed on one of them.
+    pub fn failure_policy(mut self, policy: &str, on_dead_letter: &str) -> Self {
+        self.policy = Some((policy.into(), on_dead_letter.into()));
+        self
+    }
+    fn pause(&self) -> bool {
+        self.policy.as_ref().is_some_and(|(p, _)| p == "pause")
     }
     /// Worker tasks (M, any ratio to n).
     pub fn workers(mut self, m: usize) -> Self {
@@ -435,11 +456,22 @@ impl PartitionedConsumer {
         let pool = pool_for(&self.config, self.workers * per_task + 1)?;
         {
             let c = pool.get().await?;
-            c.execute(
-                "SELECT pgque.subscribe_partitioned($1::text, $2::text, $3::int4)",
-                &[&self.queue, &self.consumer, &self.n],
-            )
-            .await?;
+            match &self.policy {
+                None => {
+                    c.execute(
+                        "SELECT pgque.subscribe_partitioned($1::text, $2::text, $3::int4)",
+                        &[&self.queue, &self.consumer, &self.n],
+                    )
+                    .await?
+                }
+                Some((p, d)) => {
+                    c.execute(
+                        "SELECT pgque.subscribe_partitioned($1::text, $2::text, $3::int4, $4::text, $5::text)",
+                        &[&self.queue, &self.consumer, &self.n, p, d],
+                    )
+                    .await?
+                }
+            };
         }
         let (gen_tx, gen_rx) = watch::channel(0u64);
         let stop = Shutdown::new();
@@ -554,13 +586,21 @@ impl PartitionedConsumer {
             }
             let msgs: Vec<Message> = rows.iter().map(Message::from_row).collect();
             let mut failed = Vec::new();
+            let mut blocked = std::collections::HashSet::new();
+            let pause = self.pause();
             if !self.handler.is_tx() {
                 for m in &msgs {
+                    if skipped(&blocked, m) {
+                        continue;
+                    }
                     if renewed.elapsed() > self.ttl / 3 {
                         epoch = self.renew(c, wid, slot, epoch).await?;
                         renewed = Instant::now();
                     }
                     if let Some(why) = handle_one(&self.handler, m, None).await? {
+                        if let (true, Some(k)) = (pause, m.partition_key()) {
+                            blocked.insert(k.to_string());
+                        }
                         failed.push((m, why));
                     }
                     self.stats.handled.fetch_add(1, Ordering::Relaxed);
@@ -570,12 +610,18 @@ impl PartitionedConsumer {
             if self.handler.is_tx() {
                 let side = side.expect("a second connection with an exactly-once handler");
                 for m in &msgs {
+                    if skipped(&blocked, m) {
+                        continue;
+                    }
                     if renewed.elapsed() > self.ttl / 3 {
                         // An error returns with tx dropped: the batch rolls back.
                         epoch = self.renew(side, wid, slot, epoch).await?;
                         renewed = Instant::now();
                     }
                     if let Some(why) = handle_one(&self.handler, m, Some(&mut tx)).await? {
+                        if let (true, Some(k)) = (pause, m.partition_key()) {
+                            blocked.insert(k.to_string());
+                        }
                         failed.push((m, why));
                     }
                     self.stats.handled.fetch_add(1, Ordering::Relaxed);

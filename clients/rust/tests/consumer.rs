@@ -204,3 +204,63 @@ async fn partitioned_worker_that_loses_its_lease_stops_processing_the_slot() {
     h.await.unwrap().unwrap();
     assert_eq!(*handled.lock().unwrap(), vec![ids[0]]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partitioned_pause_keeps_a_failed_keys_order() {
+    let (dsn, c) = test_db("consumer_pause").await;
+    c.batch_execute(
+        "SELECT pgque.create_queue('ev'); \
+         SELECT pgque.subscribe_partitioned('ev', 'pp', 1, failure_policy => 'pause')",
+    )
+    .await
+    .unwrap();
+    let keys = ["a", "b", "a", "b", "a", "a"];
+    let payloads: Vec<serde_json::Value> = (0..keys.len()).map(|i| json!({ "i": i })).collect();
+    let kref: Vec<Option<&str>> = keys.iter().map(|k| Some(*k)).collect();
+    let ids = send_batch(&c, "ev", "t", &payloads, Some(&kref)).await.unwrap();
+    type Done = Arc<Mutex<Vec<(String, i64)>>>;
+    let done: Done = Arc::default();
+    let failed_once = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (d, f, first) = (done.clone(), failed_once.clone(), ids[0]);
+    let pc = Arc::new(
+        PartitionedConsumer::new(&dsn, "ev", "pp", 1, move |m: Message| {
+            let (d, f) = (d.clone(), f.clone());
+            async move {
+                if m.msg_id == first && !f.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                    return Err("a's first event fails once".into());
+                }
+                d.lock()
+                    .unwrap()
+                    .push((m.partition_key().unwrap().to_string(), m.msg_id));
+                Ok(())
+            }
+        })
+        .unwrap()
+        .failure_policy("pause", "resume")
+        .poll_interval(Duration::from_millis(200))
+        .retry_after(Duration::ZERO),
+    );
+    let sd = Shutdown::new();
+    let h = tokio::spawn({
+        let (sd, pc) = (sd.clone(), pc.clone());
+        async move { pc.run(sd).await }
+    });
+    c.execute("SELECT pgque.force_tick('ev')", &[]).await.unwrap();
+    wait_until(30, "every event handled", || async {
+        done.lock().unwrap().len() == keys.len()
+    })
+    .await;
+    sd.trigger();
+    h.await.unwrap().unwrap();
+    let done = done.lock().unwrap().clone();
+    let of = |k: &str| -> Vec<i64> { done.iter().filter(|d| d.0 == k).map(|d| d.1).collect() };
+    assert_eq!(of("a"), vec![ids[0], ids[2], ids[4], ids[5]]);
+    assert_eq!(of("b"), vec![ids[1], ids[3]]);
+    // The policy is the consumer's: a skip consumer of that name is refused.
+    let skip = Arc::new(PartitionedConsumer::new(&dsn, "ev", "pp", 1, |_m: Message| async { Ok(()) }).unwrap());
+    let err = skip.run(Shutdown::new()).await.unwrap_err();
+    assert!(
+        format!("{err:?}").contains("22023") || format!("{err}").contains("policy"),
+        "{err:?}"
+    );
+}
