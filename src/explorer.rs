@@ -18,3 +18,11 @@ extension_sql_file!(
     name = "event_browser",
     requires = ["event_log", "explorer"]
 );
+
+// The minute-by-minute history of each queue that pgque-web's charts read,
+// written and trimmed by the worker's `history` duty.
+extension_sql_file!(
+    "../sql/36_history.sql",
+    name = "history",
+    requires = ["event_browser"]
+);

@@ -4,7 +4,7 @@
 //!
 //! Every time here is read from state the duties themselves keep (the next
 //! delayed event, retry, scheduled job, lease expiry, schedule slot, idle
-//! tick, piece switch), each through an index or a one-row table, so the
+//! tick, piece switch, history minute), each through an index or a one-row table, so the
 //! cost does not grow with backlog or history. What is not known in advance
 //! (a sealed job-log segment whose jobs are still running, metadata
 //! copy-forward blocked by an old snapshot, retention of rows not yet
@@ -77,7 +77,15 @@ schedules AS (
     SELECT pg_catalog.min(s.next_run_at) AS at FROM pgque.schedules_def s WHERE NOT s.paused),
 job_analyze AS (
     SELECT coalesce(m.last_analyze_at + $7 * interval '1 second', n.t) AS at
-      FROM n, pgque.job_maint_state m WHERE $7 > 0)
+      FROM n, pgque.job_maint_state m WHERE $7 > 0),
+history AS (
+    SELECT CASE WHEN NOT EXISTS (SELECT 1 FROM pgque.queue)
+                     AND NOT EXISTS (SELECT 1 FROM pgque.job_queues) THEN NULL
+                WHEN EXISTS (SELECT 1 FROM pgque.metric_history h
+                              WHERE h.bucket >= pg_catalog.date_trunc('minute', n.t))
+                THEN pg_catalog.date_trunc('minute', n.t) + interval '1 minute'
+                ELSE n.t END AS at
+      FROM n)
 -- GREATEST ignores a NULL: nothing due stays NULL only through the CASE
 SELECT d.duty, CASE WHEN d.at IS NOT NULL THEN GREATEST(0, extract(epoch FROM d.at - n.t))::float8 END
   FROM n, (VALUES ('ticker', (SELECT at FROM ticker)),
@@ -86,7 +94,8 @@ SELECT d.duty, CASE WHEN d.at IS NOT NULL THEN GREATEST(0, extract(epoch FROM d.
                   ('job_maint', (SELECT at FROM job_maint)),
                   ('job_log', (SELECT at FROM job_log)),
                   ('schedules', (SELECT at FROM schedules)),
-                  ('job_analyze', (SELECT at FROM job_analyze))) d(duty, at)
+                  ('job_analyze', (SELECT at FROM job_analyze)),
+                  ('history', (SELECT at FROM history))) d(duty, at)
 "#;
 
 /// Reads the due times (a statement of its own in the caller's transaction):

@@ -76,7 +76,20 @@ pub const DUTIES: &[Duty] = &[
         period: gucs::analyze_interval,
         on_wake: false,
     },
+    Duty {
+        name: "history",
+        sql: "SELECT pgque.maint_history()",
+        period: history_period,
+        on_wake: false,
+    },
 ];
+
+/// The history duty's cadence: it writes one row per queue and minute
+/// (sql/36_history.sql), so a call within a minute already written only
+/// looks; duty_due() wakes an idle worker at the next minute.
+fn history_period() -> Duration {
+    Duration::from_secs(20)
+}
 
 /// How soon a duty that just ran wants to run again, when that is before
 /// its period: the schedules duty wakes for its next slot (as its last run

@@ -333,3 +333,41 @@ pub async fn act(
         }
     })
 }
+
+/// One minute of a queue's history (pgque.read_history): `at` in Unix
+/// seconds, `kind` "event" or "job".
+#[derive(Clone, Debug, PartialEq)]
+pub struct HistRow {
+    pub at: f64,
+    pub kind: String,
+    pub queue: String,
+    pub per_second: Option<f64>,
+    pub depth: Option<f64>,
+    pub lag: Option<f64>,
+}
+
+/// The history the worker kept of the last `since_s` seconds, by queue
+/// then minute (one call of pgque.read_history).
+pub async fn history(pool: &Pool, since_s: i64) -> Result<Vec<HistRow>, DbError> {
+    let c = pool.get().await?;
+    let secs = since_s as f64;
+    let rows = c
+        .query(
+            "SELECT extract(epoch FROM h.bucket)::float8, h.kind, h.queue, h.per_second,
+                    h.depth::float8, h.lag_seconds
+               FROM pgque.read_history(make_interval(secs => $1)) h",
+            &[&secs],
+        )
+        .await?;
+    Ok(rows
+        .iter()
+        .map(|r| HistRow {
+            at: r.get(0),
+            kind: r.get(1),
+            queue: r.get(2),
+            per_second: r.get(3),
+            depth: r.get(4),
+            lag: r.get(5),
+        })
+        .collect())
+}

@@ -21,6 +21,7 @@
 //! from its own pages (`Origin` / `Referer`): guard.rs. A login (auth.rs) is
 //! required whenever it listens beyond loopback or offers admin actions.
 mod auth;
+mod charts;
 mod db;
 mod events;
 mod explorer;
@@ -549,9 +550,14 @@ fn viewer(app: &App, headers: &HeaderMap) -> Option<Viewer> {
 }
 
 /// A page's refreshable HTML, from fresh figures.
-async fn content(app: &App, p: Page, ctx: &Ctx<'_>) -> Result<String, String> {
+async fn content(app: &App, p: Page, ctx: &Ctx<'_>, range: Option<&str>) -> Result<String, String> {
     let ms = db::metrics(&app.pool).await.map_err(|e| e.0)?;
     let f = Figures::new(&ms);
+    let (range_name, range_s) = charts::range(range);
+    let history = |kind: &'static str, path: &'static str| async move {
+        let rows = db::history(&app.pool, range_s).await.map_err(|e| e.0);
+        charts::history_section(kind, &rows, path, range_name, range_s, history::now())
+    };
     let out = match p {
         Page::Overview => pages::overview(&f),
         Page::Events => {
@@ -563,8 +569,9 @@ async fn content(app: &App, p: Page, ctx: &Ctx<'_>) -> Result<String, String> {
                     dead.push((q, t));
                 }
             }
+            let charts = history("event", "/events").await;
             let h = app.history.lock().unwrap();
-            pages::events(ctx, &f, &h, &dead)
+            pages::events(ctx, &f, &h, &dead) + &charts
         }
         Page::Jobs => {
             let failed = if ctx.admin {
@@ -572,8 +579,9 @@ async fn content(app: &App, p: Page, ctx: &Ctx<'_>) -> Result<String, String> {
             } else {
                 None
             };
+            let charts = history("job", "/jobs").await;
             let h = app.history.lock().unwrap();
-            pages::jobs(ctx, &f, &h, failed.as_ref())
+            pages::jobs(ctx, &f, &h, failed.as_ref()) + &charts
         }
         Page::JobList => {
             let f = explorer::Filter::default();
@@ -612,6 +620,8 @@ fn ctx<'a>(app: &'a App, v: &'a Viewer, message: Option<&'a str>) -> Ctx<'a> {
 #[derive(Deserialize)]
 struct PageQuery {
     msg: Option<String>,
+    /// The history charts' range (charts::RANGES).
+    range: Option<String>,
 }
 
 /// The login page in place of a page (401), for a browser without a session.
@@ -624,7 +634,7 @@ async fn render(app: &App, p: Page, q: PageQuery, headers: &HeaderMap) -> Respon
         return login_instead(p);
     };
     let c = ctx(app, &v, q.msg.as_deref());
-    match content(app, p, &c).await {
+    match content(app, p, &c, q.range.as_deref()).await {
         Ok(body) => {
             let fixed = if p == Page::Jobs {
                 pages::jobs_fixed(&c)
@@ -684,6 +694,7 @@ async fn page_worker(
 async fn fragment(
     State(app): State<Shared>,
     Path(slug): Path<String>,
+    Query(q): Query<PageQuery>,
     headers: HeaderMap,
 ) -> Response {
     let Some(p) = Page::from_slug(&slug) else {
@@ -693,7 +704,7 @@ async fn fragment(
         return html(StatusCode::UNAUTHORIZED, "log in again".into());
     };
     let c = ctx(&app, &v, None);
-    match content(&app, p, &c).await {
+    match content(&app, p, &c, q.range.as_deref()).await {
         Ok(body) => html(StatusCode::OK, body),
         Err(e) => html(
             StatusCode::SERVICE_UNAVAILABLE,

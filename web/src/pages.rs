@@ -169,7 +169,7 @@ const JS: &str = r#"
   var c=document.getElementById('content'), st=document.getElementById('updated');
   if(!ms||!url||!c) return;
   function tick(){
-    fetch(url,{headers:{'Accept':'text/html'},credentials:'same-origin'})
+    fetch(url+location.search,{headers:{'Accept':'text/html'},credentials:'same-origin'})
       .then(function(r){ if(r.status===401){ location.reload(); } if(!r.ok){ throw new Error('HTTP '+r.status); } return r.text(); })
       .then(function(h){ c.innerHTML=h; st.textContent='updated '+new Date().toLocaleTimeString(); })
       .catch(function(e){ st.textContent='refresh failed: '+e.message; });
@@ -211,7 +211,7 @@ pub fn page_titled(p: Page, title: &str, ctx: &Ctx, content: &str, fixed: &str) 
     format!(
         "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">\
 <meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">\
-<link rel=\"icon\" href=\"data:,\"><title>pgque · {title}</title><style>{CSS}{ECSS}{VCSS}</style></head>\
+<link rel=\"icon\" href=\"data:,\"><title>pgque · {title}</title><style>{CSS}{ECSS}{VCSS}{HCSS}</style></head>\
 <body data-refresh=\"{refresh}\" data-fragment=\"/fragment/{slug}\" data-admin=\"{admin}\">\
 <header><strong>pgque</strong>{nav}<span class=\"who\">database <b>{db}</b> as role <b>{role}</b> · {mode}{user}</span></header>\
 <main><h1>{title}</h1>{msg}<div id=\"content\">{content}</div>{fixed}</main>\
@@ -220,6 +220,7 @@ pub fn page_titled(p: Page, title: &str, ctx: &Ctx, content: &str, fixed: &str) 
         title = esc(title),
         ECSS = crate::explorer::CSS,
         VCSS = crate::events::CSS,
+        HCSS = crate::charts::CSS,
         refresh = if p.refreshes() { ctx.refresh_ms } else { 0 },
         slug = p.slug(),
         admin = ctx.admin,
@@ -313,75 +314,6 @@ pub fn sparkline(points: &[(f64, f64)], what: &str) -> String {
 <title>{label}: max {max}</title><polyline points=\"{pts}\" fill=\"none\" stroke=\"currentColor\" stroke-width=\"1.5\"/></svg>",
         max = num(max)
     )
-}
-
-/// A larger chart with a y scale and a time axis: one line per series.
-pub fn chart(series: &[(String, Vec<(f64, f64)>)], title: &str, unit: &str) -> String {
-    const W: f64 = 640.0;
-    const H: f64 = 160.0;
-    const L: f64 = 48.0;
-    const B: f64 = 18.0;
-    const COLORS: &[&str] = &[
-        "#3b6fd8", "#d8573b", "#2f9e5a", "#9b4dca", "#c29b00", "#1aa3b8",
-    ];
-    let all: Vec<(f64, f64)> = series.iter().flat_map(|s| s.1.iter().copied()).collect();
-    let mut out = format!(
-        "<svg class=\"chart\" viewBox=\"0 0 {W} {H}\" width=\"{W}\" height=\"{H}\" role=\"img\" aria-label=\"{t}\"><title>{t}</title>",
-        t = esc(title)
-    );
-    if all.len() < 2 {
-        let _ = write!(
-            out,
-            "<text x=\"{L}\" y=\"{y}\">{t}: collecting samples…</text></svg>",
-            y = H / 2.0,
-            t = esc(title)
-        );
-        return out;
-    }
-    let t0 = all.iter().map(|p| p.0).fold(f64::INFINITY, f64::min);
-    let t1 = all.iter().map(|p| p.0).fold(f64::NEG_INFINITY, f64::max);
-    let max = all.iter().map(|p| p.1).fold(0.0_f64, f64::max);
-    let top = if max > 0.0 { max * 1.1 } else { 1.0 };
-    let span = (t1 - t0).max(1e-9);
-    let x = |t: f64| L + (t - t0) / span * (W - L - 8.0);
-    let y = |v: f64| 8.0 + (1.0 - v / top) * (H - B - 8.0);
-    let _ = write!(
-        out,
-        "<line x1=\"{L}\" y1=\"{yb}\" x2=\"{xe}\" y2=\"{yb}\" stroke=\"#c9d3e6\"/>\
-<line x1=\"{L}\" y1=\"8\" x2=\"{L}\" y2=\"{yb}\" stroke=\"#c9d3e6\"/>\
-<text x=\"2\" y=\"14\">{topv} {u}</text><text x=\"2\" y=\"{yb}\">0</text>\
-<text x=\"{L}\" y=\"{yt}\">−{ago}</text><text x=\"{xn}\" y=\"{yt}\">now</text>\
-<text x=\"{xm}\" y=\"14\">{t}</text>",
-        yb = H - B,
-        xe = W - 8.0,
-        topv = num((top * 100.0).round() / 100.0),
-        u = esc(unit),
-        yt = H - 4.0,
-        ago = age(span),
-        xn = W - 30.0,
-        xm = L + 10.0,
-        t = esc(title),
-    );
-    for (i, (name, pts)) in series.iter().enumerate() {
-        if pts.is_empty() {
-            continue;
-        }
-        let color = COLORS[i % COLORS.len()];
-        let mut p = String::new();
-        for (t, v) in pts {
-            let _ = write!(p, "{:.1},{:.1} ", x(*t), y(*v));
-        }
-        let _ = write!(
-            out,
-            "<polyline points=\"{p}\" fill=\"none\" stroke=\"{color}\" stroke-width=\"1.6\"><title>{n}</title></polyline>\
-<text x=\"{lx}\" y=\"{ly}\" fill=\"{color}\">{n}</text>",
-            n = esc(name),
-            lx = W - 150.0,
-            ly = 28.0 + 12.0 * i as f64,
-        );
-    }
-    out.push_str("</svg>");
-    out
 }
 
 /// An admin button: a POST form carrying the CSRF token. Empty for a
@@ -768,7 +700,6 @@ pub fn jobs(ctx: &Ctx, f: &Figures, h: &History, failed: Option<&Result<Table, S
     if queues.is_empty() {
         o.push_str("<tr><td colspan=\"11\" class=\"muted\">no job queues (pgque.create_job_queue)</td></tr>");
     }
-    let mut throughput = Vec::new();
     for q in &queues {
         let _ = write!(
             o,
@@ -789,7 +720,6 @@ pub fn jobs(ctx: &Ctx, f: &Figures, h: &History, failed: Option<&Result<Table, S
             esc(q),
             rate.map(num).unwrap_or_else(|| "–".into())
         );
-        throughput.push((q.clone(), h.rates(&ck)));
         let paused = f.get("pgque_job_queue_paused", &l) == Some(1.0);
         let _ = write!(
             o,
@@ -825,8 +755,6 @@ pub fn jobs(ctx: &Ctx, f: &Figures, h: &History, failed: Option<&Result<Table, S
         o.push_str("</tr>");
     }
     o.push_str("</tbody></table>");
-    o.push_str("<h2>Throughput</h2>");
-    o.push_str(&chart(&throughput, "completed jobs per second", "/s"));
     if let Some(failed) = failed {
         o.push_str("<h2>Newest failed jobs</h2>");
         match failed {
@@ -976,9 +904,6 @@ mod tests {
             s.contains("points=\"0.0,26.0 70.0,14.0 140.0,2.0 \""),
             "{s}"
         );
-        let c = chart(&[("q".into(), vec![(0.0, 1.0), (10.0, 2.0)])], "t", "/s");
-        assert_eq!(c.matches("<polyline").count(), 1);
-        assert!(chart(&[], "t", "/s").contains("collecting samples"));
     }
 
     #[test]
