@@ -1047,7 +1047,8 @@ pub fn flow_page(id: i64, d: &FlowData) -> String {
     o
 }
 
-/// The schedules view's rows, by name (at most 1000).
+/// The schedules view's rows, by name (at most 1000), each with the state
+/// of the job it last fired (`last_job_state`; NULL when none or pruned).
 pub async fn schedules(pool: &Pool) -> Result<Option<Vec<Row>>, DbError> {
     let c = pool.get().await?;
     let exists: bool = c
@@ -1061,7 +1062,9 @@ pub async fn schedules(pool: &Pool) -> Result<Option<Vec<Row>>, DbError> {
     Ok(Some(
         json_rows(
             pool,
-            "SELECT to_jsonb(s) FROM pgque.schedules s ORDER BY s.name LIMIT 1000",
+            "SELECT to_jsonb(s) || jsonb_build_object('last_job_state',
+                                                      pgque.job_detail(s.last_job_id) ->> 'state')
+               FROM pgque.schedules s ORDER BY s.name LIMIT 1000",
             &[],
         )
         .await?,
@@ -1069,7 +1072,8 @@ pub async fn schedules(pool: &Pool) -> Result<Option<Vec<Row>>, DbError> {
 }
 
 /// The schedules page's content: each schedule's next and last firing, the
-/// job it last fired (a link) and, for an admin, pause / resume / run now.
+/// job it last fired (a link, and its state now) and, for an admin, pause /
+/// resume / run now.
 pub fn schedules_page(ctx: &Ctx, s: &Result<Option<Vec<Row>>, String>) -> String {
     let rows = match s {
         Ok(None) => return "<p class=\"muted\" id=\"no-schedules\">This pgque has no schedules (view pgque.schedules does not exist).</p>".into(),
@@ -1088,7 +1092,7 @@ pub fn schedules_page(ctx: &Ctx, s: &Result<Option<Vec<Row>>, String>) -> String
         let _ = write!(
             o,
             "<tr data-schedule=\"{n}\"><td>{n}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td><code>{}</code></td><td>{}</td><td class=\"{}\">{}</td>\
-<td data-field=\"next_run_at\" data-raw=\"{}\">{}</td><td data-field=\"last_run_at\" data-raw=\"{}\">{}</td><td data-field=\"last_job_id\">{} \
+<td data-field=\"next_run_at\" data-raw=\"{}\">{}</td><td data-field=\"last_run_at\" data-raw=\"{}\">{}</td><td data-field=\"last_job_id\" data-state=\"{}\">{}{} \
 <a class=\"muted\" href=\"/jobs/list?queue={}&amp;kind={}\" title=\"the newest jobs of its queue and kind\">all</a></td>",
             esc(&text(r, "cron")),
             esc(&text(r, "timezone")),
@@ -1102,7 +1106,12 @@ pub fn schedules_page(ctx: &Ctx, s: &Result<Option<Vec<Row>>, String>) -> String
             if paused { "<span class=\"muted\">paused</span>".into() } else { esc(&when(r, "next_run_at")) },
             esc(&text(r, "last_run_at")),
             esc(&when(r, "last_run_at")),
+            esc(&text(r, "last_job_state")),
             job_link(&text(r, "last_job_id")),
+            match text(r, "last_job_state") {
+                st if st.is_empty() => String::new(),
+                st => format!(" {}", badge(&st)),
+            },
             urlenc(&text(r, "queue_name")),
             urlenc(&text(r, "kind")),
             n = esc(&name),

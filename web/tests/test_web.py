@@ -1038,6 +1038,9 @@ def test_the_schedules_page_fires_pauses_and_resumes(ctx):
     assert one(c, "SELECT kind FROM pgque.get_job(%s)", (job,)) == "digest"
     assert raw("last_run_at") == last
     assert b.find(f"{row} a[href='/jobs/{job}']"), "no link to the fired job"
+    state = b.js(f"return document.querySelector(\"{row} td[data-field='last_job_id']\").dataset.state")
+    assert state == one(c, "SELECT state FROM pgque.get_job(%s)", (job,)), state
+    assert b.find(f"{row} td[data-field='last_job_id'] span.st"), "no state badge"
     shoot(b, "schedules.png")
     b.click(b.find(f"{row} button[data-action='pause_schedule']")[0])
     wait_for("the pause", lambda: one(c, "SELECT paused FROM pgque.schedules WHERE name = 'hourly-digest'"))
