@@ -206,6 +206,12 @@ abstract class Runner {
     }
   }
 
+  /** Whether a failed message's key is skipped for the rest of its batch
+   * (a partitioned consumer with the pause policy). */
+  protected pauseKeys(): boolean {
+    return false;
+  }
+
   protected waitTick(gen: number): Promise<boolean> {
     return this.waker.waitGen(gen, this.pollIntervalMs, () => this.stopping);
   }
@@ -224,13 +230,22 @@ abstract class Runner {
     beforeEach?: () => Promise<void>,
   ): Promise<void> {
     const failed: [Message, string][] = [];
+    // The pause policy: a key whose event failed in this batch is skipped
+    // from there on (the server holds its later events back).
+    const blocked = new Set<string>();
+    const skipped = (m: Message) => m.partitionKey !== null && blocked.has(m.partitionKey);
+    const fail = (m: Message, err: unknown) => {
+      failed.push([m, reason(err)]);
+      if (this.pauseKeys() && m.partitionKey !== null) blocked.add(m.partitionKey);
+    };
     if (this.handlers.plain !== undefined) {
       for (const m of msgs) {
+        if (skipped(m)) continue;
         await beforeEach?.();
         try {
           await this.handlers.plain(m);
         } catch (err) {
-          failed.push([m, reason(err)]);
+          fail(m, err);
         }
       }
     }
@@ -238,6 +253,7 @@ abstract class Runner {
     try {
       if (this.handlers.tx !== undefined) {
         for (const m of msgs) {
+          if (skipped(m)) continue;
           await beforeEach?.();
           // A savepoint per message: a failing message's effects go, the
           // others' stay, and it is nacked in this same transaction.
@@ -247,7 +263,7 @@ abstract class Runner {
             await conn.query("RELEASE SAVEPOINT pgque_msg");
           } catch (err) {
             await conn.query("ROLLBACK TO SAVEPOINT pgque_msg");
-            failed.push([m, reason(err)]);
+            fail(m, err);
           }
         }
       }
@@ -355,6 +371,16 @@ export interface PartitionedConsumerOptions extends ConsumerOptionsBase {
   maxBatchesPerClaim?: number;
   /** The lease owner prefix (default host-pid-random; loop i is `${workerId}/${i}`). */
   workerId?: string;
+  /**
+   * The consumer's failure policy, chosen at its first subscribe
+   * (docs/partition-keys.md, "Failure policy"): "skip" (default: a failed
+   * event comes back after its key's later ones) or "pause" (they wait until
+   * it is acked or dead-lettered). With "pause" a loop skips a key's
+   * remaining messages of a batch once the handler failed on one of them.
+   */
+  failurePolicy?: "skip" | "pause";
+  /** With "pause": after a dead letter, "resume" (default) or "block" the key until release_partition_key. */
+  onDeadLetter?: "resume" | "block";
 }
 
 /**
@@ -377,6 +403,8 @@ export class PartitionedConsumer extends Runner {
   readonly ttlMs: number;
   readonly maxBatchesPerClaim: number;
   readonly workerId: string;
+  readonly failurePolicy: "skip" | "pause";
+  readonly onDeadLetter: "resume" | "block";
   /** Slots whose lease a loop lost while it held a batch. */
   lostSlots = 0;
 
@@ -389,6 +417,18 @@ export class PartitionedConsumer extends Runner {
     this.ttlMs = Math.max(1000, options.ttlMs ?? 30_000);
     this.maxBatchesPerClaim = options.maxBatchesPerClaim ?? 16;
     this.workerId = options.workerId ?? `${hostname()}-${process.pid}-${shortId()}`;
+    this.failurePolicy = options.failurePolicy ?? "skip";
+    this.onDeadLetter = options.onDeadLetter ?? "resume";
+    if (this.failurePolicy !== "skip" && this.failurePolicy !== "pause") {
+      throw new RangeError(`failurePolicy must be "skip" or "pause", not ${JSON.stringify(this.failurePolicy)}`);
+    }
+    if (this.onDeadLetter !== "resume" && this.onDeadLetter !== "block") {
+      throw new RangeError(`onDeadLetter must be "resume" or "block", not ${JSON.stringify(this.onDeadLetter)}`);
+    }
+  }
+
+  protected override pauseKeys(): boolean {
+    return this.failurePolicy === "pause";
   }
 
   /** The lease owner name of loop `i`. */
@@ -405,7 +445,17 @@ export class PartitionedConsumer extends Runner {
       if (this.subscribe) {
         const c = await connect(this.connection);
         try {
-          await query(c, "SELECT pgque.subscribe_partitioned($1::text, $2::text, $3::int4)", [this.queue, this.consumer, this.n]);
+          if (this.failurePolicy === "skip" && this.onDeadLetter === "resume") {
+            await query(c, "SELECT pgque.subscribe_partitioned($1::text, $2::text, $3::int4)", [this.queue, this.consumer, this.n]);
+          } else {
+            await query(c, "SELECT pgque.subscribe_partitioned($1::text, $2::text, $3::int4, $4::text, $5::text)", [
+              this.queue,
+              this.consumer,
+              this.n,
+              this.failurePolicy,
+              this.onDeadLetter,
+            ]);
+          }
         } finally {
           await closeQuietly(c);
         }

@@ -204,3 +204,56 @@ test("a loop that loses its slot lease stops processing that slot", async () => 
   }
   assert.deepEqual(handled, [ids[0]]);
 });
+
+test("PartitionedConsumer with failurePolicy pause: a failed key's later events wait for it", async () => {
+  const q = uniq();
+  await conn.query("SELECT pgque.create_queue($1)", [q]);
+  await conn.query("SELECT pgque.subscribe_partitioned($1, 'pp', 1, failure_policy => 'pause')", [q]);
+  const keys = ["a", "b", "a", "b", "a", "a"];
+  const ids = (await sendBatch(
+    conn,
+    q,
+    keys.map((_, i) => ({ i })),
+    { type: "t", partitionKeys: keys },
+  )) as number[];
+  const done: [string, number][] = [];
+  let failedOnce = false;
+  const pc = new PartitionedConsumer({
+    connection: cfg,
+    queue: q,
+    consumer: "pp",
+    n: 1,
+    pollIntervalMs: 200,
+    retryAfterMs: 0,
+    handleSignals: false,
+    failurePolicy: "pause",
+    handler: async (m) => {
+      if (m.msgId === ids[0] && !failedOnce) {
+        failedOnce = true;
+        throw new Error("a's first event fails once");
+      }
+      done.push([m.partitionKey as string, m.msgId]);
+    },
+  });
+  const r = running(pc);
+  try {
+    await conn.query("SELECT pgque.force_tick($1)", [q]);
+    await waitUntil(async () => done.length === keys.length, 30_000, "every event handled", 50);
+  } finally {
+    await r.stop();
+  }
+  assert.ok(failedOnce);
+  assert.deepEqual(
+    done.filter(([k]) => k === "a").map(([, i]) => i),
+    [ids[0], ids[2], ids[4], ids[5]],
+  );
+  assert.deepEqual(
+    done.filter(([k]) => k === "b").map(([, i]) => i),
+    [ids[1], ids[3]],
+  );
+  // The policy is the consumer's: a skip consumer of that name is refused.
+  const skip = new PartitionedConsumer({ connection: cfg, queue: q, consumer: "pp", n: 1, handleSignals: false, handler: async () => {} });
+  await assert.rejects(skip.run(), (err: { code?: string; sqlstate?: string; message?: string }) =>
+    /22023|policy/.test(`${err.code ?? ""} ${err.sqlstate ?? ""} ${err.message ?? ""}`),
+  );
+});
