@@ -30,6 +30,7 @@
 #   BENCH_RECREATE=0   keep the existing pgque extension objects (default: drop and
 #                      recreate it, the bench database is disposable)
 #   BENCH_SOURCE_NOTE  free text printed next to the source commit in the results
+#   BENCH_SETUP_ONLY=1 build, install and start the cluster, run no workload
 #   BENCH_PORT, BENCH_SOCK  port and socket directory of the bench cluster (default
 #                      55515, /tmp/pgque_bench): two worktrees can bench side by side
 # Extra arguments are passed to the harness (python3 -m harness --help).
@@ -113,6 +114,10 @@ if [ "${BENCH_RECREATE:-1}" = 1 ]; then
   "${PSQL[@]}" -d "$DB" -c "DROP EXTENSION pgque CASCADE" -c "CREATE EXTENSION pgque"
 fi
 "${PSQL[@]}" -d "$DB" -f "$ROOT/benches/sql/references.sql"
+
+# BENCH_SETUP_ONLY=1: build, install and start, then leave the cluster to the
+# scripts that run against it (benches/cpu/*.py)
+[ "${BENCH_SETUP_ONLY:-0}" = 1 ] && { log "cluster ready (port $PORT, socket $SOCK)"; exit 0; }
 
 # ---- 4. the harness --------------------------------------------------------------
 python3 -c 'import psycopg' 2>/dev/null || pip install -q 'psycopg[binary]'

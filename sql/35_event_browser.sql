@@ -30,7 +30,7 @@ CREATE FUNCTION pgque.browse_events(queue_name text, consumer text DEFAULT NULL,
 RETURNS TABLE (ev_id bigint, ev_txid bigint, ev_time timestamptz, ev_type text, ev_data text,
                partition_key text, ev_retry int, for_consumer text)
 LANGUAGE plpgsql STABLE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
+SET search_path = pg_catalog, pgque, pg_temp
 SET jit = off
 SET enable_seqscan = off
 AS $browse_events$
@@ -110,7 +110,7 @@ CREATE FUNCTION pgque.browse_dead_letters(queue_name text, before_id bigint DEFA
 RETURNS TABLE (dl_id bigint, consumer text, dl_time timestamptz, dl_reason text, ev_id bigint,
                ev_time timestamptz, ev_retry int, ev_type text, ev_data text, partition_key text)
 LANGUAGE plpgsql STABLE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
+SET search_path = pg_catalog, pgque, pg_temp
 SET jit = off
 SET enable_seqscan = off
 AS $browse_dead_letters$

@@ -35,7 +35,7 @@ CREATE INDEX metric_history_queue_idx ON pgque.metric_history (kind, queue, buck
 -- days). Returns the rows written. 22023 for `keep` out of range.
 CREATE FUNCTION pgque.maint_history(keep interval DEFAULT '24 hours') RETURNS bigint
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
+SET search_path = pg_catalog, pgque, pg_temp
 SET jit = off
 AS $maint_history$
 DECLARE
@@ -108,7 +108,7 @@ CREATE FUNCTION pgque.read_history(since interval DEFAULT '1 hour')
 RETURNS TABLE (bucket timestamptz, kind text, queue text, total bigint, per_second float8,
                depth bigint, lag_seconds float8)
 LANGUAGE plpgsql STABLE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
+SET search_path = pg_catalog, pgque, pg_temp
 SET jit = off
 AS $read_history$
 BEGIN

@@ -676,7 +676,7 @@ CREATE FUNCTION pgque.browse_events(queue_name text, consumer text DEFAULT NULL,
 RETURNS TABLE (ev_id bigint, ev_txid bigint, ev_time timestamptz, ev_type text, ev_data text,
                partition_key text, ev_retry int, for_consumer text)
 LANGUAGE plpgsql STABLE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
+SET search_path = pg_catalog, pgque, pg_temp
 SET jit = off
 SET enable_seqscan = off
 AS $browse_events$
@@ -756,7 +756,7 @@ CREATE FUNCTION pgque.browse_dead_letters(queue_name text, before_id bigint DEFA
 RETURNS TABLE (dl_id bigint, consumer text, dl_time timestamptz, dl_reason text, ev_id bigint,
                ev_time timestamptz, ev_retry int, ev_type text, ev_data text, partition_key text)
 LANGUAGE plpgsql STABLE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
+SET search_path = pg_catalog, pgque, pg_temp
 SET jit = off
 SET enable_seqscan = off
 AS $browse_dead_letters$
@@ -1109,7 +1109,7 @@ CREATE INDEX metric_history_queue_idx ON pgque.metric_history (kind, queue, buck
 -- days). Returns the rows written. 22023 for `keep` out of range.
 CREATE FUNCTION pgque.maint_history(keep interval DEFAULT '24 hours') RETURNS bigint
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
+SET search_path = pg_catalog, pgque, pg_temp
 SET jit = off
 AS $maint_history$
 DECLARE
@@ -1182,7 +1182,7 @@ CREATE FUNCTION pgque.read_history(since interval DEFAULT '1 hour')
 RETURNS TABLE (bucket timestamptz, kind text, queue text, total bigint, per_second float8,
                depth bigint, lag_seconds float8)
 LANGUAGE plpgsql STABLE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
+SET search_path = pg_catalog, pgque, pg_temp
 SET jit = off
 AS $read_history$
 BEGIN
