@@ -3,8 +3,8 @@ use pgrx::callconv::{Arg, ArgAbi};
 use pgrx::prelude::*;
 use pgrx::{impl_sql_translatable, pg_sys};
 
-/// A `jsonb` argument taken as PostgreSQL's own text rendering (jsonb_out),
-/// exactly what `payload::text` gives: no serde round trip.
+/// A `jsonb` argument taken as its text, exactly what `payload::text`
+/// (jsonb_out) gives, written by crate::log::jsontext: no serde round trip.
 #[derive(Debug)]
 pub struct JsonbText(pub String);
 
@@ -17,11 +17,14 @@ impl FromDatum for JsonbText {
         if is_null {
             return None;
         }
-        let cstr = unsafe {
-            pgrx::direct_function_call::<&core::ffi::CStr>(pg_sys::jsonb_out, &[Some(datum)])
+        let mut out = Vec::new();
+        unsafe {
+            let jb = pg_sys::pg_detoast_datum(datum.cast_mut_ptr()) as *const u8;
+            crate::log::jsontext::append_jsonb_text(&mut out, jb);
         }
-        .expect("jsonb_out returned NULL");
-        Some(JsonbText(cstr.to_string_lossy().into_owned()))
+        Some(JsonbText(String::from_utf8(out).unwrap_or_else(|e| {
+            String::from_utf8_lossy(e.as_bytes()).into_owned()
+        })))
     }
 }
 
@@ -64,6 +67,37 @@ impl ArrayDatum {
                 len: raw.len(),
                 type_oid,
             }
+        }
+    }
+
+    /// The elements (all dimensions, in storage order) and their NULL flags,
+    /// palloc'd in the current memory context.
+    ///
+    /// # Safety
+    /// `elem` must be the array's element type, a 4-byte-aligned varlena
+    /// (text, jsonb).
+    pub unsafe fn elements(&self, elem: pg_sys::Oid) -> (&[pg_sys::Datum], &[bool]) {
+        if self.len == 0 {
+            return (&[], &[]);
+        }
+        let mut values: *mut pg_sys::Datum = std::ptr::null_mut();
+        let mut nulls: *mut bool = std::ptr::null_mut();
+        let mut n: i32 = 0;
+        unsafe {
+            pg_sys::deconstruct_array(
+                self.datum.cast_mut_ptr(),
+                elem,
+                -1,
+                false,
+                pg_sys::TYPALIGN_INT as core::ffi::c_char,
+                &mut values,
+                &mut nulls,
+                &mut n,
+            );
+            (
+                std::slice::from_raw_parts(values, n as usize),
+                std::slice::from_raw_parts(nulls, n as usize),
+            )
         }
     }
 

@@ -19,6 +19,8 @@ use std::rc::Rc;
 
 pub mod batch;
 pub mod cuts;
+pub mod direct;
+pub mod jsontext;
 pub mod maint;
 pub mod pause;
 pub mod slots;
@@ -260,7 +262,25 @@ pub struct NewEvent<'a> {
 }
 
 /// Appends one event to the queue's current table; returns its id.
-pub fn insert_event(client: &mut SpiClient<'_>, q: &Queue, ev: &NewEvent) -> i64 {
+pub fn insert_event<'a>(client: &mut SpiClient<'_>, q: &Queue, ev: &NewEvent<'a>) -> i64 {
+    if let Some(mut t) = direct::Target::open(q, 1) {
+        let id = nextval(q.seq);
+        let v = |s: Option<&'a str>| s.map_or(direct::Val::Null, direct::Val::Str);
+        t.push(
+            id,
+            v(ev.ev_type),
+            v(ev.ev_data),
+            [
+                v(ev.extra[0]),
+                v(ev.extra[1]),
+                v(ev.extra[2]),
+                v(ev.extra[3]),
+            ],
+        );
+        t.finish();
+        crate::worker::wake::at_commit();
+        return id;
+    }
     let sql = format!(
         "INSERT INTO {} (ev_id, ev_type, ev_data, ev_extra1, ev_extra2, ev_extra3, ev_extra4) \
          VALUES (pg_catalog.nextval('{}'::pg_catalog.regclass), $1, $2, $3, $4, $5, $6) \
@@ -303,6 +323,10 @@ pub fn insert_events(
     if payloads.len == 0 {
         return vec![];
     }
+    if let Some(ids) = insert_events_direct(q, ev_type, payloads, keys) {
+        crate::worker::wake::at_commit();
+        return ids;
+    }
     let cast = if payloads.type_oid == pg_sys::JSONBARRAYOID {
         "jsonb[]"
     } else {
@@ -333,6 +357,49 @@ pub fn insert_events(
     );
     crate::worker::wake::at_commit();
     ids
+}
+
+/// [`insert_events`] below SQL ([`direct`]); None when the table needs the
+/// SQL INSERT. A jsonb payload is stored as its text (`jsonb::text`).
+fn insert_events_direct(
+    q: &Queue,
+    ev_type: &str,
+    payloads: &crate::api::types::ArrayDatum,
+    keys: Option<&crate::api::types::ArrayDatum>,
+) -> Option<Vec<i64>> {
+    let mut t = direct::Target::open(q, payloads.len)?;
+    let jsonb = payloads.type_oid == pg_sys::JSONBARRAYOID;
+    let elem = if jsonb {
+        pg_sys::JSONBOID
+    } else {
+        pg_sys::TEXTOID
+    };
+    let (p, pn) = unsafe { payloads.elements(elem) };
+    let k = keys.map(|k| unsafe { k.elements(pg_sys::TEXTOID) });
+    let ty = direct::Val::Datum(direct::text_datum(ev_type));
+    let mut scratch = Vec::new();
+    let mut ids = Vec::with_capacity(p.len());
+    for i in 0..p.len() {
+        let id = nextval(q.seq);
+        ids.push(id);
+        let data = match (pn[i], jsonb) {
+            (true, _) => direct::Val::Null,
+            (false, true) => direct::Val::Datum(direct::jsonb_text(p[i], &mut scratch)),
+            (false, false) => direct::Val::Datum(p[i]),
+        };
+        let key = match &k {
+            Some((kv, kn)) if i < kv.len() && !kn[i] => direct::Val::Datum(kv[i]),
+            _ => direct::Val::Null,
+        };
+        t.push(
+            id,
+            ty,
+            data,
+            [key, direct::Val::Null, direct::Val::Null, direct::Val::Null],
+        );
+    }
+    t.finish();
+    Some(ids)
 }
 
 /// The next value of sequence `seq` (the caller owns it: the send path runs
