@@ -367,7 +367,7 @@ fn insert_events_direct(
     payloads: &crate::api::types::ArrayDatum,
     keys: Option<&crate::api::types::ArrayDatum>,
 ) -> Option<Vec<i64>> {
-    let mut t = direct::Target::open(q, payloads.len)?;
+    // made before open: they outlive its chunk context
     let jsonb = payloads.type_oid == pg_sys::JSONBARRAYOID;
     let elem = if jsonb {
         pg_sys::JSONBOID
@@ -377,6 +377,7 @@ fn insert_events_direct(
     let (p, pn) = unsafe { payloads.elements(elem) };
     let k = keys.map(|k| unsafe { k.elements(pg_sys::TEXTOID) });
     let ty = direct::Val::Datum(direct::text_datum(ev_type));
+    let mut t = direct::Target::open(q, payloads.len)?;
     let mut scratch = Vec::new();
     let mut ids = Vec::with_capacity(p.len());
     for i in 0..p.len() {
