@@ -132,11 +132,9 @@ impl Target {
     }
 
     /// Adds one event (id, type, payload, ev_extra1..4); rows are written
-    /// CHUNK at a time and by [`Target::finish`].
+    /// CHUNK at a time and by [`Target::finish`]. Values made in the chunk
+    /// context must be made after the previous push returned.
     pub fn push(&mut self, id: i64, ev_type: Val, data: Val, extra: [Val; 4]) {
-        if self.used == self.slots.len() {
-            self.flush();
-        }
         unsafe {
             let slot = self.slots[self.used];
             pg_sys::ExecClearTuple(slot);
@@ -174,6 +172,11 @@ impl Target {
             pg_sys::ExecStoreVirtualTuple(slot);
         }
         self.used += 1;
+        // A full chunk is written now, not when the next row comes: that
+        // row's values are made (in the chunk context) before push is called.
+        if self.used == self.slots.len() {
+            self.flush();
+        }
     }
 
     /// Writes the buffered rows and their index entries.
