@@ -22,6 +22,8 @@
 #   ROUNDS=N           rounds per workload (default 3, never fewer than 3 unless QUICK)
 #   ONLY=w1,w3         run only these workloads (w1..w9)
 #   W7_DEPTHS=1000,200000  ready depths of w7 (QUICK default 1k,10k,50k; full adds 200k)
+#   W10_SIZES=10000,100000 W10_BATCH=100 W10_PGQ=0  w10's interval sizes, batch size, and
+#                      whether PgQ's two systems run
 #   CELL_SCALE=0.5     timed cells (sends, latency, enqueue, end-to-end, held xmin)
 #                      scaled by this factor; rounds, backlogs and depths unchanged
 #   BENCH_NO_BUILD=1   skip the cargo build/install (use what is installed)

@@ -143,7 +143,7 @@ def main():
     elif report.has_history(out):
         progress(f"WARNING: {out} has a ## History section that is not its last section; "
                  "the run rewrites the whole file: carry the history over by hand (git diff)")
-    env = " ".join(f"{k}={os.environ[k]}" for k in ("QUICK", "ROUNDS", "ONLY", "W7_DEPTHS", "W10_SIZES", "CELL_SCALE", "W11_RATE", "W11_SECS", "W11_TTL", "W11_SEARCH", "W11_SEARCH_SECS") if os.environ.get(k))
+    env = " ".join(f"{k}={os.environ[k]}" for k in ("QUICK", "ROUNDS", "ONLY", "W7_DEPTHS", "W10_SIZES", "W10_BATCH", "W10_PGQ", "CELL_SCALE", "W11_RATE", "W11_SECS", "W11_TTL", "W11_SEARCH", "W11_SEARCH_SECS") if os.environ.get(k))
     cmdline = (env + " " if env else "") + "make bench" + (" -- " + " ".join(sys.argv[1:]) if sys.argv[1:] else "")
     only = [x.strip() for x in args.only.split(",") if x.strip()] or list(WORKLOADS)
 

@@ -16,13 +16,16 @@ transaction for the whole interval; finish_batch).
 The target: the one-interval drain takes at most 1.5x the many-ticks drain
 (rate ratio >= 0.67), at N = 100k and 1M.
 """
+import os
 import time
 
 from . import db
 from .core import progress, run_rounds
 from .w_events import create, dead_for, drop, fill_backlog, _drain_proc
 
-BATCH = 500
+# W10_BATCH: the consumer's max_return and the many-ticks reference's tick
+# size (default 500); W10_PGQ=0 leaves PgQ's two systems out.
+BATCH = int(os.environ.get("W10_BATCH", "500"))
 CHUNK = 10_000  # events per producer transaction while filling one interval
 
 
@@ -104,12 +107,12 @@ def interval_cell(w, conn, cfg, system, rnd, n):
 
 
 def w10(res, cfg, conn):
-    w = res.workload("w10", "Drain N events that sit in one tick interval, batch 500",
+    w = res.workload("w10", f"Drain N events that sit in one tick interval, batch {BATCH}",
                      [("rate", "events/s"), ("secs", "drain s"), ("per_batch", "events/batch"),
                       ("wal_per", "WAL B/event")],
                      about="Filled untimed. One interval: the events sent in transactions of 10,000 and ticked once "
-                           "(pgque.force_tick; pgq.force_tick + pgq.ticker). Many ticks: one tick per 500 events, as w3. "
-                           "pgque drains with receive(q, c, 500) + ack per transaction (the worker stopped); PgQ's "
+                           f"(pgque.force_tick; pgq.force_tick + pgq.ticker). Many ticks: one tick per {BATCH} events, as w3. "
+                           f"pgque drains with receive(q, c, {BATCH}) + ack per transaction (the worker stopped); PgQ's "
                            "one-interval drain is next_batch + get_batch_cursor(b, cur, 500) + FETCH 500 until empty + "
                            "finish_batch in one transaction; PgQ many ticks is next_batch + get_batch_events + finish_batch. "
                            "Target: pgque (one interval) / ref: pgque many ticks >= 0.67 in rate (at most 1.5x the time).")
@@ -119,7 +122,8 @@ def w10(res, cfg, conn):
     systems = ["pgque (one interval)", "ref: pgque many ticks"] if not miss else []
     if miss:
         w.skip(f"pgque: function {', '.join(miss)} not installed")
-    systems += ["pgq (one interval, cursor)", "pgq many ticks"]
+    if os.environ.get("W10_PGQ", "1") != "0":
+        systems += ["pgq (one interval, cursor)", "pgq many ticks"]
     if not miss:
         db.execute(conn, "SELECT pgque.stop()")
     try:
