@@ -389,7 +389,7 @@ impl Gen {
             2 => self.pick(&["true", "false", "null"]).to_string(),
             3 | 4 => self.number(),
             5 => {
-                let n = if self.next() % 5 == 0 {
+                let n = if self.next().is_multiple_of(5) {
                     40 + self.next() % 40
                 } else {
                     self.next() % 5
@@ -398,7 +398,7 @@ impl Gen {
                 format!("[{}]", items.join(","))
             }
             _ => {
-                let n = if self.next() % 5 == 0 {
+                let n = if self.next().is_multiple_of(5) {
                     35 + self.next() % 40
                 } else {
                     self.next() % 6
