@@ -62,6 +62,9 @@ pub struct QueueData {
     pub consumers: Vec<Row>,
     pub dead: Vec<Row>,
     pub dead_more: bool,
+    /// The queue's partition keys blocked by a `pause` consumer (at most
+    /// PAGE_SIZE, longest blocked first); empty on a schema before 0.8.0.
+    pub blocked: Vec<Row>,
 }
 
 async fn rows(
@@ -107,6 +110,20 @@ pub async fn queue(pool: &Pool, name: &str, at: Cursor) -> Result<QueueData, DbE
         &[&name, &at.dl_before, &more],
     )
     .await?;
+    // Blocked keys are few by nature (one per failing key of a `pause`
+    // consumer); the view reads them through the markers, not the events.
+    let blocked = match rows(
+        &c,
+        "SELECT to_jsonb(b) FROM pgque.partition_blocked_keys b
+          WHERE b.queue_name = $1 ORDER BY b.blocked_since, b.consumer, b.partition_key LIMIT $2",
+        &[&name, &PAGE_SIZE],
+    )
+    .await
+    {
+        Ok(b) => b,
+        Err(e) if e.0.contains("SQLSTATE 42P01") => Vec::new(),
+        Err(e) => return Err(e),
+    };
     let events_more = events.len() > PAGE_SIZE as usize;
     events.truncate(PAGE_SIZE as usize);
     let dead_more = dead.len() > PAGE_SIZE as usize;
@@ -117,6 +134,7 @@ pub async fn queue(pool: &Pool, name: &str, at: Cursor) -> Result<QueueData, DbE
         consumers,
         dead,
         dead_more,
+        blocked,
     })
 }
 
@@ -214,6 +232,8 @@ in transaction order, a page at a time.</p><table id=\"waiting-events\"><thead><
     }
     o.push_str("</div>");
 
+    blocked_keys(&mut o, ctx, name, &base, &d.blocked);
+
     o.push_str("<h2>Dead letters</h2>");
     let admin = ctx.admin && !d.dead.is_empty();
     if admin {
@@ -279,6 +299,82 @@ in transaction order, a page at a time.</p><table id=\"waiting-events\"><thead><
     }
     o.push_str("</div>");
     o
+}
+
+/// The section of keys a `pause` consumer holds back, with a Release
+/// button each for an admin login (POST /action/release_key, CSRF).
+fn blocked_keys(o: &mut String, ctx: &Ctx, name: &str, base: &str, blocked: &[Row]) {
+    o.push_str(
+        "<h2>Blocked partition keys</h2><p class=\"muted\">Keys of consumers with the <code>pause</code> \
+failure policy whose later events wait until the failed one is acked or dead-lettered \
+(docs/partition-keys.md).</p><table id=\"blocked-keys\"><thead><tr><th>consumer</th><th>slot</th>\
+<th>partition key</th><th>state</th><th>failed event</th><th>blocked since</th><th>held events</th>",
+    );
+    if ctx.admin {
+        o.push_str("<th></th>");
+    }
+    o.push_str("</tr></thead><tbody>");
+    if blocked.is_empty() {
+        o.push_str("<tr><td colspan=\"8\" class=\"muted\" id=\"no-blocked-keys\">no blocked keys</td></tr>");
+    }
+    for r in blocked {
+        let key = text(r, "partition_key");
+        let consumer = text(r, "consumer");
+        let _ = write!(
+            o,
+            "<tr data-key=\"{}\"><td>{}</td><td class=\"n\">{}</td><td>{}</td><td>{}</td><td class=\"n\">{}</td>\
+<td>{}</td><td class=\"n\">{}</td>",
+            esc(&key),
+            esc(&consumer),
+            esc(&text(r, "slot")),
+            esc(&key),
+            esc(&text(r, "state")),
+            esc(&text(r, "failed_event")),
+            esc(&when(r, "blocked_since")),
+            esc(&text(r, "held_events")),
+        );
+        if ctx.admin {
+            let _ = write!(
+                o,
+                "<td><form method=\"post\" action=\"/action/release_key\">\
+<input type=\"hidden\" name=\"csrf\" value=\"{}\"><input type=\"hidden\" name=\"back\" value=\"{}\">\
+<input type=\"hidden\" name=\"queue\" value=\"{}\"><input type=\"hidden\" name=\"consumer\" value=\"{}\">\
+<input type=\"hidden\" name=\"key\" value=\"{}\"><button type=\"submit\" class=\"release-key\">Release</button>\
+</form></td>",
+                esc(ctx.csrf),
+                esc(base),
+                esc(name),
+                esc(&consumer),
+                esc(&key),
+            );
+        }
+        o.push_str("</tr>");
+    }
+    o.push_str("</tbody></table>");
+}
+
+/// Releases a key blocked by a `pause` consumer (pgque.release_partition_key);
+/// returns the message for the page. The caller checked the admin login
+/// and the CSRF token.
+pub async fn release_key(
+    pool: &Pool,
+    queue: &str,
+    consumer: &str,
+    key: &str,
+) -> Result<String, DbError> {
+    let c = pool.get().await?;
+    let released: bool = c
+        .query_one(
+            "SELECT pgque.release_partition_key($1, $2, $3)",
+            &[&queue, &consumer, &key],
+        )
+        .await?
+        .get(0);
+    Ok(if released {
+        format!("released key {key} of {consumer}")
+    } else {
+        format!("key {key} of {consumer} was not blocked")
+    })
 }
 
 /// What a replay or purge of selected dead letters does.
@@ -493,20 +589,32 @@ mod tests {
         let mut r = Row::new();
         r.insert("dl_id".into(), Value::from(5));
         r.insert("ev_data".into(), Value::from("<b>x</b>".repeat(100)));
+        let mut k = Row::new();
+        k.insert("partition_key".into(), Value::from("<k>"));
+        k.insert("consumer".into(), Value::from("c"));
         let d = QueueData {
             events: vec![],
             events_more: false,
             consumers: vec![],
             dead: vec![r],
             dead_more: false,
+            blocked: vec![k],
         };
         let p = queue_page(&ctx, "a&b", Cursor::default(), &d);
         assert!(!p.contains("<form") && !p.contains("checkbox"), "{p}");
+        assert!(
+            !p.contains("<k>") && p.contains("&lt;k&gt;"),
+            "keys are escaped"
+        );
         assert!(!p.contains("<b>x</b>") && p.contains("&lt;b&gt;x&lt;/b&gt;"));
         assert!(p.contains("…"), "a long payload is cut");
         let admin = Ctx { admin: true, ..ctx };
         let p = queue_page(&admin, "a&b", Cursor::default(), &d);
         assert!(p.contains("name=\"ids\" value=\"5\"") && p.contains("value=\"tok\""));
+        assert!(
+            p.contains("action=\"/action/release_key\"")
+                && p.contains("name=\"key\" value=\"&lt;k&gt;\"")
+        );
         assert_eq!(href("a&b"), "/events/q/a%26b");
     }
 }

@@ -1022,6 +1022,19 @@ async fn explorer_action(
                     .map_err(|e| e.0),
             )
         }
+        "release_key" => {
+            let field = |k: &str| form.get(k).map(String::as_str).filter(|s| !s.is_empty());
+            let (Some(queue), Some(consumer), Some(key)) =
+                (field("queue"), field("consumer"), field("key"))
+            else {
+                return Some(Err("a queue, consumer and key are required".into()));
+            };
+            Some(
+                events::release_key(&app.pool, queue, consumer, key)
+                    .await
+                    .map_err(|e| e.0),
+            )
+        }
         "dead_replay" | "dead_purge" => {
             let op = events::DeadOp::parse(&name[5..])?;
             let Some(queue) = form.get("queue").filter(|s| !s.is_empty()) else {

@@ -1332,6 +1332,62 @@ def test_replaying_and_purging_selected_dead_letters_changes_exactly_those(ctx):
     assert [r[0] for r in q(c, "SELECT dl_id FROM pgque.dlq_inspect('letters', 50)")] == after[1:]
 
 
+def test_a_blocked_partition_key_is_shown_and_an_admin_releases_it(ctx):
+    """A `pause` consumer's blocked key is on the queue's page with its failed
+    event and held events; the admin's Release ends the block (and only an
+    admin login with the CSRF token can)."""
+    b, web, c = ctx["browser"], ctx["admin"], ctx["c"]
+    q(c, "SELECT pgque.create_queue('ordered')")
+    q(c, "SELECT pgque.subscribe_partitioned('ordered', 'pc', 2, failure_policy => 'pause')")
+    q(c, "SELECT pgque.send('ordered', 'step', jsonb_build_object('n', g), 'k1') FROM generate_series(1, 3) g")
+    wait_for("the tick", lambda: one(c, "SELECT ev_new = 0 FROM pgque.get_queue_info('ordered')"))
+    slot = one(c, "SELECT pgque.partition_slot('k1', 2)")
+    assert one(c, "SELECT pgque.claim_slot('ordered', 'pc', %s, 'w', '1 hour')", (slot,)) is not None
+    # The first of k1's events fails: the other two are held back.
+    got = one(c, "WITH r AS MATERIALIZED (SELECT m FROM pgque.receive_partitioned('ordered', 'pc', %s, 2, 'w', 10) m) "
+                 "SELECT count(*) + sum(CASE WHEN (r.m).msg_id = (SELECT min((x.m).msg_id) FROM r x) THEN "
+                 "pgque.nack_partitioned('ordered', 'pc', %s, 2, 'w', r.m, '1 hour', 'boom') ELSE 0 END) FROM r",
+              (slot, slot))
+    assert got == 4, got  # 3 received, 1 nacked
+    q(c, "SELECT pgque.ack_partitioned('ordered', 'pc', %s, 2, 'w')", (slot,))
+    want = q(c, "SELECT consumer, slot, partition_key, failed_event, held_events FROM pgque.partition_blocked_keys "
+                "WHERE queue_name = 'ordered'")
+    assert len(want) == 1 and want[0][2] == "k1" and want[0][4] == 2, want
+    ensure_login(b, web, ADMIN_TOKEN)
+    visit_static(b, web, "/events/q/ordered")
+    rows = b.js("return Array.from(document.querySelectorAll('#blocked-keys tr[data-key]'))"
+                ".map(r => Array.from(r.cells).slice(0, 7).map(c => c.textContent))")
+    assert rows == [[want[0][0], str(want[0][1]), "k1", "retry", str(want[0][3]), rows[0][5], "2"]], (rows, want)
+    assert not errors_in(b.console())
+    # A reader sees it without a Release button; a post without the token is refused.
+    st, body, _ = ctx["reader"].get("/events/q/ordered")
+    assert st == 200 and 'data-key="k1"' in body and "release_key" not in body
+    assert web.post("/action/release_key", {"queue": "ordered", "consumer": "pc", "key": "k1"})[0] == 403
+    assert one(c, "SELECT count(*) FROM pgque.partition_blocked_keys WHERE queue_name = 'ordered'") == 1
+    b.click(b.find("#blocked-keys tr[data-key='k1'] button.release-key")[0])
+    wait_for("the release", lambda: "msg=" in b.js("return location.search"))
+    assert "released key k1 of pc" in b.js("return document.getElementById('msg').textContent")
+    # Released (no open batch: at once): the failed event and the two held
+    # are put back, and the marker stays, in state release, until they are
+    # delivered again and acked; then k1 flows again.
+    left = q(c, "SELECT state, held_events, redelivering_events FROM pgque.partition_blocked_keys "
+                "WHERE queue_name = 'ordered'")
+    assert left == [("release", 0, 3)], left
+    assert b.js("return document.querySelector('#blocked-keys tr[data-key=k1]').cells[3].textContent") == "release"
+    wait_for("the redelivery's tick", lambda: one(c, "SELECT ev_new = 0 FROM pgque.get_queue_info('ordered')"))
+    again = []
+    deadline = time.time() + 20
+    while len(again) < 3 and time.time() < deadline:
+        again += [r[0] for r in q(c, "SELECT (payload::jsonb ->> 'n')::int FROM "
+                                     "pgque.receive_partitioned('ordered', 'pc', %s, 2, 'w', 10)", (slot,))]
+        q(c, "SELECT pgque.ack_partitioned('ordered', 'pc', %s, 2, 'w')", (slot,))
+        time.sleep(0.1)
+    assert again == [1, 2, 3], again
+    assert one(c, "SELECT count(*) FROM pgque.partition_blocked_keys WHERE queue_name = 'ordered'") == 0
+    visit_static(b, web, "/events/q/ordered")
+    assert b.find("#no-blocked-keys")
+
+
 # ---- history charts (the minute rollup the worker keeps) ------------------------------
 def chart_points(html, chart, series):
     """The point count of `series`' line in the chart with id `chart` (None: no line)."""
@@ -1408,6 +1464,7 @@ TESTS = [
     test_list_jobs_pages_match_all_jobs_and_bad_input_is_refused,
     test_the_event_queue_page_shows_what_the_database_holds,
     test_replaying_and_purging_selected_dead_letters_changes_exactly_those,
+    test_a_blocked_partition_key_is_shown_and_an_admin_releases_it,
     test_a_fresh_dashboard_charts_the_history_the_database_keeps,
 ]
 
