@@ -281,12 +281,29 @@ unsafe fn plain_event_table(rel: pg_sys::Relation) -> bool {
         if !constr.is_null() && ((*constr).num_check > 0 || (*constr).has_generated_stored) {
             return false;
         }
-        let attrs = (*desc).attrs.as_slice(LAYOUT.len());
+        let attrs = attributes(desc);
         attrs.iter().zip(LAYOUT).all(|(a, (name, typ))| {
             !a.attisdropped
                 && a.atttypid == typ
                 && std::ffi::CStr::from_ptr(a.attname.data.as_ptr()).to_bytes() == name.as_bytes()
         })
+    }
+}
+
+/// The attribute rows of a tuple descriptor. PostgreSQL 18 stores them
+/// after the compact attributes (its TupleDescAttr does the same sum).
+unsafe fn attributes<'a>(desc: pg_sys::TupleDesc) -> &'a [pg_sys::FormData_pg_attribute] {
+    unsafe {
+        let n = (*desc).natts as usize;
+        #[cfg(not(feature = "pg18"))]
+        let first = (*desc).attrs.as_ptr();
+        #[cfg(feature = "pg18")]
+        let first = (*desc)
+            .compact_attrs
+            .as_ptr()
+            .add(n)
+            .cast::<pg_sys::FormData_pg_attribute>();
+        std::slice::from_raw_parts(first, n)
     }
 }
 
