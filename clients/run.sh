@@ -104,7 +104,7 @@ fi
 if want trace; then
   echo "==== clients: OpenTelemetry (python tracing tests, the cross-client trace)"
   (cd "$ROOT/clients/python" && PYTHONPATH=$OTEL_PY PGQUE_TEST_OTEL=1 \
-    PGQUE_TRACE_RUST="$ROOT/clients/rust/target/debug/examples/trace_hop" \
+    PGQUE_TRACE_RUST="${CARGO_TARGET_DIR:-$ROOT/clients/rust/target}/debug/examples/trace_hop" \
     PGQUE_TRACE_TS="node $TS/dist/test/trace_hop.js" \
     "$VENV/bin/python" -m pytest -q -p no:cacheprovider tests/test_tracing.py tests/test_cross_trace.py) || rc=$?
 fi
