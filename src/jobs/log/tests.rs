@@ -105,10 +105,9 @@ mod tests {
         run("SELECT pgque.create_job_queue('lg')");
         let ids = enqueue("lg", "k", 100, "");
         assert_eq!(ids.len(), 100);
-        assert!(
-            ids.windows(2).all(|w| w[1] == w[0] + 1),
-            "ids in input order"
-        );
+        // increasing in input order; not contiguous: tests running alongside
+        // draw from the same sequence
+        assert!(ids.windows(2).all(|w| w[1] > w[0]), "ids in input order");
         assert_eq!(count("SELECT count(*) FROM pgque.job_log"), 1);
         assert_eq!(count("SELECT count(*) FROM pgque.jobs"), 0);
         assert_eq!(
