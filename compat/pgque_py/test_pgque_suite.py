@@ -68,23 +68,13 @@ def setup_queue(pq_conn, pq_queue_name, pq_consumer_name):
 
 # The JSON string literal's case gets the pytest id `"just a string"-just a
 # string`, so its queue is named `pyt_test_jsonb_payload_round_trip_"just a
-# st_<hex>`: a double quote and a space. pgque refuses both in queue names
-# (42602, src/error.rs check_name; PgQue accepts any text), so PgQue's suite
-# errors in setup_queue, and the transaction of its connection is left
-# aborted. Strict xfail: it fails the run once pgque accepts the name.
-NAME_RULE = pytest.mark.xfail(
-    raises=psycopg.errors.InvalidName,
-    strict=True,
-    reason="pgque refuses '\"' and ' ' in queue names; PgQue's test ids put them there",
-)
-
-
+# st_<hex>`: a double quote and a space, which pgque takes as PgQue does.
 @pytest.mark.parametrize(
     "payload,expected",
     [
         ({"key": "val", "n": 1}, {"key": "val", "n": 1}),
         ([1, "two", None], [1, "two", None]),
-        pytest.param('"just a string"', "just a string", marks=NAME_RULE),
+        ('"just a string"', "just a string"),
         ("42", 42),
         ("null", None),
     ],
@@ -104,33 +94,6 @@ def test_jsonb_payload_round_trip(pq_conn, setup_queue, payload, expected):
     assert got == expected
     client.ack(msgs[0].batch_id)
     pq_conn.commit()
-
-
-def test_a_json_string_literal_round_trips_under_a_plain_queue_name(pq_conn):
-    """The same round trip of '"just a string"' under a name pgque accepts:
-    the payload itself was never the problem."""
-    client = pgque.PgqueClient(pq_conn)
-    queue = f"pyt_json_string_{secrets.token_hex(4)}"
-    pq_conn.execute("select pgque.create_queue(%s)", (queue,))
-    pq_conn.execute("select pgque.register_consumer(%s, 'c')", (queue,))
-    pq_conn.commit()
-    try:
-        for payload in ([1, "two", None], '"just a string"'):
-            client.send(queue, payload)
-            pq_conn.commit()
-            pq_conn.execute("select pgque.force_tick(%s)", (queue,))
-            pq_conn.commit()
-            msgs = client.receive(queue, "c", max_messages=10)
-            assert len(msgs) == 1
-            assert json.loads(msgs[0].payload) == (
-                payload if isinstance(payload, list) else "just a string"
-            )
-            client.ack(msgs[0].batch_id)
-            pq_conn.commit()
-    finally:
-        pq_conn.rollback()
-        pq_conn.execute("select pgque.drop_queue(%s, true)", (queue,))
-        pq_conn.commit()
 
 
 # ---- clients/typescript/test/coop.test.ts -------------------------------------

@@ -108,29 +108,12 @@ fn name_cases_unknown(slot: Slot, unknown: Expect) -> Vec<(String, String, Expec
             format!("'{long_uni}'"),
             St("42622"),
         ),
-        ("space".into(), "'a b'".into(), St("42602")),
-        ("single quote".into(), "'x''y'".into(), St("42602")),
-        ("double quote".into(), "'x\"y'".into(), St("42602")),
-        ("semicolon".into(), "'q;'".into(), St("42602")),
-        (
-            "SQL fragment".into(),
-            "'q''); CREATE TABLE pwned_t (i int); --'".into(),
-            St("42602"),
-        ),
-        (
-            "SQL fragment 2".into(),
-            "'\"; CREATE ROLE pwned_r; --'".into(),
-            St("42602"),
-        ),
-        (
-            "SQL fragment 3".into(),
-            "'q;DROP/**/SCHEMA/**/pgque/**/CASCADE'".into(),
-            St("42602"),
-        ),
         ("newline".into(), "E'a\\nb'".into(), St("42602")),
         ("tab".into(), "E'a\\tb'".into(), St("42602")),
         ("NUL-free control".into(), "E'a\\x01b'".into(), St("42602")),
-        ("emoji".into(), "'🚀'".into(), St("42602")),
+        ("DEL".into(), "E'a\\x7fb'".into(), St("42602")),
+        ("bidi override".into(), "E'ab\\u202Ecd'".into(), St("42602")),
+        ("bidi isolate".into(), "E'a\\u2066b'".into(), St("42602")),
         // A call that registers the unknown name gets names of its own, so
         // later rows still find 'nope' unknown.
         (
@@ -154,6 +137,24 @@ fn name_cases_unknown(slot: Slot, unknown: Expect) -> Vec<(String, String, Expec
             unknown,
         ),
     ];
+    // Printable text is a name (as in PgQue): spaces, quotes, SQL fragments
+    // and emoji are data, so they give what any valid unknown name gives,
+    // and the `pwned objects` count shows they ran as nothing but data. A
+    // call that creates the name gets it with a suffix, so later rows still
+    // find the plain one unknown.
+    let sfx = if unknown == Creates { "_new" } else { "" };
+    for (label, name) in [
+        ("space", "a b"),
+        ("single quote", "x''y"),
+        ("double quote", "x\"y"),
+        ("semicolon", "q;"),
+        ("SQL fragment", "q''); CREATE TABLE pwned_t (i int); --"),
+        ("SQL fragment 2", "\"; CREATE ROLE pwned_r; --"),
+        ("SQL fragment 3", "q;DROP/**/SCHEMA/**/pgque/**/CASCADE"),
+        ("emoji", "🚀"),
+    ] {
+        v.push((label.into(), format!("'{name}{sfx}'"), unknown));
+    }
     if matches!(slot, Slot::Queue | Slot::JobQueue) {
         // Past NAMEDATALEN: would not even fit a NOTIFY channel or identifier.
         v.push((
@@ -381,7 +382,7 @@ fn matrix() -> Vec<Row> {
             .with("NULL consumer", "SELECT pgque.subscribe('q', NULL)", St("22004"))
             .with("empty consumer", "SELECT pgque.subscribe('q', '')", St("42602"))
             .with("hash in consumer", "SELECT pgque.subscribe('q', 'a#b')", St("42602"))
-            .with("SQL in consumer", "SELECT pgque.subscribe('q', 'c''); CREATE TABLE pwned_s (i int); --')", St("42602"))
+            .with("SQL in consumer", "SELECT pgque.subscribe('q', 'c''); CREATE TABLE pwned_s (i int); --')", Creates)
             .with("long consumer", format!("SELECT pgque.subscribe('q', '{}')", "c".repeat(201)), St("42622")),
         row("pgque.unsubscribe(text,text)", "SELECT pgque.unsubscribe({Q}::text, {C}::text)", QC)
             .unknown_member(Noop),
@@ -391,7 +392,8 @@ fn matrix() -> Vec<Row> {
             Q,
         )
         .with("NULL consumer", "SELECT pgque.register_consumer('q', NULL)", St("22004"))
-        .with("space in consumer", "SELECT pgque.register_consumer('q', 'a b')", St("42602")),
+        .with("space in consumer", "SELECT pgque.register_consumer('q', 'a b')", Creates)
+        .with("newline in consumer", "SELECT pgque.register_consumer('q', E'a\\nb')", St("42602")),
         row(
             "pgque.register_consumer_at(text,text,bigint)",
             "SELECT pgque.register_consumer_at({Q}::text, 'newc', 1)",
@@ -484,8 +486,9 @@ fn matrix() -> Vec<Row> {
         .with(
             "SQL in cursor name",
             "SELECT * FROM pgque.get_batch_cursor({B}, 'c FOR SELECT 1; CREATE TABLE pwned_c (i int); --', 1)",
-            St("42602"),
+            Noop,
         )
+        .with("newline in cursor", "SELECT * FROM pgque.get_batch_cursor({B}, E'c\\nd', 1)", St("42602"))
         .with("long cursor name", format!("SELECT * FROM pgque.get_batch_cursor({{B}}, '{}', 1)", "c".repeat(64)), St("42622"))
         .with("NULL limit", "SELECT * FROM pgque.get_batch_cursor({B}, 'cur', NULL)", St("22004"))
         .with("negative limit", "SELECT * FROM pgque.get_batch_cursor({B}, 'cur', -1)", St("22023"))
@@ -667,7 +670,7 @@ fn matrix() -> Vec<Row> {
         .with("hash consumer", "SELECT pgque.register_subconsumer('q', 'g#x', 'm9')", St("42602"))
         .with("NULL member", "SELECT pgque.register_subconsumer('q', 'grp', NULL)", St("22004"))
         .with("empty member", "SELECT pgque.register_subconsumer('q', 'grp', '')", St("42602"))
-        .with("quote member", "SELECT pgque.register_subconsumer('q', 'grp', 'm''; --')", St("42602"))
+        .with("quote member", "SELECT pgque.register_subconsumer('q', 'grp', 'm''; --')", Creates)
         .with("long member", format!("SELECT pgque.register_subconsumer('q', 'grp', '{}')", "m".repeat(201)), St("42622")),
         row(
             "pgque.subscribe_subconsumer(text,text,text,boolean)",
@@ -676,7 +679,7 @@ fn matrix() -> Vec<Row> {
         )
         .with("normal consumer, no convert_normal", "SELECT pgque.subscribe_subconsumer('q', 'c2', 'm9', false)", St("55000"))
         .with("NULL member", "SELECT pgque.subscribe_subconsumer('q', 'grp', NULL)", St("22004"))
-        .with("space member", "SELECT pgque.subscribe_subconsumer('q', 'grp', 'a b')", St("42602")),
+        .with("space member", "SELECT pgque.subscribe_subconsumer('q', 'grp', 'a b')", Creates),
         row(
             "pgque.unregister_subconsumer(text,text,text,integer)",
             "SELECT pgque.unregister_subconsumer({Q}::text, {G}::text, {M}::text, 1)",
@@ -747,11 +750,11 @@ fn matrix() -> Vec<Row> {
             .with("empty", "SELECT pgque.create_queue('')", St("42602"))
             .with("58 bytes", format!("SELECT pgque.create_queue('{}')", "q".repeat(58)), St("42622"))
             .with("29 two-byte letters", format!("SELECT pgque.create_queue('{}')", "ж".repeat(29)), St("42622"))
-            .with("space", "SELECT pgque.create_queue('a b')", St("42602"))
-            .with("quote", "SELECT pgque.create_queue('x''y')", St("42602"))
-            .with("SQL fragment", "SELECT pgque.create_queue('q''); CREATE TABLE pwned_q (i int); --')", St("42602"))
-            .with("SQL fragment 2", "SELECT pgque.create_queue('q\"; CREATE TABLE pwned_q2 (i int); --')", St("42602"))
-            .with("semicolon", "SELECT pgque.create_queue('q;')", St("42602"))
+            .with("space", "SELECT pgque.create_queue('a b')", Creates)
+            .with("quote", "SELECT pgque.create_queue('x''y')", Creates)
+            .with("SQL fragment", "SELECT pgque.create_queue('q''); CREATE TABLE pwned_q (i int); --')", Creates)
+            .with("SQL fragment 2", "SELECT pgque.create_queue('q\"; CREATE TABLE pwned_q2 (i int); --')", Creates)
+            .with("semicolon", "SELECT pgque.create_queue('q;')", Creates)
             .with("integer", "SELECT pgque.create_queue(42)", St("42883")),
         row("pgque.drop_queue(text)", "SELECT pgque.drop_queue({Q}::text)", Q)
             .with("queue with consumers", "SELECT pgque.drop_queue('q')", St("55000")),
@@ -792,8 +795,8 @@ fn matrix() -> Vec<Row> {
             .with("NULL", "SELECT pgque.job_channel(NULL)", St("22004"))
             .with("empty", "SELECT pgque.job_channel('')", St("42602"))
             .with("58 bytes", format!("SELECT pgque.job_channel('{}')", "j".repeat(58)), St("42622"))
-            .with("space", "SELECT pgque.job_channel('a b')", St("42602"))
-            .with("SQL fragment", "SELECT pgque.job_channel('q''); CREATE TABLE pwned_jc (i int); --')", St("42602"))
+            .with("space", "SELECT pgque.job_channel('a b')", Noop)
+            .with("SQL fragment", "SELECT pgque.job_channel('q''); CREATE TABLE pwned_jc (i int); --')", Noop)
             .with("unknown queue", "SELECT pgque.job_channel('nope')", Noop),
         // ---- PgQue's API beyond section 1 (issue 17) ---------------------------
         batch_cases(
@@ -834,7 +837,7 @@ fn matrix() -> Vec<Row> {
         .with("NULL consumer", "SELECT * FROM pgque.next_batch_custom('q', NULL, 'm1', NULL, NULL, NULL)", St("22004"))
         .with("hash consumer", "SELECT * FROM pgque.next_batch_custom('q', 'g#x', 'm1', NULL, NULL, NULL)", St("42602"))
         .with("NULL member", "SELECT * FROM pgque.next_batch_custom('q', 'grp', NULL, NULL, NULL, NULL)", St("22004"))
-        .with("quote member", "SELECT * FROM pgque.next_batch_custom('q', 'grp', 'm''x', NULL, NULL, NULL)", St("42602"))
+        .with("quote member", "SELECT * FROM pgque.next_batch_custom('q', 'grp', 'm''x', NULL, NULL, NULL)", Creates)
         .with("normal consumer", "SELECT * FROM pgque.next_batch_custom('q', 'c2', 'm1', NULL, NULL, NULL)", St("55000"))
         .with("negative lag", "SELECT * FROM pgque.next_batch_custom('q', 'grp', 'm1', '-1 s', NULL, NULL)", St("22023"))
         .with("negative count", "SELECT * FROM pgque.next_batch_custom('q', 'grp', 'm1', NULL, -1, NULL)", St("22023"))
@@ -851,7 +854,7 @@ fn matrix() -> Vec<Row> {
         row("pgque.create_queue(text,jsonb)", "", &[])
             .with("NULL name", "SELECT pgque.create_queue(NULL, '{}'::jsonb)", St("22004"))
             .with("empty name", "SELECT pgque.create_queue('', '{}'::jsonb)", St("42602"))
-            .with("SQL in name", "SELECT pgque.create_queue('q''); CREATE TABLE pwned_o (i int); --', '{}'::jsonb)", St("42602"))
+            .with("SQL in name", "SELECT pgque.create_queue('q''); CREATE TABLE pwned_o (i int); --', '{}'::jsonb)", Creates)
             .with("long name", format!("SELECT pgque.create_queue('{}', '{{}}'::jsonb)", "q".repeat(65)), St("42622"))
             .with("NULL options", "SELECT pgque.create_queue('newq', NULL::jsonb)", St("22004"))
             .with("options not an object", "SELECT pgque.create_queue('newq', '[1]'::jsonb)", St("22023"))
@@ -915,8 +918,8 @@ fn matrix() -> Vec<Row> {
         .with("NULL", "SELECT pgque.create_job_queue(NULL)", St("22004"))
         .with("empty", "SELECT pgque.create_job_queue('')", St("42602"))
         .with("58 bytes", format!("SELECT pgque.create_job_queue('{}')", "j".repeat(58)), St("42622"))
-        .with("space", "SELECT pgque.create_job_queue('a b')", St("42602"))
-        .with("SQL fragment", "SELECT pgque.create_job_queue('j''); CREATE TABLE pwned_j (i int); --')", St("42602"))
+        .with("space", "SELECT pgque.create_job_queue('a b')", Creates)
+        .with("SQL fragment", "SELECT pgque.create_job_queue('j''); CREATE TABLE pwned_j (i int); --')", Creates)
         .with("unknown mode", "SELECT pgque.create_job_queue('j2', 'lifo')", St("22023"))
         .with("NULL mode", "SELECT pgque.create_job_queue('j2', NULL)", St("22004"))
         .with("zero shards", "SELECT pgque.create_job_queue('j2', 'strict_fifo', 0)", St("22003"))
@@ -952,7 +955,7 @@ fn matrix() -> Vec<Row> {
         row("pgque.set_rate_limit(text,integer,interval,integer)", "SELECT pgque.set_rate_limit({J}::text, 5, '1 minute')", J)
             .with("NULL queue", "SELECT pgque.set_rate_limit(NULL, 5, '1 minute')", St("22004"))
             .with("empty queue", "SELECT pgque.set_rate_limit('', 5, '1 minute')", St("42602"))
-            .with("SQL fragment", "SELECT pgque.set_rate_limit('j''); CREATE TABLE pwned_r (i int); --', 5, '1 minute')", St("42602"))
+            .with("SQL fragment", "SELECT pgque.set_rate_limit('j''); CREATE TABLE pwned_r (i int); --', 5, '1 minute')", St("42704"))
             .with("unknown queue", "SELECT pgque.set_rate_limit('nope', 5, '1 minute')", St("42704"))
             .with("zero jobs", "SELECT pgque.set_rate_limit('jq', 0, '1 minute')", St("22003"))
             .with("NULL per", "SELECT pgque.set_rate_limit('jq', 5, NULL)", St("22004"))
@@ -976,7 +979,7 @@ fn matrix() -> Vec<Row> {
         .with("NULL name", "SELECT pgque.create_schedule(NULL, '@daily', 'jq', 'k')", St("22004"))
         .with("empty name", "SELECT pgque.create_schedule('', '@daily', 'jq', 'k')", St("42602"))
         .with("201 bytes name", format!("SELECT pgque.create_schedule('{}', '@daily', 'jq', 'k')", "s".repeat(201)), St("42622"))
-        .with("SQL fragment name", "SELECT pgque.create_schedule('s''); CREATE TABLE pwned_s (i int); --', '@daily', 'jq', 'k')", St("42602"))
+        .with("SQL fragment name", "SELECT pgque.create_schedule('s''); CREATE TABLE pwned_s (i int); --', '@daily', 'jq', 'k')", Creates)
         .with("duplicate name", "SELECT pgque.create_schedule('sch', '@daily', 'jq', 'k')", St("42710"))
         .with("NULL cron", "SELECT pgque.create_schedule('s2', NULL, 'jq', 'k')", St("22004"))
         .with("bad cron", "SELECT pgque.create_schedule('s2', '* * *', 'jq', 'k')", St("22007"))
@@ -1005,7 +1008,7 @@ fn matrix() -> Vec<Row> {
         .with("bad cron", "SELECT pgque.alter_schedule('sch', cron => '* * * * * * *')", St("22007"))
         .with("unknown timezone", "SELECT pgque.alter_schedule('sch', timezone => 'Nowhere')", St("22023"))
         .with("unknown queue", "SELECT pgque.alter_schedule('sch', queue_name => 'nope')", St("42704"))
-        .with("bad queue name", "SELECT pgque.alter_schedule('sch', queue_name => 'a b')", St("42602"))
+        .with("bad queue name", "SELECT pgque.alter_schedule('sch', queue_name => E'a\\tb')", St("42602"))
         .with("empty kind", "SELECT pgque.alter_schedule('sch', kind => '')", St("22023"))
         .with("args not an object", "SELECT pgque.alter_schedule('sch', args => '\"x\"')", St("22023"))
         .with("priority too low", "SELECT pgque.alter_schedule('sch', priority => -1001)", St("22003"))
@@ -1425,6 +1428,9 @@ fn every_function_refuses_bad_input_with_its_sqlstate_and_changes_nothing() {
         all.len(),
         actual.len()
     );
+    // Names are data: not one of the SQL fragments sent as a name ran, also
+    // where the call accepted (and created) the name.
+    assert_eq!(state(&mut c)["pwned objects"], 0, "a name ran as SQL");
     assert!(
         failures.is_empty(),
         "{} of {} cases wrong:\n{}",
@@ -1435,8 +1441,9 @@ fn every_function_refuses_bad_input_with_its_sqlstate_and_changes_nothing() {
 }
 
 /// Valid but unusual names are accepted where they are valid: unicode
-/// letters, the allowed punctuation, the longest allowed name (NOTIFY channel
-/// derived from it fits) work end to end.
+/// letters, punctuation, spaces and quotes (PgQue's rule: any printable
+/// text), the longest allowed name (NOTIFY channel derived from it fits) work
+/// end to end.
 #[test]
 fn unusual_valid_names_work_end_to_end() {
     let db = TestDb::new("odd_names");
@@ -1452,6 +1459,8 @@ fn unusual_valid_names_work_end_to_end() {
         q57.as_str(),
         q52.as_str(),
         uq.as_str(),
+        // PgQue's suite names queues after test ids: quotes and spaces.
+        "pyt_\"just a st\"_x'; DROP TABLE t; --🚀",
     ] {
         let consumer = "потребитель_名前-1.a:b/c@d";
         c.query_one("SELECT pgque.create_queue($1)", &[&q]).unwrap();
@@ -1500,7 +1509,8 @@ fn unusual_valid_names_work_end_to_end() {
             assert_ne!(channel, format!("pgque_jobs_{q}"));
         }
         let mut l = db.connect();
-        l.batch_execute(&format!("LISTEN \"{channel}\"")).unwrap();
+        l.batch_execute(&format!("LISTEN \"{}\"", channel.replace('"', "\"\"")))
+            .unwrap();
         c.query_one("SELECT pgque.enqueue($1, 'вид')", &[&q])
             .unwrap();
         let got = wait_until(std::time::Duration::from_secs(5), || {
