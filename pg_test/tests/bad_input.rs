@@ -141,7 +141,9 @@ fn name_cases_unknown(slot: Slot, unknown: Expect) -> Vec<(String, String, Expec
     // and emoji are data, so they give what any valid unknown name gives,
     // and the `pwned objects` count shows they ran as nothing but data. A
     // call that creates the name gets it with a suffix, so later rows still
-    // find the plain one unknown.
+    // find the plain one unknown. The names start with "no such" so that
+    // the objects the single-function rows below create (a queue 'a b', a
+    // consumer 'x''y') are not found by these.
     let sfx = if unknown == Creates { "_new" } else { "" };
     for (label, name) in [
         ("space", "a b"),
@@ -153,7 +155,7 @@ fn name_cases_unknown(slot: Slot, unknown: Expect) -> Vec<(String, String, Expec
         ("SQL fragment 3", "q;DROP/**/SCHEMA/**/pgque/**/CASCADE"),
         ("emoji", "🚀"),
     ] {
-        v.push((label.into(), format!("'{name}{sfx}'"), unknown));
+        v.push((label.into(), format!("'no such {name}{sfx}'"), unknown));
     }
     if matches!(slot, Slot::Queue | Slot::JobQueue) {
         // Past NAMEDATALEN: would not even fit a NOTIFY channel or identifier.

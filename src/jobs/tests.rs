@@ -56,7 +56,7 @@ pub mod tests {
         // Bad input: specific SQLSTATEs, nothing changed.
         assert_eq!(sqlstate("SELECT pgque.create_job_queue(NULL)"), "22004");
         assert_eq!(sqlstate("SELECT pgque.create_job_queue('')"), "42602");
-        assert_eq!(sqlstate("SELECT pgque.create_job_queue('a b')"), "42602");
+        assert_eq!(sqlstate("SELECT pgque.create_job_queue(E'a\\nb')"), "42602");
         assert_eq!(
             sqlstate(&format!(
                 "SELECT pgque.create_job_queue('{}')",
@@ -289,7 +289,7 @@ pub mod tests {
             ("SELECT * FROM pgque.enqueue_ready_rows('bad', ARRAY['a'], ARRAY['{}']::jsonb[], run_at => ARRAY['infinity']::timestamptz[])", "22023"),
             ("SELECT * FROM pgque.enqueue_ready_rows('bad', ARRAY['a'], ARRAY['{}']::jsonb[], on_duplicate => 'replace')", "22023"),
             ("SELECT * FROM pgque.enqueue_ready_rows('bad', ARRAY['a'], ARRAY['{}']::jsonb[], on_duplicate => NULL)", "22004"),
-            ("SELECT * FROM pgque.enqueue_ready_rows('b c', ARRAY['a'], ARRAY['{}']::jsonb[])", "42602"),
+            ("SELECT * FROM pgque.enqueue_ready_rows(E'b\\tc', ARRAY['a'], ARRAY['{}']::jsonb[])", "42602"),
         ];
         for (sql, code) in cases {
             assert_eq!(sqlstate(sql), code, "{sql}");
