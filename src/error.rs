@@ -205,8 +205,14 @@ mod tests {
         );
         assert_eq!(check_name("a\nb", 10), Err(NameProblem::BadChar('\n')));
         assert_eq!(check_name("a\tb", 10), Err(NameProblem::BadChar('\t')));
-        assert_eq!(check_name("a\u{7f}", 10), Err(NameProblem::BadChar('\u{7f}')));
-        assert_eq!(check_name("a\u{85}", 10), Err(NameProblem::BadChar('\u{85}')));
+        assert_eq!(
+            check_name("a\u{7f}", 10),
+            Err(NameProblem::BadChar('\u{7f}'))
+        );
+        assert_eq!(
+            check_name("a\u{85}", 10),
+            Err(NameProblem::BadChar('\u{85}'))
+        );
         assert_eq!(
             check_name("ab\u{202E}cd", 10),
             Err(NameProblem::BadChar('\u{202E}'))
