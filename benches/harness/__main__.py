@@ -25,7 +25,7 @@ from .core import Results, progress
 WORKLOADS = {
     "w1": w_events.w1, "w2": w_events.w2, "w3": w_events.w3, "w4": w_events.w4, "w5": w_events.w5,
     "w6": w_jobs.w6, "w7": w_jobs.w7, "w8": w_jobs.w8, "w9": w_xmin.w9, "w10": w_interval.w10,
-    "w11": w_profile.w11,
+    "w11": w_profile.w11, "w12": w_profile.w12,
 }
 
 
@@ -65,6 +65,8 @@ class Config:
         self.w11_search = [int(x) for x in os.environ.get(
             "W11_SEARCH", "5000,10000,15000" if quick else "5000,7500,10000,12500,15000,20000,25000").split(",")]
         self.w11_search_secs = int(os.environ.get("W11_SEARCH_SECS", "10" if quick else "20"))
+        # w12: w11's profile under the pause policy; probability that a delivery fails
+        self.w12_nack_p = float(os.environ.get("W12_NACK_P", "0.002"))
         # CELL_SCALE=0.5: every timed cell (sends, latency, enqueue, end-to-end,
         # held-xmin phases) half as long; rounds, backlogs and depths unchanged.
         scale = float(os.environ.get("CELL_SCALE", "1"))

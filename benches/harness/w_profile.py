@@ -107,8 +107,17 @@ def _producer(q, rate, secs, zipf_s, seed, barrier, outq):
     conn.close()
 
 
-def _worker(q, n, idx, ttl_s, stall_after, stop, done, barrier, outq):
-    """One claim_next_slot loop; records (tenant, seq, batch_id, pos, slot, lag_ms) of acked events."""
+def _worker(q, n, idx, ttl_s, stall_after, stop, done, barrier, outq, fail=None):
+    """One claim_next_slot loop; records (tenant, seq, batch_id, pos, slot, lag_ms) of acked events.
+
+    fail (pause-policy cells): {"p": probability that a delivery fails,
+    "key": a tenant whose first delivery fails with a retry in an hour (a key
+    that stays blocked), "seed"}. A failed event is nacked (retry after 0 s);
+    the key's later events of the same batch are skipped, as the clients'
+    PartitionedConsumer do under pause; the server holds the rest back.
+    Neither is recorded: only processed-and-acked events are."""
+    rnd = random.Random((fail or {}).get("seed", 0) * 1000 + idx)
+    nacked = set()
     name = f"w{idx}"
     conn = db.connect()
     cur = conn.cursor()
@@ -127,7 +136,7 @@ def _worker(q, n, idx, ttl_s, stall_after, stop, done, barrier, outq):
                     pass
                 continue
             slot = row[0]
-            rows = cur.execute("SELECT batch_id, payload FROM pgque.receive_partitioned(%s, 'c', %s, %s, %s, %s)",
+            rows = cur.execute("SELECT batch_id, payload, msg_id FROM pgque.receive_partitioned(%s, 'c', %s, %s, %s, %s)",
                                (q, slot, n, name, BATCH), prepare=True).fetchall()
             if rows and stall_at is not None and stall is None and time.time() >= stall_at:
                 stall = {"slot": slot, "start": time.time()}
@@ -139,7 +148,30 @@ def _worker(q, n, idx, ttl_s, stall_after, stop, done, barrier, outq):
                 except psycopg.errors.ObjectNotInPrerequisiteState:
                     stall["refused"] = True
                 continue
-            if rows:
+            if rows and fail:
+                done_rows, failed = [], set()
+                for r in rows:
+                    tenant = json.loads(r[1])["tenant"]
+                    if tenant in failed:
+                        continue
+                    hold = False
+                    if tenant == fail.get("key"):
+                        with fail["once"].get_lock():
+                            hold = fail["once"].value == 0
+                            fail["once"].value = 1
+                    if hold or rnd.random() < fail.get("p", 0.0):
+                        nacked.add(tenant)
+                        cur.execute("SELECT pgque.nack_partitioned(%s, 'c', %s, %s, %s, "
+                                    "ROW(%s, %s, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)::pgque.message, "
+                                    "%s::interval, 'bench')",
+                                    (q, slot, n, name, r[2], r[0], "1 hour" if hold else "0 seconds"), prepare=True)
+                        failed.add(tenant)
+                        continue
+                    done_rows.append(r)
+                cur.execute("SELECT pgque.ack_partitioned(%s, 'c', %s, %s, %s)", (q, slot, n, name), prepare=True)
+                _record(acked, done_rows, slot, done)
+                empties = 0
+            elif rows:
                 cur.execute("SELECT pgque.ack_partitioned(%s, 'c', %s, %s, %s)", (q, slot, n, name), prepare=True)
                 _record(acked, rows, slot, done)
                 empties = 0
@@ -152,7 +184,7 @@ def _worker(q, n, idx, ttl_s, stall_after, stop, done, barrier, outq):
                     pass
         cur.execute("SELECT pg_stat_force_next_flush()")
         cur.execute("SELECT 1")
-        outq.put(("acked", {"idx": idx, "acked": acked, "stall": stall}))
+        outq.put(("acked", {"idx": idx, "acked": acked, "stall": stall, "nacked": nacked}))
     except Exception as e:
         outq.put(("error", f"worker {idx}: {e!r}"))
     conn.close()
@@ -160,7 +192,7 @@ def _worker(q, n, idx, ttl_s, stall_after, stop, done, barrier, outq):
 
 def _record(acked, rows, slot, done):
     now = time.time()
-    for pos, (bid, payload) in enumerate(rows):
+    for pos, (bid, payload, *_) in enumerate(rows):
         p = json.loads(payload)
         acked.append((p["tenant"], p["seq"], bid, pos, slot, (now - p["ts"]) * 1000.0, now))
     with done.get_lock():
@@ -195,18 +227,26 @@ def _blocks(conn):
     return int(db.scalar(conn, "SELECT blks_hit + blks_read FROM pg_stat_database WHERE datname = current_database()"))
 
 
-def profile_cell(conn, q, n, rate, secs, m, ttl_s, stall, zipf_s, seed):
-    """Runs one cell; returns a dict of figures (raises on lost / duplicated / reordered events)."""
+def profile_cell(conn, q, n, rate, secs, m, ttl_s, stall, zipf_s, seed, fail=None):
+    """Runs one cell; returns a dict of figures (raises on lost / duplicated / reordered events).
+
+    With `fail` (see _worker) the consumer has the pause policy; a key
+    blocked for an hour is released once the producer is done, and its held
+    events must then arrive in order like every other key's."""
     db.execute(conn, "SELECT pgque.create_queue(%s)", (q,))
-    db.execute(conn, "SELECT pgque.subscribe_partitioned(%s, 'c', %s)", (q, n))
+    if fail:
+        db.execute(conn, "SELECT pgque.subscribe_partitioned(%s, 'c', %s, 'pause')", (q, n))
+    else:
+        db.execute(conn, "SELECT pgque.subscribe_partitioned(%s, 'c', %s)", (q, n))
     db.execute(conn, "VACUUM ANALYZE")
     # this session's own statistics (the VACUUM's reads) land now, not inside the cell
     db.execute(conn, "SELECT pg_stat_force_next_flush()")
     db.execute(conn, "SELECT 1")
     barrier = MP.Barrier(m + 2, timeout=300)
-    outq, stop, done = MP.Queue(), MP.Event(), MP.Value("q", 0)
+    outq, stop, done, once = MP.Queue(), MP.Event(), MP.Value("q", 0), MP.Value("b", 0)
     procs = [MP.Process(target=_producer, args=(q, rate, secs, zipf_s, seed, barrier, outq))]
-    procs += [MP.Process(target=_worker, args=(q, n, i, ttl_s, secs / 3.0 if stall and i == 0 else None, stop, done, barrier, outq))
+    procs += [MP.Process(target=_worker, args=(q, n, i, ttl_s, secs / 3.0 if stall and i == 0 else None, stop, done, barrier,
+                                               outq, dict(fail, seed=seed, once=once) if fail else None))
               for i in range(m)]
     for p in procs:
         p.start()
@@ -220,6 +260,12 @@ def profile_cell(conn, q, n, rate, secs, m, ttl_s, stall, zipf_s, seed):
             raise RuntimeError(sent)
         # the workers drain what is left; give them up to 60 s
         total = sent["sent"]
+        blocked = None
+        if fail and fail.get("key"):
+            # what the blocked key holds at the end of the sending, then its release
+            blocked = db.scalar(conn, "SELECT coalesce(sum(held_events), 0) FROM pgque.partition_blocked_keys "
+                                      "WHERE queue_name = %s AND partition_key = %s", (q, fail["key"]))
+            db.execute(conn, "SELECT pgque.release_partition_key(%s, 'c', %s)", (q, fail["key"]))
         deadline = time.time() + 60
         while done.value < total and time.time() < deadline:
             time.sleep(0.05)
@@ -268,6 +314,11 @@ def profile_cell(conn, q, n, rate, secs, m, ttl_s, stall, zipf_s, seed):
         per_slot.setdefault(slot, []).append(lag)
     healthy = [s for s in per_slot if s != stalled_slot]
     lags = [lag for s in healthy for lag in per_slot[s]]
+    # pause cells: the lag of the keys that never failed, while the producer
+    # ran (after it, a released key's backlog is drained)
+    nacked = set().union(*[r["nacked"] for r in results])
+    clean = [lag for tenant, seq, bid, pos, slot, lag, at in acked
+             if tenant not in nacked and slot != stalled_slot and at < t0 + sent["secs"]] if fail else None
     takeover = None
     if stalls:
         st = stalls[0]
@@ -285,6 +336,8 @@ def profile_cell(conn, q, n, rate, secs, m, ttl_s, stall, zipf_s, seed):
         "cpu_us": (cpu1 - cpu0) / hz * 1e6 / total if cpu0 is not None and total else None,
         "cores": (cpu1 - cpu0) / hz / (drained_at - t0) if cpu0 is not None else None,
         "buf_per": (blk1 - blk0) / total if total else None,
+        "clean_p50": pct(clean, 50) if clean else None, "clean_p99": pct(clean, 99) if clean else None,
+        "nacked_keys": len(nacked) if fail else None, "held_at_release": blocked,
         "top": top,
     }
 
@@ -328,3 +381,51 @@ def w11(res, cfg, conn):
         best = rate
     w.note(f"highest rate tried with lag p99 under 1 s and the producer on its rate (N = 16, 4 workers): "
            f"{best:,} events/s" if best else "no rate of the search kept lag p99 under 1 s")
+
+
+def w12(res, cfg, conn):
+    """The seed's profile under the pause failure policy (issue 34): random
+    failures, and a hot key blocked for the whole sending, beside the same
+    profile with the default skip policy and no failures, in one run."""
+    w = res.workload(
+        "w12", "The seed's profile under the pause policy: random nacks, a hot blocked key, vs skip without failures",
+        [("acked_rate", "acked ev/s"), ("p50", "lag p50 ms"), ("p99", "lag p99 ms"),
+         ("clean_p50", "never-failed keys p50 ms"), ("clean_p99", "never-failed keys p99 ms"),
+         ("cpu_us", "server CPU us/event"), ("buf_per", "buffers/event"), ("nacked_keys", "keys that failed"),
+         ("held_at_release", "held events of the blocked key at its release")],
+        about=f"{cfg.w11_secs} s cells of w11's profile ({cfg.w11_rate:,} events/s, zipfian keys over 2,000 tenants, "
+              "N = 16, 4 claim_next_slot workers, worker 0 stalled past its lease a third into the cell). "
+              "skip: subscribe_partitioned(q, c, 16), no failures (the reference). "
+              f"pause, random nacks: failure_policy 'pause', each delivery fails with probability {cfg.w12_nack_p} "
+              "(nack_partitioned, retry after 0 s; the key's later events of the batch skipped, as the clients do). "
+              "pause, hot key blocked: the first delivery of the hottest tenant (tenant-0, ~15 % of all events) is "
+              "nacked with a retry in an hour, so the key stays blocked and its events are held while the producer "
+              "runs; then release_partition_key, and its held events drain. Every cell checks that each event was "
+              "processed and acked exactly once and each tenant's processed events are in send order (a failed "
+              "delivery is not processed; its redelivery is). 'never-failed keys': lag over the tenants that never "
+              "failed, while the producer ran (the other keys, which a blocked key must not delay).")
+    miss = db.missing_functions(conn, FUNCS + ["pgque.release_partition_key(text,text,text)",
+                                               "pgque.nack_partitioned(text,text,integer,integer,text,pgque.message,interval,text)"])
+    if miss:
+        w.skip(f"function {', '.join(miss)} not installed")
+        return
+    cells = [("skip, no failures", None), ("pause, random nacks", {"p": cfg.w12_nack_p}),
+             ("pause, hot key blocked", {"key": "tenant-0", "p": 0.0})]
+    ratios = {label: [] for label, _ in cells[1:]}
+    for r in range(1, cfg.rounds + 1):
+        ref = None
+        for label, fail in cells:
+            q = f"w12_{len(label)}_r{r}"
+            progress(f"w12 {label} round {r}")
+            m = profile_cell(conn, q, 16, cfg.w11_rate, cfg.w11_secs, 4, cfg.w11_ttl, True, cfg.w11_zipf, seed=r,
+                             fail=fail)
+            w.profile(label, "pgque", r, m.pop("top"))
+            w.add(label, "pgque", r, m)
+            if fail is None:
+                ref = m
+            elif ref and ref["p99"] and m["clean_p99"]:
+                ratios[label].append((m["clean_p50"] / ref["p50"], m["clean_p99"] / ref["p99"],
+                                      m["cpu_us"] / ref["cpu_us"] if m["cpu_us"] and ref["cpu_us"] else None))
+    for label, rs in ratios.items():
+        w.note(f"{label} / skip in the same round, per round (never-failed keys' p50, p99; CPU per event): "
+               + "; ".join(f"{a:.2f}, {b:.2f}; {c:.2f}" if c else f"{a:.2f}, {b:.2f}; -" for a, b, c in rs))
