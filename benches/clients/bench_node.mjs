@@ -238,10 +238,12 @@ async function pgboss(loops) {
   const boss = new PgBoss({ ...conn, max: 4 + loops });
   boss.on("error", (e) => console.error(e));
   await boss.start();
-  await boss.deleteQueue("bench").catch(() => {});
-  await boss.createQueue("bench");
+  // A queue of its own per cell: a rate cell stops without completing its
+  // last fetched batch, which must not count in a later cell's backlog.
+  const queue = `bench_${Math.random().toString(16).slice(2, 10)}`;
+  await boss.createQueue(queue);
   const work = (fn) => {
-    for (let l = 0; l < loops; l++) boss.work("bench", { batchSize: 50, pollingIntervalSeconds: POLL_MS / 1000 }, fn);
+    for (let l = 0; l < loops; l++) boss.work(queue, { batchSize: 50, pollingIntervalSeconds: POLL_MS / 1000 }, fn);
   };
   if (mode === "rate") {
     const rate = parseFloat(rest[0]);
@@ -255,7 +257,7 @@ async function pgboss(loops) {
       for (const j of jobs) if (j.data.t !== undefined) lat.push(t - j.data.t); // not the warm-up jobs
       if (lat.length >= n) resolveDone();
     });
-    const prod = producer("pgboss", "bench", rate, secs);
+    const prod = producer("pgboss", queue, rate, secs);
     const guard = setTimeout(resolveDone, (secs + 60) * 1000);
     await finished;
     clearTimeout(guard);
@@ -266,7 +268,7 @@ async function pgboss(loops) {
   const n = parseInt(rest[0], 10);
   for (let i = 0; i < n; i += 1000) {
     const jobs = [];
-    for (let j = i; j < Math.min(n, i + 1000); j++) jobs.push({ name: "bench", data: { i: j } });
+    for (let j = i; j < Math.min(n, i + 1000); j++) jobs.push({ name: queue, data: { i: j } });
     await boss.insert(jobs);
   }
   let done = 0;
@@ -279,7 +281,7 @@ async function pgboss(loops) {
   );
   // The last batch is completed after the handler returns: wait for it.
   for (;;) {
-    const left = await boss.getQueueSize("bench", { before: "completed" });
+    const left = await boss.getQueueSize(queue, { before: "completed" });
     if (left === 0) break;
     await sleep(5);
   }

@@ -15,7 +15,7 @@
 #          inserting it through the job's transaction
 #
 #   benches/clients/run.sh [N=20000] [ROUNDS=3] [PG=15]
-#   RATES="200 1000" SECS=4 PROC_RATE=20 EO_N=10000 PARTS="drain rate eo" benches/clients/run.sh
+#   RATES="200 1000" SECS=4 PROC_RATE=20 EO_N=5000 PARTS="drain rate eo" benches/clients/run.sh
 #
 # Needs the package registries once (pip into benches/clients/.venv, npm ci
 # into benches/clients/node_modules and clients/typescript/node_modules; all
@@ -29,7 +29,7 @@ VER=${3:-15}
 RATES=${RATES:-200 1000}
 SECS=${SECS:-4}
 PROC_RATE=${PROC_RATE:-20}
-EO_N=${EO_N:-10000}
+EO_N=${EO_N:-5000}
 PARTS=${PARTS:-drain rate eo}
 RAW=${RAW:-/tmp/pgque_bench_clients.jsonl}
 HERE=$(cd "$(dirname "$0")" && pwd)
