@@ -1,19 +1,37 @@
 #!/usr/bin/env bash
-# Client benchmark: end-to-end jobs/s of a worker draining a backlog of N
-# trivial jobs, every system on the same private server, in interleaved rounds:
-#   Python: pgque_client.Worker vs pgqueuer and Procrastinate (PyPI)
-#   Node:   pg-boss (npm)
-#   Rust:   pgque_client::Worker vs a hand-written dispatch/complete_many loop
+# Client benchmark (issue #31): every client's worker beside other Postgres job
+# queues, on one private server, in interleaved rounds. Three parts:
+#
+#   drain  end-to-end jobs/s of one worker process draining a backlog of N
+#          trivial jobs: pgque's Python Worker, aio.Worker, Rust Worker (and a
+#          hand-written SQL loop), TypeScript Worker; pgqueuer, Procrastinate
+#          (PyPI), graphile-worker, pg-boss (npm)
+#   rate   latency enqueue -> handler start (p50 / p99) at fixed enqueue rates
+#          (RATES jobs/s for SECS s each; Procrastinate at PROC_RATE only, it
+#          drains ~50 jobs/s here)
+#   eo     the exactly-once handler's cost: pgque's four workers draining EO_N
+#          jobs with a no-op handler, a plain handler inserting one row on a
+#          connection of its own, and the exactly-once (job, tx) handler
+#          inserting it through the job's transaction
 #
 #   benches/clients/run.sh [N=20000] [ROUNDS=3] [PG=15]
+#   RATES="200 1000" SECS=4 PROC_RATE=20 EO_N=5000 PARTS="drain rate eo" benches/clients/run.sh
 #
-# Needs the network once (pip into benches/clients/.venv, npm into
-# benches/clients/node_modules; both git-ignored). Prints a markdown table of
-# the median jobs/s per system and its ratio to the pgque Python worker.
+# Needs the package registries once (pip into benches/clients/.venv, npm ci
+# into benches/clients/node_modules and clients/typescript/node_modules; all
+# git-ignored). Prints markdown tables (medians of the rounds, ratios to the
+# pgque Python worker's figure of the same round); RAW (default
+# /tmp/pgque_bench_clients.jsonl) keeps every cell's JSON line.
 set -euo pipefail
 N=${1:-20000}
 ROUNDS=${2:-3}
 VER=${3:-15}
+RATES=${RATES:-200 1000}
+SECS=${SECS:-4}
+PROC_RATE=${PROC_RATE:-20}
+EO_N=${EO_N:-5000}
+PARTS=${PARTS:-drain rate eo}
+RAW=${RAW:-/tmp/pgque_bench_clients.jsonl}
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 PG_CONFIG=$(sed -n "s/^pg$VER = \"\(.*\)\"$/\1/p" "${PGRX_HOME:-$HOME/.pgrx}/config.toml")
@@ -24,7 +42,10 @@ VENV=$HERE/.venv
 "$VENV/bin/python" -c 'import psycopg, pgqueuer, procrastinate, asyncpg' 2>/dev/null \
   || "$VENV/bin/pip" install -q "psycopg[binary]==3.3.9" "pgqueuer==1.6.0" "procrastinate==3.10.0" "asyncpg==0.32.0"
 export PYTHONPATH=$ROOT/clients/python/src   # the pgque client as it is in this tree
-[ -d "$HERE/node_modules/pg-boss" ] || (cd "$HERE" && npm install --silent --no-audit --no-fund)
+[ -d "$HERE/node_modules/graphile-worker" ] || (cd "$HERE" && npm ci --silent --no-audit --no-fund)
+(cd "$ROOT/clients/typescript" && { [ -d node_modules ] || npm ci --silent --no-audit --no-fund; } && npm run -s build)
+export BENCH_PYTHON=$VENV/bin/python
+export BENCH_PRODUCER="$VENV/bin/python $HERE/produce.py"
 
 bash "$ROOT/scripts/install.sh" "$PG_CONFIG" "$VER" --release >/tmp/pgque_bench_clients_install.log 2>&1 \
   || { tail -40 /tmp/pgque_bench_clients_install.log; exit 1; }
@@ -55,36 +76,57 @@ PSQL=("$BINDIR/psql" -X -q -h "$DATA" -p "$PORT" -U postgres)
 "${PSQL[@]}" -d bench -c "CREATE EXTENSION pgque"
 DSN="host=$DATA port=$PORT dbname=bench user=postgres"
 
-# The systems that do well under 1,000 jobs/s here get a tenth of the jobs, so
-# every cell takes seconds, not minutes (jobs/s is a rate either way).
-SLOW_N=$(( N / 10 ))
-out=$(mktemp)
+echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+START_LOAD=$(cut -d' ' -f1-3 /proc/loadavg)
+T0=$(date +%s)
+# The systems far below 1,000 jobs/s here get fewer jobs, so every cell takes
+# seconds, not minutes (jobs/s is a rate either way).
+SLOW_N=$(( N / 20 ))
+MID_N=$(( N / 10 ))
+: > "$RAW"
+node_() { (cd "$HERE" && node bench_node.mjs "$1" "$DATA" "$PORT" bench "${@:2}"); }
+py_() { "$VENV/bin/python" "$HERE/bench_py.py" "$1" "$DSN" "${@:2}" 2> >(grep -v 'App is instantiated' >&2); }
+cell() { # LABEL COMMAND...: run one cell, keep its JSON line
+  local line
+  line=$("${@:2}") || { echo "round $r: $1 FAILED" >&2; return 0; }
+  echo "round $r: $line" >&2
+  echo "{\"round\": $r, \"cell\": $(echo "$line" | tail -1)}" >> "$RAW"
+}
 for r in $(seq 1 "$ROUNDS"); do
-  for s in pgque pgqueuer procrastinate pgboss pgboss10 rust_worker rust_loop; do
-    case $s in
-      pgboss) line=$(cd "$HERE" && node bench_pgboss.js "$DATA" "$PORT" bench "$SLOW_N" 1) ;;
-      pgboss10) line=$(cd "$HERE" && node bench_pgboss.js "$DATA" "$PORT" bench "$SLOW_N" 10) ;;
-      procrastinate) line=$("$VENV/bin/python" "$HERE/bench_py.py" "$s" "$DSN" "$SLOW_N") ;;
-      rust_worker) line=$("$RUST_BIN" "$DSN" "$N" worker) ;;
-      rust_loop) line=$("$RUST_BIN" "$DSN" "$N" loop) ;;
-      *) line=$("$VENV/bin/python" "$HERE/bench_py.py" "$s" "$DSN" "$N") ;;
+  for part in $PARTS; do
+    case $part in
+      drain)
+        for s in pgque pgque_aio pgqueuer procrastinate pgque_ts graphile pgboss1 pgboss10 rust_worker rust_loop; do
+          case $s in
+            pgque|pgque_aio|pgqueuer) cell $s py_ $s drain "$N" ;;
+            procrastinate) cell $s py_ $s drain "$SLOW_N" ;;
+            pgque_ts|graphile) cell $s node_ $s drain "$N" ;;
+            pgboss1) cell $s node_ $s drain "$SLOW_N" ;;
+            pgboss10) cell $s node_ $s drain "$MID_N" ;;
+            rust_worker) cell $s "$RUST_BIN" "$DSN" "$N" worker ;;
+            rust_loop) cell $s "$RUST_BIN" "$DSN" "$N" loop ;;
+          esac
+        done ;;
+      rate)
+        for rate in $RATES; do
+          for s in pgque pgque_aio rust pgque_ts pgqueuer graphile pgboss10; do
+            case $s in
+              pgque|pgque_aio|pgqueuer) cell $s py_ $s rate "$rate" "$SECS" ;;
+              rust) cell $s "$RUST_BIN" "$DSN" "$rate" rate "$SECS" ;;
+              *) cell $s node_ $s rate "$rate" "$SECS" ;;
+            esac
+          done
+        done
+        cell procrastinate py_ procrastinate rate "$PROC_RATE" "$SECS" ;;
+      eo)
+        for h in noop plain tx; do
+          cell "pgque eo $h" py_ pgque eo "$h" "$EO_N"
+          cell "pgque_aio eo $h" py_ pgque_aio eo "$h" "$EO_N"
+          cell "rust eo $h" "$RUST_BIN" "$DSN" "$EO_N" "eo-$h"
+          cell "pgque_ts eo $h" node_ pgque_ts eo "$h" "$EO_N"
+        done ;;
     esac
-    echo "round $r: $line" >&2
-    echo "$line" >> "$out"
   done
 done
-"$VENV/bin/python" - "$out" "$N" "$ROUNDS" <<'PY'
-import json, statistics, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-by = {}
-for r in rows:
-    by.setdefault(r["system"], []).append(r["jobs_per_s"])
-ref_py = statistics.median(by["pgque (Python)"])
-ref_rs = statistics.median(by["hand-written SQL loop (Rust)"])
-print(f"N = {sys.argv[2]} jobs per cell (Procrastinate and pg-boss: N / 10), {sys.argv[3]} interleaved rounds, median of the rounds\n")
-print("| system | jobs/s (median) | rounds | vs pgque Python worker | vs SQL loop |")
-print("|---|---|---|---|---|")
-for s, v in by.items():
-    m = statistics.median(v)
-    print(f"| {s} | {m:,.0f} | {', '.join(f'{x:,}' for x in v)} | {m / ref_py:.2f}x | {m / ref_rs:.2f}x |")
-PY
+echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg) (start: $START_LOAD); $(( $(date +%s) - T0 )) s" >&2
+"$VENV/bin/python" "$HERE/report.py" "$RAW" "$N" "$ROUNDS" "$START_LOAD" "$(cut -d' ' -f1-3 /proc/loadavg)" "$(( $(date +%s) - T0 ))"
