@@ -266,3 +266,67 @@ fn silent_member_loses_its_batch_after_dead_interval() {
         assert!(rows.is_empty(), "{m} got events again");
     }
 }
+
+/// drop_queue locks the event tables parent first, as a reader through the
+/// parent does: a session that has locked the parent and then expands to the
+/// children (what a worker duty reading `pgque.event_<id>` does) makes the
+/// drop wait instead of deadlocking with it. Dropping the children first
+/// deadlocked (found by the w12 benchmark, with the worker as the reader).
+#[test]
+fn drop_queue_waits_for_a_reader_of_the_event_tables_without_deadlock() {
+    let db = manual_db("ev_drop_order");
+    let mut c = db.connect();
+    c.batch_execute("SELECT pgque.create_queue('dq'); SELECT pgque.subscribe('dq', 'c')")
+        .unwrap();
+    send_many(&mut c, "dq", 5);
+    let parent: String = c
+        .query_one(
+            "SELECT format('pgque.event_%s', queue_id) FROM pgque.queue WHERE queue_name = 'dq'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    // The reader holds the parent only, as a scan does before it opens the
+    // children.
+    let mut reader = db.connect();
+    reader
+        .batch_execute(&format!(
+            "BEGIN; LOCK TABLE ONLY {parent} IN ACCESS SHARE MODE"
+        ))
+        .unwrap();
+    let dropper_db = db.connect();
+    let dropper = std::thread::spawn(move || {
+        let mut d = dropper_db;
+        d.batch_execute("SET deadlock_timeout = '100ms'").unwrap();
+        d.query_one("SELECT pgque.drop_queue('dq', true)", &[])
+            .map(|r| r.get::<_, i32>(0))
+    });
+    // The drop is waiting for the parent (and holds no child table).
+    let waiting = pgque_pg_test::wait_until(Duration::from_secs(10), || {
+        i64s(
+            &mut c,
+            "SELECT count(*) FROM pg_stat_activity \
+              WHERE query LIKE '%drop_queue(''dq''%' AND wait_event_type = 'Lock'",
+        ) == 1
+    });
+    assert!(waiting, "drop_queue did not wait for the parent's lock");
+    // Now the reader opens the children: with the children locked by the
+    // drop this would be a deadlock (one of the two would get 40P01).
+    reader
+        .batch_execute("SET deadlock_timeout = '100ms'")
+        .unwrap();
+    let n: i64 = reader
+        .query_one(&format!("SELECT count(*) FROM {parent}"), &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(n, 5);
+    reader.batch_execute("COMMIT").unwrap();
+    assert_eq!(dropper.join().unwrap().unwrap(), 1);
+    assert_eq!(
+        i64s(
+            &mut c,
+            "SELECT count(*) FROM pgque.queue WHERE queue_name = 'dq'"
+        ),
+        0
+    );
+}

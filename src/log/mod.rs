@@ -486,6 +486,21 @@ pub fn drop_queue(client: &mut SpiClient<'_>, q: &Queue, force: bool) {
         &[q.id.into()],
     );
     let subs: i64 = col(&first_row(t).unwrap(), 1).unwrap();
+    // Lock order, before anything is deleted: the queue row, as the ticker
+    // and the maintenance duties take it (they skip a locked queue), then
+    // the event tables through their parent, parent first and children
+    // after, as every reader through the parent locks them. Dropping the
+    // children first instead deadlocked with a worker duty that had locked
+    // the parent and was expanding to the children (seen in benches w12).
+    exec(
+        client,
+        "SELECT 1 FROM pgque.queue WHERE queue_id = $1 FOR NO KEY UPDATE",
+        &[q.id.into()],
+    );
+    run_once(
+        client,
+        &format!("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE", event_parent(q.id)),
+    );
     if subs > 0 && !force {
         raise(
             error::WRONG_STATE,
