@@ -1401,9 +1401,11 @@ def test_a_fresh_dashboard_charts_the_history_the_database_keeps(ctx):
     b, c = ctx["browser"], ctx["c"]
     # Five hours of an earlier life of job queue emails, as the worker's duty
     # writes them (one row a minute); the minutes it wrote itself stay.
-    q(c, "INSERT INTO pgque.metric_history (bucket, kind, queue, total, per_second, depth, lag_seconds) "
+    # (into the current piece: the one holding the newest row)
+    q(c, "INSERT INTO pgque.metric_history (bucket, kind, queue, total, per_second, depth, lag_seconds, seg) "
          "SELECT date_trunc('minute', now()) - g * interval '1 minute', 'j', 'emails', 1000 - g, "
-         "1 / 60.0, g % 7, g % 11 FROM generate_series(2, 300) g ON CONFLICT DO NOTHING")
+         "1 / 60.0, g % 7, g % 11, coalesce((SELECT seg FROM pgque.metric_history "
+         "ORDER BY bucket DESC LIMIT 1), 0) FROM generate_series(2, 300) g ON CONFLICT DO NOTHING")
     count = lambda rng, col: one(c, f"SELECT count(*) FROM pgque.read_history(%s) "
                                     f"WHERE kind = 'job' AND queue = 'emails' AND {col} IS NOT NULL", (rng,))
     # A dashboard started now draws them at once.
