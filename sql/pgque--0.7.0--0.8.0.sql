@@ -1358,3 +1358,44 @@ GRANT EXECUTE ON FUNCTION pgque.maint_history(interval, timestamptz) TO pgque_ad
 GRANT EXECUTE ON FUNCTION pgque.read_history(interval) TO pgque_reader, pgque_admin;
 -- ==== end of the history rotation ====
 
+-- ==== schedules: the jobs of their recent firings (issue 32 item 5, web2) ====
+-- schedules_def keeps the jobs of each schedule's last firings (newest
+-- first, at most 10) in the row its firings update anyway; an existing
+-- schedule starts from its last job.
+ALTER TABLE pgque.schedules_def ADD COLUMN recent_job_ids bigint[] NOT NULL DEFAULT '{}';
+UPDATE pgque.schedules_def SET recent_job_ids = ARRAY[last_job_id] WHERE last_job_id IS NOT NULL;
+CREATE OR REPLACE VIEW pgque.schedules AS
+SELECT s.name, s.cron, s.timezone, s.queue_name, s.kind, s.args, s.misfire, s.paused,
+       s.next_run_at, s.last_run_at, s.last_job_id, s.priority, s.max_attempts, s.schedule_id,
+       s.recent_job_ids
+FROM pgque.schedules_def s;
+CREATE OR REPLACE FUNCTION pgque.run_schedule_now(name text) RETURNS bigint
+LANGUAGE plpgsql VOLATILE STRICT SECURITY DEFINER
+SET search_path = pg_catalog, pgque, pg_temp
+SET jit = off
+AS $run_schedule_now$
+DECLARE
+    v_s pgque.schedules_def;
+    v_job bigint;
+BEGIN
+    SELECT * INTO v_s FROM pgque.schedules_def s WHERE s.name = $1 FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'schedule % does not exist', $1 USING ERRCODE = '42704';
+    END IF;
+    IF v_s.paused THEN
+        RAISE EXCEPTION 'schedule % is paused', $1 USING ERRCODE = '55000',
+            HINT = 'resume it first (pgque.resume_schedule)';
+    END IF;
+    v_job := pgque.enqueue(v_s.queue_name, v_s.kind,
+                           v_s.args || pg_catalog.jsonb_build_object(
+                               'scheduled_for',
+                               pg_catalog.to_char(pg_catalog.now() AT TIME ZONE 'UTC',
+                                                  'YYYY-MM-DD"T"HH24:MI:SS"Z"')),
+                           v_s.priority::int, NULL, NULL, NULL, NULL, NULL, v_s.max_attempts);
+    UPDATE pgque.schedules_def s SET last_run_at = pg_catalog.now(), last_job_id = v_job,
+           recent_job_ids = (v_job OPERATOR(pg_catalog.||) s.recent_job_ids)[1:10]
+    WHERE s.schedule_id = v_s.schedule_id;
+    RETURN v_job;
+END
+$run_schedule_now$;
+-- ==== end of the schedules' recent firings ====
