@@ -214,7 +214,11 @@ fn history_rotates_by_truncate_and_leaves_no_dead_tuples() {
         .unwrap();
     let kept: i64 = r.get(0);
     let oldest: std::time::SystemTime = r.get(1);
-    assert_eq!(r.get::<_, i64>(2), 21, "every minute of the retention is kept");
+    assert_eq!(
+        r.get::<_, i64>(2),
+        21,
+        "every minute of the retention is kept"
+    );
     assert!(
         oldest >= base - Duration::from_secs(30 * 60),
         "a row older than 1.5 times the retention is left: {:?}",
@@ -255,7 +259,10 @@ fn history_rotates_by_truncate_and_leaves_no_dead_tuples() {
         );
     }
     // (the worker may have written a minute before it was stopped)
-    assert!(inserted >= 2 * (minutes as i64 + 1), "{inserted} rows written");
+    assert!(
+        inserted >= 2 * (minutes as i64 + 1),
+        "{inserted} rows written"
+    );
     assert!(inserted > kept * 5);
 }
 

@@ -282,5 +282,8 @@ fn a_schedule_keeps_the_jobs_of_its_last_ten_firings() {
         .collect::<Vec<_>>()
         .join("\n");
     assert!(plan.contains("schedules_def"), "{plan}");
-    assert!(!plan.contains("jobs") && !plan.contains("job_log"), "{plan}");
+    assert!(
+        !plan.contains("jobs") && !plan.contains("job_log"),
+        "{plan}"
+    );
 }
