@@ -1213,6 +1213,9 @@ ALTER TABLE pgque.metric_history RENAME TO metric_history_pre;
 ALTER INDEX pgque.metric_history_pkey RENAME TO metric_history_pre_pkey;
 ALTER INDEX pgque.metric_history_queue_idx RENAME TO metric_history_pre_queue_idx;
 DROP FUNCTION pgque.maint_history(interval);
+-- (upgrade_draft.py compares with the first definition above: this one is
+-- the new one)
+-- handled: table metric_history 5f816e9391
 CREATE TABLE pgque.metric_history (
     -- the minute (date_trunc('minute', now()) when written)
     bucket      timestamptz NOT NULL,
@@ -1362,6 +1365,7 @@ GRANT EXECUTE ON FUNCTION pgque.read_history(interval) TO pgque_reader, pgque_ad
 -- schedules_def keeps the jobs of each schedule's last firings (newest
 -- first, at most 10) in the row its firings update anyway; an existing
 -- schedule starts from its last job.
+-- handled: table schedules_def fbd62a0f26
 ALTER TABLE pgque.schedules_def ADD COLUMN recent_job_ids bigint[] NOT NULL DEFAULT '{}';
 UPDATE pgque.schedules_def SET recent_job_ids = ARRAY[last_job_id] WHERE last_job_id IS NOT NULL;
 CREATE OR REPLACE VIEW pgque.schedules AS
@@ -1369,6 +1373,7 @@ SELECT s.name, s.cron, s.timezone, s.queue_name, s.kind, s.args, s.misfire, s.pa
        s.next_run_at, s.last_run_at, s.last_job_id, s.priority, s.max_attempts, s.schedule_id,
        s.recent_job_ids
 FROM pgque.schedules_def s;
+-- handled: function run_schedule_now(text) dc458cc7a5
 CREATE OR REPLACE FUNCTION pgque.run_schedule_now(name text) RETURNS bigint
 LANGUAGE plpgsql VOLATILE STRICT SECURITY DEFINER
 SET search_path = pg_catalog, pgque, pg_temp
