@@ -27,6 +27,7 @@ import psycopg2
 from prometheus_client.parser import text_string_to_metric_families
 
 HOST = os.environ["WEBTEST_PGHOST"]
+BINDIR = os.environ.get("WEBTEST_PGBINDIR", "")
 PORT = os.environ["WEBTEST_PGPORT"]
 BIN = os.environ["WEBTEST_BIN"]
 ROOT = os.environ["WEBTEST_ROOT"]
@@ -146,10 +147,10 @@ class Web:
     """A pgque-web process, and an HTTP client of it with a cookie of its own
     (None until login())."""
 
-    def __init__(self, role, *extra, env=None, wait=True, listen="127.0.0.1"):
+    def __init__(self, role, *extra, env=None, wait=True, listen="127.0.0.1", pghost=None, pgport=None):
         self.port = free_port()
         url = (f"postgres://{role}:{urllib.parse.quote(SECRET)}@/{DB}"
-               f"?host={urllib.parse.quote(HOST)}&port={PORT}")
+               f"?host={urllib.parse.quote(pghost or HOST)}&port={pgport or PORT}")
         self.log = tempfile.NamedTemporaryFile("w+", prefix=f"pgque_web_{role}_", suffix=".log")
         penv = {k: v for k, v in os.environ.items() if not k.startswith("PGQUE_WEB_")}
         penv.update(env or {})
@@ -1050,6 +1051,28 @@ def test_the_schedules_page_fires_pauses_and_resumes(ctx):
     assert not errors_in(b.console())
 
 
+def test_the_schedules_page_shows_each_schedules_recent_firings(ctx):
+    c, web = ctx["c"], ctx["admin"]
+    if not one(c, "SELECT to_regclass('pgque.schedules') IS NOT NULL"):
+        return
+    q(c, "SELECT pgque.create_schedule('recent-digest', '0 0 1 1 *', 'reports', 'recent')")
+    fired = [one(c, "SELECT pgque.run_schedule_now('recent-digest')") for _ in range(12)]
+    # the ten newest, newest first, as the row keeps them
+    assert one(c, "SELECT recent_job_ids FROM pgque.schedules WHERE name = 'recent-digest'") \
+        == fired[::-1][:10]
+    st, html, _ = web.get("/schedules")
+    assert st == 200, (st, html[:300])
+    m = re.search(r'<tr data-schedule="recent-digest">.*?</tr>', html, re.S)
+    assert m, "no row for the schedule"
+    shown = re.findall(r'<span class="firing" data-job="(\d+)" data-state="([a-z]*)">'
+                       r'<a href="/jobs/(\d+)">', m.group(0))
+    assert [int(j) for j, _, _ in shown] == fired[::-1][:10], shown
+    assert all(j == link for j, _, link in shown), shown
+    for j, state, _ in shown:
+        assert state == one(c, "SELECT state FROM pgque.get_job(%s)", (int(j),)), (j, state)
+    q(c, "SELECT pgque.drop_schedule('recent-digest')")
+
+
 def test_a_reader_sees_the_explorer_without_actions(ctx):
     b, c = ctx["browser"], ctx["c"]
     web = ctx["reader"]
@@ -1442,6 +1465,119 @@ def test_a_fresh_dashboard_charts_the_history_the_database_keeps(ctx):
     shoot(b, "history.png")
 
 
+# ---- a hot standby ---------------------------------------------------------------
+def as_postgres(*cmd):
+    """Runs cmd as the postgres OS user when we are root (PostgreSQL refuses
+    root); raises with its output when it fails."""
+    full = ["runuser", "-u", "postgres", "--", *cmd] if os.getuid() == 0 else list(cmd)
+    r = subprocess.run(full, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, (cmd, r.stdout, r.stderr)
+    return r.stdout
+
+
+def start_standby():
+    """A hot standby of the tier's server (pg_basebackup -R, streaming):
+    (data directory = socket directory, port)."""
+    data = HOST.rstrip("/") + "_standby"
+    port = free_port()
+    if os.path.exists(os.path.join(data, "postmaster.pid")):
+        subprocess.run(["runuser", "-u", "postgres", "--", f"{BINDIR}/pg_ctl", "-D", data,
+                        "-m", "immediate", "stop"], capture_output=True)
+    shutil.rmtree(data, ignore_errors=True)
+    as_postgres(f"{BINDIR}/pg_basebackup", "-D", data, "-h", HOST, "-p", str(PORT), "-U", "postgres",
+                "-R", "-X", "stream", "-c", "fast", "--no-sync")
+    # -R's primary_conninfo names every option this libpq knows (some that an
+    # older server's walreceiver refuses): replaced by the few it needs.
+    as_postgres("sh", "-c", f"cat >> '{data}/postgresql.conf' <<'CONF'\n"
+                f"port = {port}\nunix_socket_directories = '{data}'\nhot_standby = on\nCONF\n"
+                f"cat >> '{data}/postgresql.auto.conf' <<'CONF'\n"
+                f"primary_conninfo = 'host={HOST} port={PORT} user=postgres application_name=webstandby'\nCONF\n"
+                f"rm -f '{data}/server.log'")
+    as_postgres(f"{BINDIR}/pg_ctl", "-D", data, "-l", f"{data}/server.log", "-w", "start")
+    return data, port
+
+
+def stop_standby(data):
+    subprocess.run(["runuser", "-u", "postgres", "--", f"{BINDIR}/pg_ctl", "-D", data, "-m", "fast",
+                    "-w", "stop"] if os.getuid() == 0 else
+                   [f"{BINDIR}/pg_ctl", "-D", data, "-m", "fast", "-w", "stop"], capture_output=True)
+    shutil.rmtree(data, ignore_errors=True)
+
+
+def test_a_standby_serves_every_page_read_only_and_refuses_admin_actions(ctx):
+    c = ctx["c"]
+    data, port = start_standby()
+    web = None
+    try:
+        s = psycopg2.connect(host=data, port=port, user="postgres", dbname=DB)
+        s.autocommit = True
+        assert one(s, "SELECT pg_is_in_recovery()")
+        # the standby has replayed everything the primary holds now
+        lsn = one(c, "SELECT pg_current_wal_lsn()::text")
+        wait_for("the standby's replay", lambda: one(
+            s, "SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn", (lsn,)), timeout=30)
+        failed_job = ctx["failed_job"]
+        # An admin role and an admin login: the pages still offer no action.
+        web = Web("web_admin", "--auth-file", ctx["auth_file"], pghost=data, pgport=port)
+        web.login(ADMIN_TOKEN)
+        assert "hot standby" in web.logtext(), web.logtext()
+        paths = PAGES + ["/jobs?range=6h", "/events?range=24h", "/jobs/list", "/jobs/list?state=failed",
+                         f"/jobs/{failed_job}", "/events/q/orders", "/events/q/mail", "/events/q/clicks",
+                         "/fragment/events", "/fragment/jobs", "/fragment/worker", "/fragment/schedules"]
+        for path in paths:
+            st, body, _ = web.get(path)
+            assert st == 200, (path, st, body[:500])
+            for bad in ("SQLSTATE", '<p class="bad">'):
+                i = body.find(bad)
+                assert i < 0, (path, body[max(0, i - 600):i + 300])
+            assert 'action="/action/' not in body and 'action="/jobs/bulk"' not in body, path
+            if not path.startswith("/fragment/"):
+                assert 'id="standby"' in body and "hot standby" in body, path
+            if path in ("/", "/fragment/overview"):
+                assert '<b class="muted">standby</b><span>background worker' in body, body
+        # The figures are the standby's (the replicated queues).
+        st, text, _ = web.get("/metrics")
+        assert st == 200, (st, text[:300])
+        got = {}
+        for fam in text_string_to_metric_families(text):
+            for smp in fam.samples:
+                if smp.name in STABLE:
+                    got[(smp.name, json.dumps(smp.labels, sort_keys=True))] = smp.value
+        want = {k: v for k, v in metrics_rows(s).items() if k[0] in STABLE}
+        assert got == want, set(got.items()) ^ set(want.items())
+        primary = metrics_rows(c)
+        for k, v in got.items():
+            if k[0] in ("pgque_dead_letters", "pgque_jobs"):
+                assert primary.get(k) == v, (k, v, primary.get(k))
+        assert any(k[0] == "pgque_dead_letters" for k in got), got
+        # Admin requests: refused, saying why, before anything is tried.
+        token = web.csrf("/")
+        paused = lambda: one(c, "SELECT queue_ticker_paused FROM pgque.queue WHERE queue_name = 'orders'")
+        before = paused()
+        job_state = lambda: one(c, "SELECT state FROM pgque.all_jobs WHERE id = %s", (failed_job,))
+        job_before = job_state()
+        for path, fields in (
+                ("/action/pause_queue", {"queue": "orders", "csrf": token, "back": "/events"}),
+                ("/action/retry_job", {"job_id": str(failed_job), "csrf": token, "back": "/jobs"}),
+                ("/jobs/bulk", {"op": "retry-selected", "ids": str(failed_job), "csrf": token}),
+                ("/events/confirm", {"op": "replay", "queue": "mail", "ids": "1", "csrf": token})):
+            st, body = web.post(path, fields)
+            assert st == 409 and "hot standby" in body, (path, st, body[:300])
+        assert paused() == before
+        assert job_state() == job_before
+        # Nothing the dashboard did tried a write there.
+        with open(os.path.join(data, "server.log")) as f:
+            log = f.read()
+        for bad in ("read-only transaction", "during recovery", "cannot execute"):
+            assert bad not in log, (bad, log[-3000:])
+        assert "failed" not in web.logtext(), web.logtext()
+        s.close()
+    finally:
+        if web:
+            web.stop()
+        stop_standby(data)
+
+
 TESTS = [
     test_metrics_endpoint_equals_pgque_metrics,
     test_monitoring_files_use_only_exported_names,
@@ -1462,12 +1598,14 @@ TESTS = [
     test_a_job_page_and_a_flow_page_show_what_the_database_holds,
     test_bulk_actions_change_exactly_the_jobs_confirmed,
     test_the_schedules_page_fires_pauses_and_resumes,
+    test_the_schedules_page_shows_each_schedules_recent_firings,
     test_a_reader_sees_the_explorer_without_actions,
     test_list_jobs_pages_match_all_jobs_and_bad_input_is_refused,
     test_the_event_queue_page_shows_what_the_database_holds,
     test_replaying_and_purging_selected_dead_letters_changes_exactly_those,
     test_a_blocked_partition_key_is_shown_and_an_admin_releases_it,
     test_a_fresh_dashboard_charts_the_history_the_database_keeps,
+    test_a_standby_serves_every_page_read_only_and_refuses_admin_actions,
 ]
 
 
@@ -1478,7 +1616,7 @@ def main():
     ctx = {"failed_job": make_database()}
     ctx["c"] = connect()
     ctx["tmp"] = tempfile.mkdtemp(prefix="pgque_webtest_")
-    auth_file = os.path.join(ctx["tmp"], "auth")
+    auth_file = ctx["auth_file"] = os.path.join(ctx["tmp"], "auth")
     fd = os.open(auth_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as f:
         f.write(f"# the web tier's logins\nadmin:alice:{ADMIN_TOKEN}\nread:bob:{READ_TOKEN}\n")
