@@ -301,6 +301,19 @@ class Browser:
     def click(self, element):
         self.cmd("POST", f"/element/{element}/click", {})
 
+    def click_css(self, css):
+        """Clicks the first element matching css, found again when the page's
+        refresh in place replaced it between the find and the click (a stale
+        element: more likely the busier the machine)."""
+        for attempt in range(5):
+            found = self.find(css)
+            assert found, f"nothing matches {css}"
+            try:
+                return self.click(found[0])
+            except AssertionError as e:
+                if "stale element reference" not in str(e) or attempt == 4:
+                    raise
+
     def type(self, element, text):
         self.cmd("POST", f"/element/{element}/value", {"text": text})
 
@@ -447,7 +460,7 @@ def browser_login(b, web, secret, shot=None):
     if shot:
         shoot(b, shot)
     b.type(b.find("#secret")[0], secret)
-    b.click(b.find("#login button")[0])
+    b.click_css("#login button")
     wait_for("a page after the login", lambda: b.js("return document.readyState") == "complete"
              and b.find("#content"))
     errs = errors_in(b.console())
@@ -521,24 +534,24 @@ def test_admin_actions_through_the_browser_change_the_database(ctx):
     assert f"job {failed} is ready again" in b.js("return document.getElementById('msg').textContent")
     # Cancel it through the form.
     b.type(b.find("#cancel-id")[0], str(failed))
-    b.click(b.find("#cancel-form button")[0])
+    b.click_css("#cancel-form button")
     wait_for("the cancel", lambda: "cancelled" in (b.js("return (document.getElementById('msg')||{}).textContent") or ""))
     assert one(c, "SELECT state FROM pgque.get_job(%s)", (failed,)) == "cancelled"
     # Pause and resume a job queue.
-    b.click(b.find("button[data-action='pause_job_queue'][data-queue='reports']")[0])
+    b.click_css("button[data-action='pause_job_queue'][data-queue='reports']")
     wait_for("the pause", lambda: one(c, "SELECT paused FROM pgque.job_queues WHERE queue_name = 'reports'"))
     visit(b, web, "/jobs")
-    b.click(b.find("button[data-action='resume_job_queue'][data-queue='reports']")[0])
+    b.click_css("button[data-action='resume_job_queue'][data-queue='reports']")
     wait_for("the resume", lambda: not one(c, "SELECT paused FROM pgque.job_queues WHERE queue_name = 'reports'"))
     # Pause an event queue, replay its dead letters.
     visit(b, web, "/events")
-    b.click(b.find("button[data-action='pause_queue'][data-queue='orders']")[0])
+    b.click_css("button[data-action='pause_queue'][data-queue='orders']")
     wait_for("the queue pause", lambda: one(c, "SELECT queue_ticker_paused FROM pgque.get_queue_info('orders')"))
     visit(b, web, "/events")
-    b.click(b.find("button[data-action='resume_queue'][data-queue='orders']")[0])
+    b.click_css("button[data-action='resume_queue'][data-queue='orders']")
     wait_for("the queue resume", lambda: not one(c, "SELECT queue_ticker_paused FROM pgque.get_queue_info('orders')"))
     visit(b, web, "/events")
-    b.click(b.find("button[data-action='replay_dead_letters'][data-queue='mail']")[0])
+    b.click_css("button[data-action='replay_dead_letters'][data-queue='mail']")
     wait_for("the replay", lambda: one(c, "SELECT count(*) FROM pgque.dlq_inspect('mail')") == 0)
     assert "3 dead letters of mail replayed" in b.js("return document.getElementById('msg').textContent")
     assert not errors_in(b.console())
@@ -657,24 +670,24 @@ def test_an_admin_login_in_the_browser_pauses_a_queue_and_logout_ends_it(ctx):
     old = session_cookie(b, web)
     if old:  # log out first, so this test logs in through the form itself
         visit(b, web, "/")
-        b.click(b.find("#logout button")[0])
+        b.click_css("#logout button")
         wait_for("the login page", lambda: b.find("#secret"))
     browser_login(b, web, ADMIN_TOKEN)
     ck = session_cookie(b, web)
     assert ck and ck["httpOnly"] and ck.get("sameSite") == "Strict" and ck["path"] == "/", ck
     visit(b, web, "/jobs")
     assert b.js("return document.getElementById('user').textContent") == "alice"
-    b.click(b.find("button[data-action='pause_job_queue'][data-queue='reports']")[0])
+    b.click_css("button[data-action='pause_job_queue'][data-queue='reports']")
     wait_for("the pause", lambda: one(c, "SELECT paused FROM pgque.job_queues WHERE queue_name = 'reports'"))
     visit(b, web, "/jobs")
-    b.click(b.find("button[data-action='resume_job_queue'][data-queue='reports']")[0])
+    b.click_css("button[data-action='resume_job_queue'][data-queue='reports']")
     wait_for("the resume", lambda: not one(c, "SELECT paused FROM pgque.job_queues WHERE queue_name = 'reports'"))
     # What the browser holds, used from outside it: works until logout.
     stolen = f"{ck['name']}={ck['value']}"
     visit(b, web, "/jobs")
     csrf = b.js("return document.querySelector('#logout input[name=csrf]').value")
     assert web.get("/jobs", {"Cookie": stolen})[0] == 200
-    b.click(b.find("#logout button")[0])
+    b.click_css("#logout button")
     wait_for("the login page after logout", lambda: b.find("#secret")
              and "logged out" in (b.js("return (document.getElementById('msg')||{}).textContent") or ""))
     shoot(b, "logged-out.png")
@@ -871,7 +884,7 @@ def test_the_jobs_list_shows_what_the_database_holds(ctx):
     seen = shown_jobs(b)
     pages = 1
     while b.find("#older"):
-        b.click(b.find("#older")[0])
+        b.click_css("#older")
         wait_for("the next page", lambda: b.js("return document.readyState") == "complete")
         page = shown_jobs(b)
         assert page == oracle(c, "queue = 'explore'", offset=len(seen)), f"page {pages + 1}"
@@ -955,7 +968,7 @@ def test_a_job_page_and_a_flow_page_show_what_the_database_holds(ctx):
     xs = dict((int(j), float(x)) for j, x in b.js(
         "return Array.from(document.querySelectorAll('#flow-graph g.node')).map(g => [g.dataset.job, g.querySelector('rect').getAttribute('x')])"))
     assert xs[fj["fetch"]] < xs[fj["left"]] == xs[fj["right"]] < xs[fj["notify"]], xs
-    b.click(b.find(f"#flow-graph a[href='/jobs/{fj['notify']}']")[0])
+    b.click_css(f"#flow-graph a[href='/jobs/{fj['notify']}']")
     wait_for("the node's job page", lambda: b.js("return location.pathname") == f"/jobs/{fj['notify']}")
     assert not errors_in(b.console())
     # An unknown job or flow is a 404 page, not an error.
@@ -972,12 +985,12 @@ def test_bulk_actions_change_exactly_the_jobs_confirmed(ctx):
     assert len(failed) == 5, failed
     # Retry everything matching queue=explore, state=failed.
     visit_static(b, web, "/jobs/list?queue=explore&state=failed")
-    b.click(b.find("button[data-action='bulk-retry-filter']")[0])
+    b.click_css("button[data-action='bulk-retry-filter']")
     wait_for("the confirmation", lambda: b.find("#confirm-count"))
     shoot(b, "bulk-confirm.png")
     assert int(b.js("return document.getElementById('confirm-count').dataset.count")) == len(failed)
     assert "retry" in b.js("return document.getElementById('confirm-count').textContent")
-    b.click(b.find("#confirm")[0])
+    b.click_css("#confirm")
     wait_for("the action", lambda: "msg=" in b.js("return location.search"))
     assert f"{len(failed)} of {len(failed)} jobs are ready again" in b.js(
         "return document.getElementById('msg').textContent")
@@ -994,10 +1007,10 @@ def test_bulk_actions_change_exactly_the_jobs_confirmed(ctx):
                                    ".slice(0, 2).map(e => e.value)")]
     for box in boxes[:2]:
         b.click(box)
-    b.click(b.find("button[data-action='bulk-cancel-selected']")[0])
+    b.click_css("button[data-action='bulk-cancel-selected']")
     wait_for("the confirmation", lambda: b.find("#confirm-count"))
     assert int(b.js("return document.getElementById('confirm-count').dataset.count")) == 2
-    b.click(b.find("#confirm")[0])
+    b.click_css("#confirm")
     wait_for("the action", lambda: "msg=" in b.js("return location.search"))
     after = states()
     assert sorted(i for i in after if after[i] != before.get(i)) == sorted(picked)
@@ -1031,7 +1044,7 @@ def test_the_schedules_page_fires_pauses_and_resumes(ctx):
     raw = lambda f: b.js(f"return document.querySelector(\"{row} td[data-field='{f}']\").dataset.raw")
     nxt = one(c, "SELECT to_jsonb(next_run_at) #>> '{}' FROM pgque.schedules WHERE name = 'hourly-digest'")
     assert raw("next_run_at") == nxt, (raw("next_run_at"), nxt)
-    b.click(b.find(f"{row} button[data-action='run_schedule']")[0])
+    b.click_css(f"{row} button[data-action='run_schedule']")
     wait_for("the run", lambda: "msg=" in b.js("return location.search"))
     job, last = q(c, "SELECT last_job_id, to_jsonb(last_run_at) #>> '{}' FROM pgque.schedules "
                      "WHERE name = 'hourly-digest'")[0]
@@ -1043,10 +1056,10 @@ def test_the_schedules_page_fires_pauses_and_resumes(ctx):
     assert state == one(c, "SELECT state FROM pgque.get_job(%s)", (job,)), state
     assert b.find(f"{row} td[data-field='last_job_id'] span.st"), "no state badge"
     shoot(b, "schedules.png")
-    b.click(b.find(f"{row} button[data-action='pause_schedule']")[0])
+    b.click_css(f"{row} button[data-action='pause_schedule']")
     wait_for("the pause", lambda: one(c, "SELECT paused FROM pgque.schedules WHERE name = 'hourly-digest'"))
     visit(b, web, "/schedules")
-    b.click(b.find(f"{row} button[data-action='resume_schedule']")[0])
+    b.click_css(f"{row} button[data-action='resume_schedule']")
     wait_for("the resume", lambda: not one(c, "SELECT paused FROM pgque.schedules WHERE name = 'hourly-digest'"))
     assert not errors_in(b.console())
 
@@ -1246,7 +1259,7 @@ def test_the_event_queue_page_shows_what_the_database_holds(ctx):
     ensure_login(b, web, ADMIN_TOKEN)
     # The events page links each queue to its own page.
     visit(b, web, "/events")
-    b.click(b.find("#event-queues tr[data-queue='letters'] a")[0])
+    b.click_css("#event-queues tr[data-queue='letters'] a")
     wait_for("the queue's page", lambda: b.find("#waiting-events"))
     assert b.js("return location.pathname") == "/events/q/letters"
     errs = errors_in(b.console())
@@ -1302,15 +1315,15 @@ def test_replaying_and_purging_selected_dead_letters_changes_exactly_those(ctx):
     evs = {r[0]: r[1] for r in q(c, "SELECT dl_id, ev_id FROM pgque.dlq_inspect('letters', 50)")}
     visit_static(b, web, "/events/q/letters")
     for i in pick:
-        b.click(b.find(f"#dead-letters input[name='ids'][value='{i}']")[0])
-    b.click(b.find("#dead-replay")[0])
+        b.click_css(f"#dead-letters input[name='ids'][value='{i}']")
+    b.click_css("#dead-replay")
     wait_for("the confirmation", lambda: b.find("#confirm-count"))
     assert b.js("return document.getElementById('confirm-count').dataset.count") == "2"
     assert not errors_in(b.console())
     shoot(b, "dead-letters-confirm.png")
     # Nothing changed yet.
     assert [r[0] for r in q(c, "SELECT dl_id FROM pgque.dlq_inspect('letters', 50)")] == before
-    b.click(b.find("#confirm")[0])
+    b.click_css("#confirm")
     wait_for("the replay", lambda: "msg=" in b.js("return location.search"))
     assert "2 dead letters of letters replayed" in b.js("return document.getElementById('msg').textContent")
     after = [r[0] for r in q(c, "SELECT dl_id FROM pgque.dlq_inspect('letters', 50)")]
@@ -1328,11 +1341,11 @@ def test_replaying_and_purging_selected_dead_letters_changes_exactly_those(ctx):
     # Purge one: exactly it goes.
     visit_static(b, web, "/events/q/letters")
     gone = after[0]
-    b.click(b.find(f"#dead-letters input[name='ids'][value='{gone}']")[0])
-    b.click(b.find("#dead-purge")[0])
+    b.click_css(f"#dead-letters input[name='ids'][value='{gone}']")
+    b.click_css("#dead-purge")
     wait_for("the confirmation", lambda: b.find("#confirm-count"))
     assert b.js("return document.getElementById('confirm-count').dataset.count") == "1"
-    b.click(b.find("#confirm")[0])
+    b.click_css("#confirm")
     wait_for("the purge", lambda: "msg=" in b.js("return location.search"))
     assert "1 dead letter of letters purged" in b.js("return document.getElementById('msg').textContent")
     assert [r[0] for r in q(c, "SELECT dl_id FROM pgque.dlq_inspect('letters', 50)")] == after[1:]
@@ -1387,7 +1400,7 @@ def test_a_blocked_partition_key_is_shown_and_an_admin_releases_it(ctx):
     assert st == 200 and 'data-key="k1"' in body and "release_key" not in body
     assert web.post("/action/release_key", {"queue": "ordered", "consumer": "pc", "key": "k1"})[0] == 403
     assert one(c, "SELECT count(*) FROM pgque.partition_blocked_keys WHERE queue_name = 'ordered'") == 1
-    b.click(b.find("#blocked-keys tr[data-key='k1'] button.release-key")[0])
+    b.click_css("#blocked-keys tr[data-key='k1'] button.release-key")
     wait_for("the release", lambda: "msg=" in b.js("return location.search"))
     assert "released key k1 of pc" in b.js("return document.getElementById('msg').textContent")
     # Released (no open batch: at once): the failed event and the two held
@@ -1456,7 +1469,7 @@ def test_a_fresh_dashboard_charts_the_history_the_database_keeps(ctx):
     # In the browser: the picker, a refresh in place that keeps the range.
     ensure_login(b, ctx["admin"], ADMIN_TOKEN)
     visit(b, ctx["admin"], "/jobs")
-    b.click(b.find("#range a[data-range='6h']")[0])
+    b.click_css("#range a[data-range='6h']")
     wait_for("the 6 h range", lambda: "range=6h" in b.js("return location.search"))
     visit(b, ctx["admin"], "/jobs?range=6h")
     n = b.js("return +document.querySelector(\"#job-depth polyline[data-series='emails']\").dataset.n")
