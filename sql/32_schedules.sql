@@ -5,7 +5,7 @@
 -- nothing is due is one index probe, whatever the number of schedules.
 --
 -- Storage: each fired slot updates its row (next_run_at, last_run_at,
--- last_job_id). next_run_at is indexed, so these updates cannot be HOT; what
+-- last_job_id, recent_job_ids). next_run_at is indexed, so these updates cannot be HOT; what
 -- keeps the table small instead: fillfactor 50 leaves room on each page for
 -- the new version (the row stays on its page and page pruning reclaims the
 -- old one without waiting for vacuum), the indexes that do not change
@@ -34,7 +34,12 @@ CREATE TABLE pgque.schedules_def (
     next_run_at  timestamptz NOT NULL,
     last_run_at  timestamptz,
     last_job_id  bigint,
-    created_at   timestamptz NOT NULL DEFAULT now()
+    created_at   timestamptz NOT NULL DEFAULT now(),
+    -- the jobs of its last firings, newest first, at most 10 (a catch-up
+    -- run that fires several slots counts once, with its last job): kept
+    -- in the row every firing updates anyway, so the schedules page reads
+    -- them with the row, whatever the number of jobs or firings before
+    recent_job_ids bigint[] NOT NULL DEFAULT '{}'
 ) WITH (fillfactor = 50,
         autovacuum_vacuum_threshold = 500,
         autovacuum_vacuum_scale_factor = 0.05,
@@ -46,7 +51,8 @@ CREATE INDEX schedules_due ON pgque.schedules_def (next_run_at) WHERE NOT paused
 
 CREATE VIEW pgque.schedules AS
 SELECT s.name, s.cron, s.timezone, s.queue_name, s.kind, s.args, s.misfire, s.paused,
-       s.next_run_at, s.last_run_at, s.last_job_id, s.priority, s.max_attempts, s.schedule_id
+       s.next_run_at, s.last_run_at, s.last_job_id, s.priority, s.max_attempts, s.schedule_id,
+       s.recent_job_ids
 FROM pgque.schedules_def s;
 
 SELECT pg_catalog.pg_extension_config_dump('pgque.schedules_def', '');

@@ -424,7 +424,8 @@ $flow_graph$;
 
 -- Fires a schedule now, once, besides its cron slots: one job as its slots
 -- are (the schedule's queue, kind, priority, max_attempts and args, with
--- "scheduled_for" the current time), recorded as its last run. Its next
+-- "scheduled_for" the current time), recorded as its last run (and in
+-- front of its recent firings). Its next
 -- slot does not change. Returns the job's id. 42704 for an unknown
 -- schedule (or a dropped queue), 55000 for a paused one.
 CREATE FUNCTION pgque.run_schedule_now(name text) RETURNS bigint
@@ -450,7 +451,8 @@ BEGIN
                                pg_catalog.to_char(pg_catalog.now() AT TIME ZONE 'UTC',
                                                   'YYYY-MM-DD"T"HH24:MI:SS"Z"')),
                            v_s.priority::int, NULL, NULL, NULL, NULL, NULL, v_s.max_attempts);
-    UPDATE pgque.schedules_def s SET last_run_at = pg_catalog.now(), last_job_id = v_job
+    UPDATE pgque.schedules_def s SET last_run_at = pg_catalog.now(), last_job_id = v_job,
+           recent_job_ids = (v_job OPERATOR(pg_catalog.||) s.recent_job_ids)[1:10]
     WHERE s.schedule_id = v_s.schedule_id;
     RETURN v_job;
 END

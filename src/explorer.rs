@@ -20,7 +20,7 @@ extension_sql_file!(
 );
 
 // The minute-by-minute history of each queue that pgque-web's charts read,
-// written and trimmed by the worker's `history` duty.
+// written and rotated (three pieces, TRUNCATE) by the worker's `history` duty.
 extension_sql_file!(
     "../sql/36_history.sql",
     name = "history",

@@ -38,6 +38,11 @@ pub static ANALYZE_INTERVAL_S: GucSetting<i32> = GucSetting::<i32>::new(300);
 pub static JOB_LOG: GucSetting<bool> = GucSetting::<bool>::new(true);
 pub static JOB_LOG_ROTATION_S: GucSetting<i32> = GucSetting::<i32>::new(3_600);
 
+// ---- dashboard history ----------------------------------------------------
+// Read by the history duty's SQL (current_setting), which passes it to
+// pgque.maint_history: no Rust accessor.
+pub static HISTORY_RETENTION_S: GucSetting<i32> = GucSetting::<i32>::new(86_400);
+
 fn int(
     name: &'static std::ffi::CStr,
     short: &'static std::ffi::CStr,
@@ -217,6 +222,14 @@ pub fn init() {
         &JOB_EVENT_RETENTION_S,
         0,
         i32::MAX,
+        GucFlags::UNIT_S,
+    );
+    int(
+        c"pgque.history_retention",
+        c"How long the history duty keeps the dashboard's minute rollup (1 minute .. 31 days).",
+        &HISTORY_RETENTION_S,
+        60,
+        31 * 86_400,
         GucFlags::UNIT_S,
     );
     int(

@@ -1214,10 +1214,12 @@ fn matrix() -> Vec<Row> {
             .with("max_letters 0", "SELECT * FROM pgque.browse_dead_letters('q', NULL, 0)", St("22003"))
             .with("max_letters 1001", "SELECT * FROM pgque.browse_dead_letters('q', NULL, 1001)", St("22003")),
         // the history rollup (sql/36_history.sql)
-        row("pgque.maint_history(interval)", "", &[])
+        row("pgque.maint_history(interval,timestamp with time zone)", "", &[])
             .with("NULL keep", "SELECT pgque.maint_history(NULL)", St("22023"))
             .with("keep 0", "SELECT pgque.maint_history('0 s')", St("22023"))
-            .with("keep a year", "SELECT pgque.maint_history('1 year')", St("22023")),
+            .with("keep a year", "SELECT pgque.maint_history('1 year')", St("22023"))
+            .with("NULL at", "SELECT pgque.maint_history('1 hour', NULL)", St("22023"))
+            .with("at tomorrow", "SELECT pgque.maint_history('1 hour', now() + interval '1 day')", St("22023")),
         row("pgque.read_history(interval)", "", &[])
             .with("NULL since", "SELECT * FROM pgque.read_history(NULL)", St("22023"))
             .with("since -1 h", "SELECT * FROM pgque.read_history('-1 hour')", St("22023"))

@@ -147,7 +147,7 @@ fn dump_and_restore_keeps_queues_consumers_and_jobs() {
             // A worker may have ticked between restore and stop_worker.
             "pgque.tick_p0" | "pgque.tick_p1" | "pgque.tick_id_seq" => m >= *n,
             // ... and written its history minute (one row per queue).
-            "pgque.metric_history" => m >= *n,
+            r if r.starts_with("pgque.metric_history_") => m >= *n,
             // ... and promoted delayed-1 into uq's current event table.
             r if r.starts_with("pgque.event_1_") => m == *n || m == *n + promoted_in_dst,
             "pgque.job_events" | "pgque.job_events_id_seq" | "pgque.jobs_id_seq" => {

@@ -206,3 +206,84 @@ fn bad_schedules_are_refused_and_change_nothing() {
     };
     assert_eq!((n, cron.as_str()), (1, "@hourly"));
 }
+
+/// Each firing, by the duty (run_schedules) or run now, puts its job in
+/// front of the schedule's recent ones, ten kept: what the schedules page
+/// shows, read with the schedule's row, so its cost does not depend on how
+/// many jobs or firings there were (checked: after 25 firings the row holds
+/// ten ids, and reading it touches the schedules table only).
+#[test]
+fn a_schedule_keeps_the_jobs_of_its_last_ten_firings() {
+    let db = TestDb::new("sched_recent");
+    let mut c = db.connect();
+    stop_worker(&mut c);
+    c.batch_execute(
+        "SELECT pgque.create_job_queue('rq'); \
+         SELECT pgque.create_schedule('r', '* * * * * *', 'rq', 'tick')",
+    )
+    .unwrap();
+    let mut fired: Vec<i64> = vec![];
+    for i in 0..25 {
+        if i % 2 == 0 {
+            // due now: the duty fires its one slot (misfire skip)
+            c.batch_execute(
+                "UPDATE pgque.schedules_def SET next_run_at = date_trunc('second', now()) - interval '1 second' \
+                  WHERE name = 'r'",
+            )
+            .unwrap();
+            let n: i32 = c
+                .query_one("SELECT pgque.run_schedules()", &[])
+                .unwrap()
+                .get(0);
+            assert_eq!(n, 1, "firing {i}");
+        } else {
+            c.query_one("SELECT pgque.run_schedule_now('r')", &[])
+                .unwrap();
+        }
+        let last: i64 = c
+            .query_one(
+                "SELECT last_job_id FROM pgque.schedules WHERE name = 'r'",
+                &[],
+            )
+            .unwrap()
+            .get(0);
+        fired.push(last);
+    }
+    let want: Vec<i64> = fired.iter().rev().take(10).copied().collect();
+    let recent: Vec<i64> = c
+        .query_one(
+            "SELECT recent_job_ids FROM pgque.schedules WHERE name = 'r'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(recent, want);
+    // each is a job of the schedule, as fired
+    let kinds: i64 = c
+        .query_one(
+            "SELECT count(*) FROM unnest($1::bigint[]) u(id) \
+              WHERE (SELECT kind FROM pgque.get_job(u.id)) = 'tick'",
+            &[&recent],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(kinds, 10);
+    // The page's read: the schedules view by name, one row per schedule;
+    // no job table is scanned for the recent ids (they are in the row).
+    let plan: String = c
+        .query(
+            "EXPLAIN (COSTS OFF) SELECT s.name, s.recent_job_ids FROM pgque.schedules s \
+              ORDER BY s.name LIMIT 1000",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get::<_, String>(0))
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(plan.contains("schedules_def"), "{plan}");
+    assert!(
+        !plan.contains("jobs") && !plan.contains("job_log"),
+        "{plan}"
+    );
+}

@@ -382,14 +382,17 @@ CROSS JOIN LATERAL pgque.enqueue_ready_rows(
     'skip') r
 WHERE s.schedule_id = $1";
 
-/// The fired schedules' new positions, in one statement. A next of NULL
+/// The fired schedules' new positions, in one statement, each with the job
+/// it fired in front of its recent ones (at most 10 kept). A next of NULL
 /// (the expression names no further time) pauses the schedule.
 const ADVANCE_SQL: &str = "
 UPDATE pgque.schedules_def s
 SET next_run_at = coalesce(pg_catalog.to_timestamp(u.next), s.next_run_at),
     paused = s.paused OR u.next IS NULL,
     last_run_at = coalesce(pg_catalog.to_timestamp(u.last), s.last_run_at),
-    last_job_id = coalesce(u.job, s.last_job_id)
+    last_job_id = coalesce(u.job, s.last_job_id),
+    recent_job_ids = CASE WHEN u.job IS NULL THEN s.recent_job_ids
+                          ELSE (u.job || s.recent_job_ids)[1:10] END
 FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::bigint[]) AS u(id, next, last, job)
 WHERE s.schedule_id = u.id";
 

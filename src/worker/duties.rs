@@ -78,7 +78,10 @@ pub const DUTIES: &[Duty] = &[
     },
     Duty {
         name: "history",
-        sql: "SELECT pgque.maint_history()",
+        // the retention from pgque.history_retention (SHOW's form, e.g. "1d",
+        // is valid interval input); the function keeps its explicit argument
+        // so that a manual run or a test can give another
+        sql: "SELECT pgque.maint_history(pg_catalog.current_setting('pgque.history_retention')::interval)",
         period: history_period,
         on_wake: false,
     },

@@ -76,6 +76,8 @@ pub struct Identity {
     pub pgque_version: Option<String>,
     /// Member of pgque_admin (superusers are members of every role).
     pub is_admin: bool,
+    /// The server is a hot standby (pg_is_in_recovery()) at startup.
+    pub standby: bool,
 }
 
 pub async fn identity(pool: &Pool) -> Result<Identity, DbError> {
@@ -85,7 +87,8 @@ pub async fn identity(pool: &Pool) -> Result<Identity, DbError> {
             "SELECT current_user::text, current_database()::text,
                     (SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'pgque'),
                     COALESCE((SELECT pg_catalog.pg_has_role(current_user, oid, 'MEMBER')
-                                FROM pg_catalog.pg_roles WHERE rolname = 'pgque_admin'), false)",
+                                FROM pg_catalog.pg_roles WHERE rolname = 'pgque_admin'), false),
+                    pg_catalog.pg_is_in_recovery()",
             &[],
         )
         .await?;
@@ -94,7 +97,17 @@ pub async fn identity(pool: &Pool) -> Result<Identity, DbError> {
         database: r.get(1),
         pgque_version: r.get(2),
         is_admin: r.get(3),
+        standby: r.get(4),
     })
+}
+
+/// Whether the server is a hot standby now (in recovery: every write
+/// fails there), so that admin actions are refused before they are tried.
+pub async fn in_recovery(pool: &Pool) -> Result<bool, DbError> {
+    let c = pool.get().await?;
+    Ok(c.query_one("SELECT pg_catalog.pg_is_in_recovery()", &[])
+        .await?
+        .get(0))
 }
 
 pub async fn metrics(pool: &Pool) -> Result<Vec<Metric>, DbError> {

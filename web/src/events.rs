@@ -585,6 +585,7 @@ mod tests {
             refresh_ms: 2000,
             message: None,
             user: None,
+            standby: false,
         };
         let mut r = Row::new();
         r.insert("dl_id".into(), Value::from(5));

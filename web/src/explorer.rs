@@ -1048,7 +1048,10 @@ pub fn flow_page(id: i64, d: &FlowData) -> String {
 }
 
 /// The schedules view's rows, by name (at most 1000), each with the state
-/// of the job it last fired (`last_job_state`; NULL when none or pruned).
+/// of the job it last fired (`last_job_state`; NULL when none or pruned)
+/// and `recent`, the jobs of its last firings (at most 10, newest first, as
+/// the row keeps them) with their states: a lookup by id each, whatever the
+/// number of jobs or firings.
 pub async fn schedules(pool: &Pool) -> Result<Option<Vec<Row>>, DbError> {
     let c = pool.get().await?;
     let exists: bool = c
@@ -1062,8 +1065,12 @@ pub async fn schedules(pool: &Pool) -> Result<Option<Vec<Row>>, DbError> {
     Ok(Some(
         json_rows(
             pool,
-            "SELECT to_jsonb(s) || jsonb_build_object('last_job_state',
-                                                      pgque.job_detail(s.last_job_id) ->> 'state')
+            "SELECT to_jsonb(s) || jsonb_build_object(
+                        'last_job_state', pgque.job_detail(s.last_job_id) ->> 'state',
+                        'recent', (SELECT coalesce(jsonb_agg(jsonb_build_object(
+                                              'id', u.id, 'state', pgque.job_detail(u.id) ->> 'state')
+                                              ORDER BY u.o), '[]')
+                                     FROM unnest(s.recent_job_ids) WITH ORDINALITY AS u(id, o)))
                FROM pgque.schedules s ORDER BY s.name LIMIT 1000",
             &[],
         )
@@ -1081,7 +1088,7 @@ pub fn schedules_page(ctx: &Ctx, s: &Result<Option<Vec<Row>>, String>) -> String
         Ok(Some(r)) => r,
         Err(e) => return format!("<p class=\"bad\">{}</p>", esc(e)),
     };
-    let mut o = String::from("<div id=\"schedules\"><table id=\"schedule-list\"><thead><tr><th>name</th><th>cron</th><th>timezone</th><th>queue</th><th>kind</th><th>args</th><th>misfire</th><th>state</th><th>next firing</th><th>last firing</th><th>last job</th>");
+    let mut o = String::from("<div id=\"schedules\"><table id=\"schedule-list\"><thead><tr><th>name</th><th>cron</th><th>timezone</th><th>queue</th><th>kind</th><th>args</th><th>misfire</th><th>state</th><th>next firing</th><th>last firing</th><th>last job</th><th>recent firings</th>");
     if ctx.admin {
         o.push_str("<th>actions</th>");
     }
@@ -1116,6 +1123,7 @@ pub fn schedules_page(ctx: &Ctx, s: &Result<Option<Vec<Row>>, String>) -> String
             urlenc(&text(r, "kind")),
             n = esc(&name),
         );
+        o.push_str(&recent_firings(r));
         if ctx.admin {
             o.push_str("<td>");
             let f = [("schedule", name.as_str())];
@@ -1130,6 +1138,34 @@ pub fn schedules_page(ctx: &Ctx, s: &Result<Option<Vec<Row>>, String>) -> String
         o.push_str("</tr>");
     }
     o.push_str("</tbody></table></div>");
+    o
+}
+
+/// A schedule's recent firings cell: each job (newest first) linked to its
+/// page with its state now (none: pruned by retention).
+fn recent_firings(r: &Row) -> String {
+    let mut o = String::from("<td class=\"recent\">");
+    let list = r.get("recent").and_then(Value::as_array);
+    for j in list.into_iter().flatten() {
+        let id = j.get("id").map(|v| v.to_string()).unwrap_or_default();
+        let state = j.get("state").and_then(Value::as_str).unwrap_or("");
+        let _ = write!(
+            o,
+            "<span class=\"firing\" data-job=\"{}\" data-state=\"{}\">{}{}</span> ",
+            esc(&id),
+            esc(state),
+            job_link(&id),
+            if state.is_empty() {
+                " <span class=\"muted\">pruned</span>".to_string()
+            } else {
+                format!(" {}", badge(state))
+            }
+        );
+    }
+    if list.is_none_or(|l| l.is_empty()) {
+        o.push_str("<span class=\"muted\">–</span>");
+    }
+    o.push_str("</td>");
     o
 }
 

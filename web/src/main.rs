@@ -45,6 +45,7 @@ use serde::Deserialize;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -159,6 +160,10 @@ struct App {
     allowed: guard::Allowed,
     /// The port a Host header without one stands for.
     default_port: u16,
+    /// The server was a hot standby at the last sample (or at startup):
+    /// pages show no admin actions and say so; the actions themselves ask
+    /// the server again (standby_refusal).
+    standby: AtomicBool,
     auth: Option<Auth>,
 }
 
@@ -318,6 +323,10 @@ name or address browsers use to reach it",
         cookie: auth::cookie_name(args.listen.port()),
         secure: args.cookie_secure,
     });
+    let standby = identity.standby;
+    if standby {
+        log("the database server is a hot standby: the pages are read-only and admin actions are refused until it is promoted");
+    }
     let app = Arc::new(App {
         pool,
         identity,
@@ -330,6 +339,7 @@ name or address browsers use to reach it",
         )),
         allowed,
         default_port: if args.cookie_secure { 443 } else { 80 },
+        standby: AtomicBool::new(standby),
         auth,
     });
     tokio::spawn(sampler(app.clone(), Duration::from_millis(args.sample_ms)));
@@ -397,6 +407,9 @@ async fn sampler(app: Shared, every: Duration) {
         tick.tick().await;
         match db::metrics(&app.pool).await {
             Ok(ms) => {
+                if let Ok(r) = db::in_recovery(&app.pool).await {
+                    app.standby.store(r, Ordering::Relaxed);
+                }
                 let mut h = app.history.lock().unwrap();
                 h.push(history::now(), &ms);
                 if h.dropped() > 0 && dropped == 0 {
@@ -606,10 +619,12 @@ async fn content(app: &App, p: Page, ctx: &Ctx<'_>, range: Option<&str>) -> Resu
 }
 
 fn ctx<'a>(app: &'a App, v: &'a Viewer, message: Option<&'a str>) -> Ctx<'a> {
+    let standby = app.standby.load(Ordering::Relaxed);
     Ctx {
         role: &app.identity.role,
         database: &app.identity.database,
-        admin: v.admin,
+        admin: v.admin && !standby,
+        standby,
         csrf: &v.csrf,
         refresh_ms: app.refresh_ms,
         message,
@@ -950,6 +965,9 @@ async fn action(
         Some(_) => return refuse(StatusCode::FORBIDDEN, &what, "wrong CSRF token"),
         None => return refuse(StatusCode::FORBIDDEN, &what, "no CSRF token"),
     }
+    if let Some(r) = standby_refusal(&app, &what).await {
+        return r;
+    }
     let back = form
         .get("back")
         .map(String::as_str)
@@ -995,6 +1013,23 @@ async fn action(
         Err(e) => format!("{name} failed: {}", e.0),
     };
     back_with(&back, &msg)
+}
+
+/// The refusal of an admin request on a hot standby (every write fails
+/// there), asked of the server at the time of the request; None on a
+/// primary. 409 with the reason, logged; a failed check lets the request go
+/// on (its own error then says what is wrong).
+async fn standby_refusal(app: &App, what: &str) -> Option<Response> {
+    let standby = db::in_recovery(&app.pool).await.ok()?;
+    app.standby.store(standby, Ordering::Relaxed);
+    standby.then(|| {
+        refuse(
+            StatusCode::CONFLICT,
+            what,
+            "the database server is a hot standby (in recovery, read-only): \
+admin actions run on the primary",
+        )
+    })
 }
 
 /// The redirect back to a page (a local path) with a message for it.
@@ -1240,6 +1275,9 @@ async fn dead_confirm(
         Some(_) => return refuse(StatusCode::FORBIDDEN, what, "wrong CSRF token"),
         None => return refuse(StatusCode::FORBIDDEN, what, "no CSRF token"),
     }
+    if let Some(r) = standby_refusal(&app, what).await {
+        return r;
+    }
     let Some(op) = explorer::field(&form, "op").and_then(events::DeadOp::parse) else {
         return html(
             StatusCode::BAD_REQUEST,
@@ -1296,6 +1334,9 @@ async fn bulk_confirm(
         Some(t) if same(t, &v.csrf) => {}
         Some(_) => return refuse(StatusCode::FORBIDDEN, what, "wrong CSRF token"),
         None => return refuse(StatusCode::FORBIDDEN, what, "no CSRF token"),
+    }
+    if let Some(r) = standby_refusal(&app, what).await {
+        return r;
     }
     let op = explorer::field(&form, "op").unwrap_or("");
     let Some((act, mode)) = op.split_once('-') else {

@@ -94,6 +94,9 @@ pub struct Ctx<'a> {
     /// The logged-in user's name and role (`admin` / `read`); None when
     /// the dashboard has no login.
     pub user: Option<(&'a str, &'a str)>,
+    /// The database server is a hot standby (in recovery): the pages are
+    /// read-only whatever the role, and say so.
+    pub standby: bool,
 }
 
 pub fn esc(s: &str) -> String {
@@ -226,7 +229,9 @@ pub fn page_titled(p: Page, title: &str, ctx: &Ctx, content: &str, fixed: &str) 
         admin = ctx.admin,
         db = esc(ctx.database),
         role = esc(ctx.role),
-        mode = if ctx.admin {
+        mode = if ctx.standby {
+            "<b id=\"standby\">read-only: the server is a hot standby</b>"
+        } else if ctx.admin {
             "admin actions on"
         } else {
             "read-only"
@@ -465,10 +470,24 @@ pub fn overview(f: &Figures) -> String {
         .map(|m| m.value)
         .fold(0.0_f64, f64::max);
     let mut o = String::from("<div class=\"cards\">");
+    // On a hot standby no worker runs until promotion: not a fault.
+    let standby = f.get("pgque_in_recovery", &[]) == Some(1.0);
     o.push_str(&card(
-        if up { "up" } else { "down" },
+        if up {
+            "up"
+        } else if standby {
+            "standby"
+        } else {
+            "down"
+        },
         "background worker",
-        if up { "ok" } else { "bad" },
+        if up {
+            "ok"
+        } else if standby {
+            "muted"
+        } else {
+            "bad"
+        },
         "card-worker",
     ));
     o.push_str(&card(
@@ -870,6 +889,35 @@ mod tests {
     }
 
     #[test]
+    fn a_standby_page_says_so() {
+        let ctx = Ctx {
+            role: "r",
+            database: "d",
+            admin: false,
+            csrf: "tok",
+            refresh_ms: 2000,
+            message: None,
+            user: None,
+            standby: true,
+        };
+        let p = page(Page::Overview, &ctx, "", "");
+        assert!(
+            p.contains("id=\"standby\"") && p.contains("hot standby"),
+            "{p}"
+        );
+        assert!(!page(
+            Page::Overview,
+            &Ctx {
+                standby: false,
+                ..ctx
+            },
+            "",
+            ""
+        )
+        .contains("standby"));
+    }
+
+    #[test]
     fn read_only_pages_have_no_forms() {
         let ctx = Ctx {
             role: "r",
@@ -879,6 +927,7 @@ mod tests {
             refresh_ms: 2000,
             message: None,
             user: None,
+            standby: false,
         };
         assert_eq!(
             button(&ctx, Page::Jobs, "retry_job", &[("job_id", "1")], "Retry"),
@@ -923,6 +972,7 @@ mod tests {
             refresh_ms: 2000,
             message: None,
             user: Some(("alice", "read")),
+            standby: false,
         };
         let p = page(Page::Overview, &ctx, "", "");
         assert!(p.contains("signed in as <b id=\"user\">alice</b> (read)"));

@@ -6,7 +6,8 @@
 # Chromium (WebDriver), admin actions through the browser, the job explorer's
 # pages (jobs list, job, flow, schedules) against the database's own figures
 # and its bulk actions, a read-only role
-# and a read login, forged POSTs, foreign Host and Origin headers, requests
+# and a read login, every page against a hot standby of the server (made by
+# pg_basebackup) with its admin actions refused, forged POSTs, foreign Host and Origin headers, requests
 # without a session, logout, and startups refused for want of credentials.
 # It rewrites the screenshots in docs/screenshots/. Exit status: the tests'.
 #
@@ -40,7 +41,7 @@ PORT=$((54100 + VER))
 pgq_cluster_start "$DATA" "$PORT" ""
 echo "[webtest] PostgreSQL $VER on port $PORT (data $DATA)"
 
-export WEBTEST_PGHOST=$DATA WEBTEST_PGPORT=$PORT WEBTEST_BIN=$WEB_BIN WEBTEST_ROOT=$ROOT
+export WEBTEST_PGHOST=$DATA WEBTEST_PGPORT=$PORT WEBTEST_BIN=$WEB_BIN WEBTEST_ROOT=$ROOT WEBTEST_PGBINDIR=$BINDIR
 set +e
 /usr/bin/python3 "$ROOT/web/tests/test_web.py" "$@"
 rc=$?

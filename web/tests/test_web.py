@@ -27,6 +27,7 @@ import psycopg2
 from prometheus_client.parser import text_string_to_metric_families
 
 HOST = os.environ["WEBTEST_PGHOST"]
+BINDIR = os.environ.get("WEBTEST_PGBINDIR", "")
 PORT = os.environ["WEBTEST_PGPORT"]
 BIN = os.environ["WEBTEST_BIN"]
 ROOT = os.environ["WEBTEST_ROOT"]
@@ -146,10 +147,10 @@ class Web:
     """A pgque-web process, and an HTTP client of it with a cookie of its own
     (None until login())."""
 
-    def __init__(self, role, *extra, env=None, wait=True, listen="127.0.0.1"):
+    def __init__(self, role, *extra, env=None, wait=True, listen="127.0.0.1", pghost=None, pgport=None):
         self.port = free_port()
         url = (f"postgres://{role}:{urllib.parse.quote(SECRET)}@/{DB}"
-               f"?host={urllib.parse.quote(HOST)}&port={PORT}")
+               f"?host={urllib.parse.quote(pghost or HOST)}&port={pgport or PORT}")
         self.log = tempfile.NamedTemporaryFile("w+", prefix=f"pgque_web_{role}_", suffix=".log")
         penv = {k: v for k, v in os.environ.items() if not k.startswith("PGQUE_WEB_")}
         penv.update(env or {})
@@ -300,6 +301,19 @@ class Browser:
     def click(self, element):
         self.cmd("POST", f"/element/{element}/click", {})
 
+    def click_css(self, css):
+        """Clicks the first element matching css, found again when the page's
+        refresh in place replaced it between the find and the click (a stale
+        element: more likely the busier the machine)."""
+        for attempt in range(5):
+            found = self.find(css)
+            assert found, f"nothing matches {css}"
+            try:
+                return self.click(found[0])
+            except AssertionError as e:
+                if "stale element reference" not in str(e) or attempt == 4:
+                    raise
+
     def type(self, element, text):
         self.cmd("POST", f"/element/{element}/value", {"text": text})
 
@@ -446,7 +460,7 @@ def browser_login(b, web, secret, shot=None):
     if shot:
         shoot(b, shot)
     b.type(b.find("#secret")[0], secret)
-    b.click(b.find("#login button")[0])
+    b.click_css("#login button")
     wait_for("a page after the login", lambda: b.js("return document.readyState") == "complete"
              and b.find("#content"))
     errs = errors_in(b.console())
@@ -520,24 +534,24 @@ def test_admin_actions_through_the_browser_change_the_database(ctx):
     assert f"job {failed} is ready again" in b.js("return document.getElementById('msg').textContent")
     # Cancel it through the form.
     b.type(b.find("#cancel-id")[0], str(failed))
-    b.click(b.find("#cancel-form button")[0])
+    b.click_css("#cancel-form button")
     wait_for("the cancel", lambda: "cancelled" in (b.js("return (document.getElementById('msg')||{}).textContent") or ""))
     assert one(c, "SELECT state FROM pgque.get_job(%s)", (failed,)) == "cancelled"
     # Pause and resume a job queue.
-    b.click(b.find("button[data-action='pause_job_queue'][data-queue='reports']")[0])
+    b.click_css("button[data-action='pause_job_queue'][data-queue='reports']")
     wait_for("the pause", lambda: one(c, "SELECT paused FROM pgque.job_queues WHERE queue_name = 'reports'"))
     visit(b, web, "/jobs")
-    b.click(b.find("button[data-action='resume_job_queue'][data-queue='reports']")[0])
+    b.click_css("button[data-action='resume_job_queue'][data-queue='reports']")
     wait_for("the resume", lambda: not one(c, "SELECT paused FROM pgque.job_queues WHERE queue_name = 'reports'"))
     # Pause an event queue, replay its dead letters.
     visit(b, web, "/events")
-    b.click(b.find("button[data-action='pause_queue'][data-queue='orders']")[0])
+    b.click_css("button[data-action='pause_queue'][data-queue='orders']")
     wait_for("the queue pause", lambda: one(c, "SELECT queue_ticker_paused FROM pgque.get_queue_info('orders')"))
     visit(b, web, "/events")
-    b.click(b.find("button[data-action='resume_queue'][data-queue='orders']")[0])
+    b.click_css("button[data-action='resume_queue'][data-queue='orders']")
     wait_for("the queue resume", lambda: not one(c, "SELECT queue_ticker_paused FROM pgque.get_queue_info('orders')"))
     visit(b, web, "/events")
-    b.click(b.find("button[data-action='replay_dead_letters'][data-queue='mail']")[0])
+    b.click_css("button[data-action='replay_dead_letters'][data-queue='mail']")
     wait_for("the replay", lambda: one(c, "SELECT count(*) FROM pgque.dlq_inspect('mail')") == 0)
     assert "3 dead letters of mail replayed" in b.js("return document.getElementById('msg').textContent")
     assert not errors_in(b.console())
@@ -656,24 +670,24 @@ def test_an_admin_login_in_the_browser_pauses_a_queue_and_logout_ends_it(ctx):
     old = session_cookie(b, web)
     if old:  # log out first, so this test logs in through the form itself
         visit(b, web, "/")
-        b.click(b.find("#logout button")[0])
+        b.click_css("#logout button")
         wait_for("the login page", lambda: b.find("#secret"))
     browser_login(b, web, ADMIN_TOKEN)
     ck = session_cookie(b, web)
     assert ck and ck["httpOnly"] and ck.get("sameSite") == "Strict" and ck["path"] == "/", ck
     visit(b, web, "/jobs")
     assert b.js("return document.getElementById('user').textContent") == "alice"
-    b.click(b.find("button[data-action='pause_job_queue'][data-queue='reports']")[0])
+    b.click_css("button[data-action='pause_job_queue'][data-queue='reports']")
     wait_for("the pause", lambda: one(c, "SELECT paused FROM pgque.job_queues WHERE queue_name = 'reports'"))
     visit(b, web, "/jobs")
-    b.click(b.find("button[data-action='resume_job_queue'][data-queue='reports']")[0])
+    b.click_css("button[data-action='resume_job_queue'][data-queue='reports']")
     wait_for("the resume", lambda: not one(c, "SELECT paused FROM pgque.job_queues WHERE queue_name = 'reports'"))
     # What the browser holds, used from outside it: works until logout.
     stolen = f"{ck['name']}={ck['value']}"
     visit(b, web, "/jobs")
     csrf = b.js("return document.querySelector('#logout input[name=csrf]').value")
     assert web.get("/jobs", {"Cookie": stolen})[0] == 200
-    b.click(b.find("#logout button")[0])
+    b.click_css("#logout button")
     wait_for("the login page after logout", lambda: b.find("#secret")
              and "logged out" in (b.js("return (document.getElementById('msg')||{}).textContent") or ""))
     shoot(b, "logged-out.png")
@@ -870,7 +884,7 @@ def test_the_jobs_list_shows_what_the_database_holds(ctx):
     seen = shown_jobs(b)
     pages = 1
     while b.find("#older"):
-        b.click(b.find("#older")[0])
+        b.click_css("#older")
         wait_for("the next page", lambda: b.js("return document.readyState") == "complete")
         page = shown_jobs(b)
         assert page == oracle(c, "queue = 'explore'", offset=len(seen)), f"page {pages + 1}"
@@ -954,7 +968,7 @@ def test_a_job_page_and_a_flow_page_show_what_the_database_holds(ctx):
     xs = dict((int(j), float(x)) for j, x in b.js(
         "return Array.from(document.querySelectorAll('#flow-graph g.node')).map(g => [g.dataset.job, g.querySelector('rect').getAttribute('x')])"))
     assert xs[fj["fetch"]] < xs[fj["left"]] == xs[fj["right"]] < xs[fj["notify"]], xs
-    b.click(b.find(f"#flow-graph a[href='/jobs/{fj['notify']}']")[0])
+    b.click_css(f"#flow-graph a[href='/jobs/{fj['notify']}']")
     wait_for("the node's job page", lambda: b.js("return location.pathname") == f"/jobs/{fj['notify']}")
     assert not errors_in(b.console())
     # An unknown job or flow is a 404 page, not an error.
@@ -971,12 +985,12 @@ def test_bulk_actions_change_exactly_the_jobs_confirmed(ctx):
     assert len(failed) == 5, failed
     # Retry everything matching queue=explore, state=failed.
     visit_static(b, web, "/jobs/list?queue=explore&state=failed")
-    b.click(b.find("button[data-action='bulk-retry-filter']")[0])
+    b.click_css("button[data-action='bulk-retry-filter']")
     wait_for("the confirmation", lambda: b.find("#confirm-count"))
     shoot(b, "bulk-confirm.png")
     assert int(b.js("return document.getElementById('confirm-count').dataset.count")) == len(failed)
     assert "retry" in b.js("return document.getElementById('confirm-count').textContent")
-    b.click(b.find("#confirm")[0])
+    b.click_css("#confirm")
     wait_for("the action", lambda: "msg=" in b.js("return location.search"))
     assert f"{len(failed)} of {len(failed)} jobs are ready again" in b.js(
         "return document.getElementById('msg').textContent")
@@ -993,10 +1007,10 @@ def test_bulk_actions_change_exactly_the_jobs_confirmed(ctx):
                                    ".slice(0, 2).map(e => e.value)")]
     for box in boxes[:2]:
         b.click(box)
-    b.click(b.find("button[data-action='bulk-cancel-selected']")[0])
+    b.click_css("button[data-action='bulk-cancel-selected']")
     wait_for("the confirmation", lambda: b.find("#confirm-count"))
     assert int(b.js("return document.getElementById('confirm-count').dataset.count")) == 2
-    b.click(b.find("#confirm")[0])
+    b.click_css("#confirm")
     wait_for("the action", lambda: "msg=" in b.js("return location.search"))
     after = states()
     assert sorted(i for i in after if after[i] != before.get(i)) == sorted(picked)
@@ -1030,7 +1044,7 @@ def test_the_schedules_page_fires_pauses_and_resumes(ctx):
     raw = lambda f: b.js(f"return document.querySelector(\"{row} td[data-field='{f}']\").dataset.raw")
     nxt = one(c, "SELECT to_jsonb(next_run_at) #>> '{}' FROM pgque.schedules WHERE name = 'hourly-digest'")
     assert raw("next_run_at") == nxt, (raw("next_run_at"), nxt)
-    b.click(b.find(f"{row} button[data-action='run_schedule']")[0])
+    b.click_css(f"{row} button[data-action='run_schedule']")
     wait_for("the run", lambda: "msg=" in b.js("return location.search"))
     job, last = q(c, "SELECT last_job_id, to_jsonb(last_run_at) #>> '{}' FROM pgque.schedules "
                      "WHERE name = 'hourly-digest'")[0]
@@ -1042,12 +1056,34 @@ def test_the_schedules_page_fires_pauses_and_resumes(ctx):
     assert state == one(c, "SELECT state FROM pgque.get_job(%s)", (job,)), state
     assert b.find(f"{row} td[data-field='last_job_id'] span.st"), "no state badge"
     shoot(b, "schedules.png")
-    b.click(b.find(f"{row} button[data-action='pause_schedule']")[0])
+    b.click_css(f"{row} button[data-action='pause_schedule']")
     wait_for("the pause", lambda: one(c, "SELECT paused FROM pgque.schedules WHERE name = 'hourly-digest'"))
     visit(b, web, "/schedules")
-    b.click(b.find(f"{row} button[data-action='resume_schedule']")[0])
+    b.click_css(f"{row} button[data-action='resume_schedule']")
     wait_for("the resume", lambda: not one(c, "SELECT paused FROM pgque.schedules WHERE name = 'hourly-digest'"))
     assert not errors_in(b.console())
+
+
+def test_the_schedules_page_shows_each_schedules_recent_firings(ctx):
+    c, web = ctx["c"], ctx["admin"]
+    if not one(c, "SELECT to_regclass('pgque.schedules') IS NOT NULL"):
+        return
+    q(c, "SELECT pgque.create_schedule('recent-digest', '0 0 1 1 *', 'reports', 'recent')")
+    fired = [one(c, "SELECT pgque.run_schedule_now('recent-digest')") for _ in range(12)]
+    # the ten newest, newest first, as the row keeps them
+    assert one(c, "SELECT recent_job_ids FROM pgque.schedules WHERE name = 'recent-digest'") \
+        == fired[::-1][:10]
+    st, html, _ = web.get("/schedules")
+    assert st == 200, (st, html[:300])
+    m = re.search(r'<tr data-schedule="recent-digest">.*?</tr>', html, re.S)
+    assert m, "no row for the schedule"
+    shown = re.findall(r'<span class="firing" data-job="(\d+)" data-state="([a-z]*)">'
+                       r'<a href="/jobs/(\d+)">', m.group(0))
+    assert [int(j) for j, _, _ in shown] == fired[::-1][:10], shown
+    assert all(j == link for j, _, link in shown), shown
+    for j, state, _ in shown:
+        assert state == one(c, "SELECT state FROM pgque.get_job(%s)", (int(j),)), (j, state)
+    q(c, "SELECT pgque.drop_schedule('recent-digest')")
 
 
 def test_a_reader_sees_the_explorer_without_actions(ctx):
@@ -1223,7 +1259,7 @@ def test_the_event_queue_page_shows_what_the_database_holds(ctx):
     ensure_login(b, web, ADMIN_TOKEN)
     # The events page links each queue to its own page.
     visit(b, web, "/events")
-    b.click(b.find("#event-queues tr[data-queue='letters'] a")[0])
+    b.click_css("#event-queues tr[data-queue='letters'] a")
     wait_for("the queue's page", lambda: b.find("#waiting-events"))
     assert b.js("return location.pathname") == "/events/q/letters"
     errs = errors_in(b.console())
@@ -1279,15 +1315,15 @@ def test_replaying_and_purging_selected_dead_letters_changes_exactly_those(ctx):
     evs = {r[0]: r[1] for r in q(c, "SELECT dl_id, ev_id FROM pgque.dlq_inspect('letters', 50)")}
     visit_static(b, web, "/events/q/letters")
     for i in pick:
-        b.click(b.find(f"#dead-letters input[name='ids'][value='{i}']")[0])
-    b.click(b.find("#dead-replay")[0])
+        b.click_css(f"#dead-letters input[name='ids'][value='{i}']")
+    b.click_css("#dead-replay")
     wait_for("the confirmation", lambda: b.find("#confirm-count"))
     assert b.js("return document.getElementById('confirm-count').dataset.count") == "2"
     assert not errors_in(b.console())
     shoot(b, "dead-letters-confirm.png")
     # Nothing changed yet.
     assert [r[0] for r in q(c, "SELECT dl_id FROM pgque.dlq_inspect('letters', 50)")] == before
-    b.click(b.find("#confirm")[0])
+    b.click_css("#confirm")
     wait_for("the replay", lambda: "msg=" in b.js("return location.search"))
     assert "2 dead letters of letters replayed" in b.js("return document.getElementById('msg').textContent")
     after = [r[0] for r in q(c, "SELECT dl_id FROM pgque.dlq_inspect('letters', 50)")]
@@ -1305,11 +1341,11 @@ def test_replaying_and_purging_selected_dead_letters_changes_exactly_those(ctx):
     # Purge one: exactly it goes.
     visit_static(b, web, "/events/q/letters")
     gone = after[0]
-    b.click(b.find(f"#dead-letters input[name='ids'][value='{gone}']")[0])
-    b.click(b.find("#dead-purge")[0])
+    b.click_css(f"#dead-letters input[name='ids'][value='{gone}']")
+    b.click_css("#dead-purge")
     wait_for("the confirmation", lambda: b.find("#confirm-count"))
     assert b.js("return document.getElementById('confirm-count').dataset.count") == "1"
-    b.click(b.find("#confirm")[0])
+    b.click_css("#confirm")
     wait_for("the purge", lambda: "msg=" in b.js("return location.search"))
     assert "1 dead letter of letters purged" in b.js("return document.getElementById('msg').textContent")
     assert [r[0] for r in q(c, "SELECT dl_id FROM pgque.dlq_inspect('letters', 50)")] == after[1:]
@@ -1364,7 +1400,7 @@ def test_a_blocked_partition_key_is_shown_and_an_admin_releases_it(ctx):
     assert st == 200 and 'data-key="k1"' in body and "release_key" not in body
     assert web.post("/action/release_key", {"queue": "ordered", "consumer": "pc", "key": "k1"})[0] == 403
     assert one(c, "SELECT count(*) FROM pgque.partition_blocked_keys WHERE queue_name = 'ordered'") == 1
-    b.click(b.find("#blocked-keys tr[data-key='k1'] button.release-key")[0])
+    b.click_css("#blocked-keys tr[data-key='k1'] button.release-key")
     wait_for("the release", lambda: "msg=" in b.js("return location.search"))
     assert "released key k1 of pc" in b.js("return document.getElementById('msg').textContent")
     # Released (no open batch: at once): the failed event and the two held
@@ -1401,9 +1437,11 @@ def test_a_fresh_dashboard_charts_the_history_the_database_keeps(ctx):
     b, c = ctx["browser"], ctx["c"]
     # Five hours of an earlier life of job queue emails, as the worker's duty
     # writes them (one row a minute); the minutes it wrote itself stay.
-    q(c, "INSERT INTO pgque.metric_history (bucket, kind, queue, total, per_second, depth, lag_seconds) "
+    # (into the current piece: the one holding the newest row)
+    q(c, "INSERT INTO pgque.metric_history (bucket, kind, queue, total, per_second, depth, lag_seconds, seg) "
          "SELECT date_trunc('minute', now()) - g * interval '1 minute', 'j', 'emails', 1000 - g, "
-         "1 / 60.0, g % 7, g % 11 FROM generate_series(2, 300) g ON CONFLICT DO NOTHING")
+         "1 / 60.0, g % 7, g % 11, coalesce((SELECT seg FROM pgque.metric_history "
+         "ORDER BY bucket DESC LIMIT 1), 0) FROM generate_series(2, 300) g ON CONFLICT DO NOTHING")
     count = lambda rng, col: one(c, f"SELECT count(*) FROM pgque.read_history(%s) "
                                     f"WHERE kind = 'job' AND queue = 'emails' AND {col} IS NOT NULL", (rng,))
     # A dashboard started now draws them at once.
@@ -1431,13 +1469,126 @@ def test_a_fresh_dashboard_charts_the_history_the_database_keeps(ctx):
     # In the browser: the picker, a refresh in place that keeps the range.
     ensure_login(b, ctx["admin"], ADMIN_TOKEN)
     visit(b, ctx["admin"], "/jobs")
-    b.click(b.find("#range a[data-range='6h']")[0])
+    b.click_css("#range a[data-range='6h']")
     wait_for("the 6 h range", lambda: "range=6h" in b.js("return location.search"))
     visit(b, ctx["admin"], "/jobs?range=6h")
     n = b.js("return +document.querySelector(\"#job-depth polyline[data-series='emails']\").dataset.n")
     assert n >= 299, n
     assert not errors_in(b.console())
     shoot(b, "history.png")
+
+
+# ---- a hot standby ---------------------------------------------------------------
+def as_postgres(*cmd):
+    """Runs cmd as the postgres OS user when we are root (PostgreSQL refuses
+    root); raises with its output when it fails."""
+    full = ["runuser", "-u", "postgres", "--", *cmd] if os.getuid() == 0 else list(cmd)
+    r = subprocess.run(full, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, (cmd, r.stdout, r.stderr)
+    return r.stdout
+
+
+def start_standby():
+    """A hot standby of the tier's server (pg_basebackup -R, streaming):
+    (data directory = socket directory, port)."""
+    data = HOST.rstrip("/") + "_standby"
+    port = free_port()
+    if os.path.exists(os.path.join(data, "postmaster.pid")):
+        subprocess.run(["runuser", "-u", "postgres", "--", f"{BINDIR}/pg_ctl", "-D", data,
+                        "-m", "immediate", "stop"], capture_output=True)
+    shutil.rmtree(data, ignore_errors=True)
+    as_postgres(f"{BINDIR}/pg_basebackup", "-D", data, "-h", HOST, "-p", str(PORT), "-U", "postgres",
+                "-R", "-X", "stream", "-c", "fast", "--no-sync")
+    # -R's primary_conninfo names every option this libpq knows (some that an
+    # older server's walreceiver refuses): replaced by the few it needs.
+    as_postgres("sh", "-c", f"cat >> '{data}/postgresql.conf' <<'CONF'\n"
+                f"port = {port}\nunix_socket_directories = '{data}'\nhot_standby = on\nCONF\n"
+                f"cat >> '{data}/postgresql.auto.conf' <<'CONF'\n"
+                f"primary_conninfo = 'host={HOST} port={PORT} user=postgres application_name=webstandby'\nCONF\n"
+                f"rm -f '{data}/server.log'")
+    as_postgres(f"{BINDIR}/pg_ctl", "-D", data, "-l", f"{data}/server.log", "-w", "start")
+    return data, port
+
+
+def stop_standby(data):
+    subprocess.run(["runuser", "-u", "postgres", "--", f"{BINDIR}/pg_ctl", "-D", data, "-m", "fast",
+                    "-w", "stop"] if os.getuid() == 0 else
+                   [f"{BINDIR}/pg_ctl", "-D", data, "-m", "fast", "-w", "stop"], capture_output=True)
+    shutil.rmtree(data, ignore_errors=True)
+
+
+def test_a_standby_serves_every_page_read_only_and_refuses_admin_actions(ctx):
+    c = ctx["c"]
+    data, port = start_standby()
+    web = None
+    try:
+        s = psycopg2.connect(host=data, port=port, user="postgres", dbname=DB)
+        s.autocommit = True
+        assert one(s, "SELECT pg_is_in_recovery()")
+        # the standby has replayed everything the primary holds now
+        lsn = one(c, "SELECT pg_current_wal_lsn()::text")
+        wait_for("the standby's replay", lambda: one(
+            s, "SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn", (lsn,)), timeout=30)
+        failed_job = ctx["failed_job"]
+        # An admin role and an admin login: the pages still offer no action.
+        web = Web("web_admin", "--auth-file", ctx["auth_file"], pghost=data, pgport=port)
+        web.login(ADMIN_TOKEN)
+        assert "hot standby" in web.logtext(), web.logtext()
+        paths = PAGES + ["/jobs?range=6h", "/events?range=24h", "/jobs/list", "/jobs/list?state=failed",
+                         f"/jobs/{failed_job}", "/events/q/orders", "/events/q/mail", "/events/q/clicks",
+                         "/fragment/events", "/fragment/jobs", "/fragment/worker", "/fragment/schedules"]
+        for path in paths:
+            st, body, _ = web.get(path)
+            assert st == 200, (path, st, body[:500])
+            for bad in ("SQLSTATE", '<p class="bad">'):
+                i = body.find(bad)
+                assert i < 0, (path, body[max(0, i - 600):i + 300])
+            assert 'action="/action/' not in body and 'action="/jobs/bulk"' not in body, path
+            if not path.startswith("/fragment/"):
+                assert 'id="standby"' in body and "hot standby" in body, path
+            if path in ("/", "/fragment/overview"):
+                assert '<b class="muted">standby</b><span>background worker' in body, body
+        # The figures are the standby's (the replicated queues).
+        st, text, _ = web.get("/metrics")
+        assert st == 200, (st, text[:300])
+        got = {}
+        for fam in text_string_to_metric_families(text):
+            for smp in fam.samples:
+                if smp.name in STABLE:
+                    got[(smp.name, json.dumps(smp.labels, sort_keys=True))] = smp.value
+        want = {k: v for k, v in metrics_rows(s).items() if k[0] in STABLE}
+        assert got == want, set(got.items()) ^ set(want.items())
+        primary = metrics_rows(c)
+        for k, v in got.items():
+            if k[0] in ("pgque_dead_letters", "pgque_jobs"):
+                assert primary.get(k) == v, (k, v, primary.get(k))
+        assert any(k[0] == "pgque_dead_letters" for k in got), got
+        # Admin requests: refused, saying why, before anything is tried.
+        token = web.csrf("/")
+        paused = lambda: one(c, "SELECT queue_ticker_paused FROM pgque.queue WHERE queue_name = 'orders'")
+        before = paused()
+        job_state = lambda: one(c, "SELECT state FROM pgque.all_jobs WHERE id = %s", (failed_job,))
+        job_before = job_state()
+        for path, fields in (
+                ("/action/pause_queue", {"queue": "orders", "csrf": token, "back": "/events"}),
+                ("/action/retry_job", {"job_id": str(failed_job), "csrf": token, "back": "/jobs"}),
+                ("/jobs/bulk", {"op": "retry-selected", "ids": str(failed_job), "csrf": token}),
+                ("/events/confirm", {"op": "replay", "queue": "mail", "ids": "1", "csrf": token})):
+            st, body = web.post(path, fields)
+            assert st == 409 and "hot standby" in body, (path, st, body[:300])
+        assert paused() == before
+        assert job_state() == job_before
+        # Nothing the dashboard did tried a write there.
+        with open(os.path.join(data, "server.log")) as f:
+            log = f.read()
+        for bad in ("read-only transaction", "during recovery", "cannot execute"):
+            assert bad not in log, (bad, log[-3000:])
+        assert "failed" not in web.logtext(), web.logtext()
+        s.close()
+    finally:
+        if web:
+            web.stop()
+        stop_standby(data)
 
 
 TESTS = [
@@ -1460,12 +1611,14 @@ TESTS = [
     test_a_job_page_and_a_flow_page_show_what_the_database_holds,
     test_bulk_actions_change_exactly_the_jobs_confirmed,
     test_the_schedules_page_fires_pauses_and_resumes,
+    test_the_schedules_page_shows_each_schedules_recent_firings,
     test_a_reader_sees_the_explorer_without_actions,
     test_list_jobs_pages_match_all_jobs_and_bad_input_is_refused,
     test_the_event_queue_page_shows_what_the_database_holds,
     test_replaying_and_purging_selected_dead_letters_changes_exactly_those,
     test_a_blocked_partition_key_is_shown_and_an_admin_releases_it,
     test_a_fresh_dashboard_charts_the_history_the_database_keeps,
+    test_a_standby_serves_every_page_read_only_and_refuses_admin_actions,
 ]
 
 
@@ -1476,7 +1629,7 @@ def main():
     ctx = {"failed_job": make_database()}
     ctx["c"] = connect()
     ctx["tmp"] = tempfile.mkdtemp(prefix="pgque_webtest_")
-    auth_file = os.path.join(ctx["tmp"], "auth")
+    auth_file = ctx["auth_file"] = os.path.join(ctx["tmp"], "auth")
     fd = os.open(auth_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as f:
         f.write(f"# the web tier's logins\nadmin:alice:{ADMIN_TOKEN}\nread:bob:{READ_TOKEN}\n")
