@@ -24,6 +24,8 @@
 #   W7_DEPTHS=1000,200000  ready depths of w7 (QUICK default 1k,10k,50k; full adds 200k)
 #   W10_SIZES=10000,100000 W10_BATCH=100 W10_PGQ=0  w10's interval sizes, batch size, and
 #                      whether PgQ's two systems run
+#   W4_RATES=500 W4_IDLE_SECS=60  w4's paced rates, and the idle spell before its
+#                      first-send cells (0: no such cells)
 #   CELL_SCALE=0.5     timed cells (sends, latency, enqueue, end-to-end, held xmin)
 #                      scaled by this factor; rounds, backlogs and depths unchanged
 #   BENCH_NO_BUILD=1   skip the cargo build/install (use what is installed)

@@ -39,6 +39,10 @@ class Config:
         self.drain_batches = [100, 500]
         self.lat_secs = 4 if quick else 30
         self.lat_rates = [500, 2000]
+        if os.environ.get("W4_RATES"):  # e.g. W4_RATES=500: only the issue's 500 events/s cells
+            self.lat_rates = [int(r) for r in os.environ["W4_RATES"].split(",")]
+        # w4's first send after an idle spell of this many seconds (0: not measured)
+        self.idle_secs = int(os.environ.get("W4_IDLE_SECS", "10" if quick else "60"))
         self.poll_ms = 10
         self.pgq_tick_ms = 100
         self.enq_secs = 2 if quick else 10

@@ -473,6 +473,58 @@ def w4(res, cfg, conn):
         systems.remove("pgque")
     for rate in cfg.lat_rates:
         run_rounds(cfg.rounds, systems, lambda s, r: latency_cell(w, conn, cfg, s, r, rate))
+    if "pgque" in systems and cfg.idle_secs > 0:
+        for rnd in range(1, cfg.rounds + 1):
+            idle_first_send_cell(w, conn, cfg, rnd)
+
+
+def _idle_consumer(q, ready, outq, timeout):
+    """Waits on the queue's channel as w4's consumer does; returns the
+    send -> receive latency of the first event that arrives."""
+    conn = db.connect()
+    cur = conn.cursor()
+    cur.execute(f'LISTEN "pgque_{q}"')
+    ready.set()
+    t_end = time.time() + timeout
+    try:
+        while time.time() < t_end:
+            with conn.transaction():
+                rows = cur.execute("SELECT payload, batch_id FROM pgque.receive(%s, 'c1', 1000)", (q,)).fetchall()
+                if rows:
+                    cur.execute("SELECT pgque.ack(%s)", (rows[0][1],))
+            if rows:
+                p = rows[0][0] if isinstance(rows[0][0], dict) else json.loads(rows[0][0])
+                outq.put(("lat", (time.time() - p["ts"]) * 1000.0, 0))
+                break
+            for _ in conn.notifies(timeout=0.5, stop_after=1):
+                pass
+        else:
+            outq.put(("error", "no event within the timeout", 0))
+    except Exception as e:
+        outq.put(("error", repr(e), 0))
+    conn.close()
+
+
+def idle_first_send_cell(w, conn, cfg, rnd):
+    """The first send after cfg.idle_secs without any: the worker has gone
+    idle (pgque.idle_after) and the consumer sits in LISTEN; one event is
+    sent and its send -> receive latency measured (pgque only)."""
+    q = f"w4_idle_r{rnd}"
+    create(conn, "pgque", q)
+    db.execute(conn, "SELECT pgque.subscribe(%s, 'c1')", (q,))
+    ready, outq = MP.Event(), MP.Queue()
+    p = MP.Process(target=_idle_consumer, args=(q, ready, outq, cfg.idle_secs + 30))
+    p.start()
+    ready.wait(60)
+    time.sleep(cfg.idle_secs)
+    db.execute(conn, "SELECT pgque.send(%s, %s::jsonb)", (q, _payload(1)))
+    kind, val, _ = outq.get(timeout=cfg.idle_secs + 60)
+    p.join()
+    drop(conn, "pgque", q)
+    if kind == "error":
+        raise RuntimeError(f"w4 idle first send: {val}")
+    w.add(f"first send after {cfg.idle_secs} s idle", "pgque (worker)", rnd,
+          {"p50": val, "p99": None, "max": val, "sent_rate": None, "wal_per": None})
 
 
 # ---- w5: partition slots ---------------------------------------------------------------------

@@ -121,6 +121,8 @@ fn one_big_interval(db: &TestDb, c: &mut Client, n: i64) -> (i32, Vec<i64>) {
         .get(0);
     c.batch_execute(&format!(
         "SELECT pgque.subscribe('q', 'p'); \
+         SELECT pgque.subscribe('q', 'p100'); \
+         SELECT pgque.subscribe('q', 'p500'); \
          SELECT pgque.subscribe('q', 'behind'); \
          SELECT pgque.subscribe_partitioned('q', 'ps', {N_SLOTS}); \
          SELECT pgque.subscribe('q', 'co'); \
@@ -138,7 +140,7 @@ fn one_big_interval(db: &TestDb, c: &mut Client, n: i64) -> (i32, Vec<i64>) {
         .unwrap();
         tick(c, "q");
     }
-    for (consumer, slot) in [("p", None), ("co", None)]
+    for (consumer, slot) in [("p", None), ("p100", None), ("p500", None), ("co", None)]
         .into_iter()
         .chain((0..N_SLOTS).map(|k| ("ps", Some(k))))
     {
@@ -378,6 +380,16 @@ fn big_interval_events_cut_reads_bounded_rows() {
     });
     exactly_once_in_order(&got, &ids, "plain");
     check("plain consumer", 250, &reads);
+
+    // the batch sizes of the one-interval benchmark (w10: 100 and 500)
+    for (consumer, max) in [("p100", 100), ("p500", 500)] {
+        let mut reads = vec![];
+        let got = drain_all(&mut e, Some(&plans), consumer, None, max, &mut |ids, r| {
+            reads.push((ids.len(), r))
+        });
+        exactly_once_in_order(&got, &ids, consumer);
+        check(consumer, max, &reads);
+    }
 
     let mut reads = vec![];
     drain_all(&mut e, Some(&plans), "ps", Some(1), 100, &mut |ids, r| {

@@ -122,9 +122,7 @@ fn receive(
 ) -> Messages {
     let limit = max_return_arg(max_return);
     Messages::new(Spi::connect_mut(|c| {
-        let q = log::queue_by_name(c, queue_name);
-        let sub = log::sub_by_name(c, &q, consumer);
-        let opened = batch::next_batch(c, &q, sub.id, limit);
+        let (q, opened) = log::look::plain_next(c, queue_name, consumer, limit);
         deliver(c, &q, opened)
     }))
 }

@@ -11,10 +11,9 @@ use pgrx::spi::SpiClient;
 
 fn next_batch_opened(queue: Option<&str>, consumer: Option<&str>) -> Option<(batch::Batch, Queue)> {
     Spi::connect_mut(|c| {
-        let q = log::queue_by_name(c, queue);
-        let sub = log::sub_by_name(c, &q, consumer);
         let limit = crate::gucs::batch_max_events();
-        batch::next_batch(c, &q, sub.id, limit).map(|o| (o.batch, q))
+        let (q, opened) = log::look::plain_next(c, queue, consumer, limit);
+        opened.map(|o| (o.batch, q))
     })
 }
 

@@ -310,15 +310,18 @@ pub(super) fn snapshots(
     prev_tick: i64,
     tick: i64,
 ) -> (String, String) {
-    let snap = |client: &mut SpiClient<'_>, t: i64| {
-        tick::tick_snapshot(client, q.id, t).unwrap_or_else(|| {
-            raise(
-                error::UNDEFINED_OBJECT,
-                format!("tick {t} of queue {:?} is gone", q.name),
-            )
-        })
+    // Both in one statement (a receive that opens a batch runs this once).
+    let (prev, cur) = tick::tick_snapshots(client, q.id, prev_tick, tick);
+    let gone = |t: i64| -> String {
+        raise(
+            error::UNDEFINED_OBJECT,
+            format!("tick {t} of queue {:?} is gone", q.name),
+        )
     };
-    (snap(client, prev_tick), snap(client, tick))
+    (
+        prev.unwrap_or_else(|| gone(prev_tick)),
+        cur.unwrap_or_else(|| gone(tick)),
+    )
 }
 
 /// The columns an event read selects, in [`take_events`]' order.
@@ -707,6 +710,30 @@ pub fn next_batch_of(
     if seen.is_some() {
         next_range(client, q, seen.as_ref(), 0, span)?;
     }
+    next_batch_locked(client, q, sub_id, slot, limit, lock_slot)
+}
+
+/// The part of [`next_batch_of`] after its read-only look, for a caller
+/// that has looked already (and found an open batch or something to open
+/// possible): serializes with other openers, looks again under the lock,
+/// and returns the open batch or opens the next range. Takes the
+/// subscription's row lock (or `lock_slot`'s) and, when it opens a batch,
+/// inserts it.
+pub fn next_batch_locked(
+    client: &mut SpiClient<'_>,
+    q: &Queue,
+    sub_id: i32,
+    slot: Option<Slot>,
+    limit: i64,
+    lock_slot: &mut dyn FnMut(&mut SpiClient<'_>),
+) -> Option<Opened> {
+    let span = slot.map_or(limit, |s| limit.saturating_mul(s.n as i64));
+    let open = |b: &Batch| {
+        Some(Opened {
+            batch: Batch { slot, ..b.clone() },
+            events: None,
+        })
+    };
     // Serialize with other openers, then look once more. A slot's openers
     // are serialized by its lease row (no plain call can name a slot
     // subscription), which the caller's `lock_slot` takes.
@@ -861,12 +888,27 @@ pub fn finish(client: &mut SpiClient<'_>, batch_id: Option<i64>) -> i32 {
         );
     }
     lock_sub(client, b.sub_id);
-    // Re-check under the lock: a concurrent ack may have finished it.
-    if let Some((again, _, _)) = batch_by_id(client, b.batch_id) {
-        if again.done {
-            return not_found();
-        }
+    // Re-checked under the lock, in the insert: a concurrent ack may have
+    // finished it.
+    if !mark_done_if_open(client, b.batch_id) {
+        return not_found();
     }
-    mark_done(client, b.batch_id, false);
     1
+}
+
+/// Records batch `batch_id` as finished unless it has a batch_done row
+/// already (one statement: the re-check under the subscription's lock and
+/// the insert, which finish() used to run as two). Returns whether it
+/// inserted the row. Runs on a fresh snapshot (a write), so it sees a
+/// concurrent ack that committed while this one waited for the lock.
+fn mark_done_if_open(client: &mut SpiClient<'_>, batch_id: i64) -> bool {
+    let t = exec(
+        client,
+        "INSERT INTO pgque.batch_done (batch_id, done_at, abandoned, piece) \
+         SELECT $1, now(), false, (SELECT cur_piece FROM pgque.meta_state) \
+          WHERE NOT EXISTS (SELECT 1 FROM pgque.batch_done d WHERE d.batch_id = $1) \
+         RETURNING batch_id",
+        &[batch_id.into()],
+    );
+    !t.is_empty()
 }

@@ -21,6 +21,7 @@ pub mod batch;
 pub mod cuts;
 pub mod direct;
 pub mod jsontext;
+pub mod look;
 pub mod maint;
 pub mod pause;
 pub mod slots;

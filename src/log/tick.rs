@@ -105,6 +105,24 @@ pub fn tick_snapshot(client: &mut SpiClient<'_>, qid: i32, tick_id: i64) -> Opti
     first_row(t).map(|r| col(&r, 1).unwrap())
 }
 
+/// The snapshots (text form) of two ticks of a queue, each None when that
+/// tick does not exist; one statement.
+pub fn tick_snapshots(
+    client: &mut SpiClient<'_>,
+    qid: i32,
+    a: i64,
+    b: i64,
+) -> (Option<String>, Option<String>) {
+    let t = exec(
+        client,
+        "SELECT (SELECT tick_snapshot::text FROM pgque.tick WHERE tick_queue = $1 AND tick_id = $2 LIMIT 1), \
+                (SELECT tick_snapshot::text FROM pgque.tick WHERE tick_queue = $1 AND tick_id = $3 LIMIT 1)",
+        &[qid.into(), a.into(), b.into()],
+    );
+    let r = first_row(t).expect("one row");
+    (col(&r, 1), col(&r, 2))
+}
+
 /// Inserts a tick now and NOTIFYs `pgque_<queue>` with its id.
 pub fn insert_tick(
     client: &mut SpiClient<'_>,

@@ -1,0 +1,107 @@
+//! A plain consumer's first look at its queue, in one statement: the queue,
+//! the subscription, its latest batch and whether a newer tick exists.
+//!
+//! receive (and PgQ's next_batch) used to find these with four statements
+//! (queue, subscription, latest batch, next range). A consumer that is
+//! caught up -- the receive after every ack, every idle poll -- stops
+//! there, so that was the whole call: about a fifth of the server's CPU per
+//! batch at a steady 500 events/s (benches/results/cpu.md). One statement
+//! answers it now; only a call that finds something goes on to the locked
+//! path of batch.rs (which looks again under the subscription's lock).
+use super::batch::{self, Batch, Opened};
+use super::{col, exec, first_row, queue_by_name, sub_by_name, Queue};
+use crate::error;
+use pgrx::spi::SpiClient;
+
+/// Columns 1-5 the queue (as find_queue), 6 the subscription, 7-13 the
+/// latest batch (as batch.rs's BATCH_COLS, with its done flag as a scalar
+/// subquery for the same reason), 14 whether the queue has a tick after it.
+const LOOK_SQL: &str = "SELECT q.queue_id, q.queue_cur_table, q.queue_ntables, q.queue_max_retries, \
+        q.queue_event_seq::pg_catalog.oid, s.sub_id, \
+        b.batch_id, b.member_id, b.prev_tick_id, b.tick_id, b.ev_floor, b.ev_ceiling, b.done, \
+        (SELECT true FROM pgque.tick t WHERE t.tick_queue = q.queue_id AND t.tick_id > b.tick_id \
+          LIMIT 1) IS NOT NULL \
+   FROM pgque.queue q \
+   LEFT JOIN pgque.subscription s \
+     ON s.sub_queue = q.queue_id AND s.sub_parent IS NULL AND s.sub_consumer = $2 \
+   LEFT JOIN LATERAL ( \
+        SELECT b.batch_id, b.member_id, b.prev_tick_id, b.tick_id, b.ev_floor, b.ev_ceiling, \
+               (SELECT true FROM pgque.batch_done d WHERE d.batch_id = b.batch_id LIMIT 1) IS NOT NULL \
+                 AS done \
+          FROM pgque.batch b WHERE b.sub_id = s.sub_id \
+         ORDER BY b.tick_id DESC, b.ev_floor DESC, b.batch_id DESC LIMIT 1) b ON true \
+  WHERE q.queue_name OPERATOR(pg_catalog.=) $1";
+
+/// Whether `name` passes valid_consumer (without raising).
+fn consumer_ok(name: Option<&str>) -> bool {
+    name.is_some_and(|n| error::check_name(n, error::MAX_CONSUMER_NAME).is_ok() && !n.contains('#'))
+}
+
+/// The consumer's open batch, or its next batch opened (at most `limit`
+/// events), for `receive` and PgQ's `next_batch`: returns the queue and
+/// the batch (None: nothing new). Errors as queue_by_name and sub_by_name
+/// (checked in that order). A consumer with nothing new costs one
+/// read-only statement: no lock, no transaction id, no write.
+pub fn plain_next(
+    c: &mut SpiClient<'_>,
+    queue_name: Option<&str>,
+    consumer: Option<&str>,
+    limit: i64,
+) -> (Queue, Option<Opened>) {
+    let qname = error::valid_name(queue_name, "queue_name", error::MAX_QUEUE_NAME);
+    // The statement-by-statement path, which raises the errors of a bad
+    // consumer name, an unknown queue or consumer in their usual order (or
+    // finds what a concurrent commit created after the look).
+    let slow = |c: &mut SpiClient<'_>| {
+        let q = queue_by_name(c, queue_name);
+        let sub = sub_by_name(c, &q, consumer);
+        let opened = batch::next_batch(c, &q, sub.id, limit);
+        (q, opened)
+    };
+    let Some(cname) = consumer.filter(|_| consumer_ok(consumer)) else {
+        return slow(c);
+    };
+    let t = exec(c, LOOK_SQL, &[qname.into(), cname.into()]);
+    let Some(r) = first_row(t) else {
+        return slow(c);
+    };
+    let q = Queue {
+        id: col(&r, 1).unwrap(),
+        name: qname.to_string(),
+        cur_table: col(&r, 2).unwrap(),
+        ntables: col(&r, 3).unwrap(),
+        max_retries: col(&r, 4).unwrap(),
+        seq: col(&r, 5).unwrap(),
+    };
+    let Some(sub_id) = col::<i32>(&r, 6) else {
+        return slow(c);
+    };
+    let latest = col::<i64>(&r, 7).map(|batch_id| Batch {
+        batch_id,
+        sub_id,
+        member_id: col(&r, 8),
+        prev_tick: col(&r, 9).unwrap(),
+        tick: col(&r, 10).unwrap(),
+        floor: col(&r, 11).unwrap(),
+        ceiling: col(&r, 12),
+        done: col(&r, 13).unwrap(),
+        slot: None,
+    });
+    let newer: bool = col(&r, 14).unwrap();
+    match latest {
+        Some(b) if !b.done => {
+            return (
+                q,
+                Some(Opened {
+                    batch: b,
+                    events: None,
+                }),
+            )
+        }
+        // finished, not a cut with more above it, no newer tick: caught up
+        Some(b) if b.ceiling.is_none() && !newer => return (q, None),
+        _ => {}
+    }
+    let opened = batch::next_batch_locked(c, &q, sub_id, None, limit, &mut |_| {});
+    (q, opened)
+}
