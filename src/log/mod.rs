@@ -23,6 +23,7 @@ pub mod direct;
 pub mod jsontext;
 pub mod maint;
 pub mod pause;
+pub mod resize;
 pub mod slots;
 pub mod tick;
 
