@@ -17,8 +17,48 @@ use std::time::{Duration, Instant};
 
 const KEYS: usize = 120;
 
-/// An acked delivery: (key, seq, batch id, position in its batch).
-type Acked = (String, usize, i64, usize);
+/// An acked delivery: (key, seq, batch id, position in its batch, sent and
+/// acked at, in ms since the epoch).
+type Acked = (String, usize, i64, usize, f64, f64);
+
+fn now_ms() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+        * 1000.0
+}
+
+/// receive_partitioned with each message's send time (ms since the epoch).
+fn recv_timed(
+    c: &mut Client,
+    q: &str,
+    slot: i32,
+    n: i32,
+    w: &str,
+) -> Result<Vec<(Msg, f64)>, postgres::Error> {
+    let rows = c.query(
+        "SELECT msg_id, batch_id, extra1, payload, retry_count, \
+                (extract(epoch FROM created_at) * 1000)::float8 \
+           FROM pgque.receive_partitioned($1, 'c', $2, $3, $4, 50)",
+        &[&q, &slot, &n, &w],
+    )?;
+    Ok(rows
+        .iter()
+        .map(|r| {
+            (
+                Msg {
+                    id: r.get(0),
+                    batch: r.get(1),
+                    key: r.get(2),
+                    payload: r.get(3),
+                    retry: r.get(4),
+                },
+                r.get(5),
+            )
+        })
+        .collect())
+}
 
 /// The consumer's N and whether a resize is in progress.
 fn n_of(c: &mut Client, q: &str) -> i32 {
@@ -45,11 +85,12 @@ fn worker(
     pid: Arc<AtomicI32>,
 ) {
     let mut s = connect_to(&db);
-    let log = |msgs: &[Msg]| {
+    let log = |msgs: &[(Msg, f64)]| {
+        let at = now_ms();
         let mut a = acked.lock().unwrap();
-        for (i, m) in msgs.iter().enumerate() {
+        for (i, (m, sent)) in msgs.iter().enumerate() {
             let seq: usize = m.payload.as_deref().unwrap().parse().unwrap();
-            a.push((m.key.clone().unwrap(), seq, m.batch, i));
+            a.push((m.key.clone().unwrap(), seq, m.batch, i, *sent, at));
         }
     };
     let fenced = |e: &postgres::Error| {
@@ -82,7 +123,7 @@ fn worker(
                 Err(_) => broken = true,
                 Ok(n) => {
                     for _ in 0..4 {
-                        let msgs = match recv_slot(&mut s, q, "c", slot, n, &w, 50) {
+                        let msgs = match recv_timed(&mut s, q, slot, n, &w) {
                             Ok(m) => m,
                             Err(e) => {
                                 broken = !fenced(&e);
@@ -114,7 +155,7 @@ fn worker(
                                 let done: bool = s
                                     .query_one(
                                         "SELECT EXISTS (SELECT 1 FROM pgque.batch_done WHERE batch_id = $1 AND NOT abandoned)",
-                                        &[&msgs[0].batch],
+                                        &[&msgs[0].0.batch],
                                     )
                                     .unwrap()
                                     .get(0);
@@ -144,11 +185,19 @@ fn worker(
 /// Producers: each key belongs to one producer, which sends its events in
 /// order (seq in the payload), several keys a transaction. Returns the
 /// number sent per key.
-fn producer(db: String, q: &'static str, p: usize, np: usize, stop: Arc<AtomicBool>) -> HashMap<String, usize> {
+fn producer(
+    db: String,
+    q: &'static str,
+    p: usize,
+    np: usize,
+    period: Duration,
+    stop: Arc<AtomicBool>,
+) -> HashMap<String, usize> {
     let mut s = connect_to(&db);
     let mut sent: HashMap<String, usize> = HashMap::new();
     let mine: Vec<String> = (p..KEYS).step_by(np).map(|k| format!("key-{k}")).collect();
     let mut round = 0usize;
+    let start = Instant::now();
     while !stop.load(Ordering::SeqCst) {
         // A rotating handful of this producer's keys per transaction.
         let keys: Vec<String> = (0..12).map(|i| mine[(round * 12 + i) % mine.len()].clone()).collect();
@@ -166,7 +215,11 @@ fn producer(db: String, q: &'static str, p: usize, np: usize, stop: Arc<AtomicBo
         )
         .unwrap();
         round += 1;
-        std::thread::sleep(Duration::from_millis(8));
+        // At a fixed rate: 12 events per period (as fast as it can if behind).
+        let next = start + period * round as u32;
+        if let Some(d) = next.checked_duration_since(Instant::now()) {
+            std::thread::sleep(d);
+        }
     }
     sent
 }
@@ -221,7 +274,7 @@ fn wait_ready_and_complete(c: &mut Client, q: &str) -> i32 {
 /// 0..sent, none lost, none twice.
 fn check_order(acked: &[Acked], sent: &HashMap<String, usize>) {
     let mut by_key: HashMap<&str, Vec<(i64, usize, usize)>> = HashMap::new();
-    for (k, seq, b, i) in acked {
+    for (k, seq, b, i, _, _) in acked {
         by_key.entry(k.as_str()).or_default().push((*b, *i, *seq));
     }
     let total: usize = sent.values().sum();
@@ -245,7 +298,7 @@ struct Load {
     kills: Arc<AtomicUsize>,
 }
 
-fn start_load(db: &str, q: &'static str, nworkers: usize) -> Load {
+fn start_load(db: &str, q: &'static str, nworkers: usize, period: Duration) -> Load {
     let stop_prod = Arc::new(AtomicBool::new(false));
     let stop_work = Arc::new(AtomicBool::new(false));
     let acked = Arc::new(Mutex::new(vec![]));
@@ -260,7 +313,7 @@ fn start_load(db: &str, q: &'static str, nworkers: usize) -> Load {
     let producers = (0..2)
         .map(|p| {
             let (db, stop) = (db.to_string(), stop_prod.clone());
-            std::thread::spawn(move || producer(db, q, p, 2, stop))
+            std::thread::spawn(move || producer(db, q, p, 2, period, stop))
         })
         .collect();
     let killer = {
@@ -311,7 +364,7 @@ fn resize_16_32_16_under_load_with_kills_keeps_every_keys_order() {
          SELECT pgque.subscribe_partitioned('rq', 'c', 16);",
     )
     .unwrap();
-    let load = start_load(&db.name, "rq", 4);
+    let load = start_load(&db.name, "rq", 4, Duration::from_millis(10));
     std::thread::sleep(Duration::from_millis(1500));
     let seal: i64 = c
         .query_one("SELECT pgque.begin_resize('rq', 'c', 32)", &[])
@@ -332,6 +385,7 @@ fn resize_16_32_16_under_load_with_kills_keeps_every_keys_order() {
     std::thread::sleep(Duration::from_millis(1000));
     let (sent, acked, kills) = finish_load(load);
     let total: usize = sent.values().sum();
+    eprintln!("16 -> 32 -> 16 under load: {total} events over {KEYS} keys, {kills} worker sessions killed");
     assert!(total > 2000, "a real load: {total} events");
     assert!(kills > 0, "workers were killed mid-batch");
     check_order(&acked, &sent);
@@ -357,7 +411,7 @@ fn resize_aborted_mid_drain_loses_and_repeats_nothing() {
          SELECT pgque.subscribe_partitioned('ra', 'c', 16);",
     )
     .unwrap();
-    let load = start_load(&db.name, "ra", 4);
+    let load = start_load(&db.name, "ra", 4, Duration::from_millis(10));
     std::thread::sleep(Duration::from_millis(1200));
     c.query_one("SELECT pgque.begin_resize('ra', 'c', 32)", &[]).unwrap();
     // Mid-drain: some old slots have reached the seal, not all, or let it
@@ -493,7 +547,11 @@ fn resize_refuses_what_would_lose_or_reorder_and_changes_nothing() {
         i64s(&mut c, "SELECT count(*) FILTER (WHERE NOT ready) FROM pgque.resize_ready('rr', 'c')"),
         0
     );
-    assert_eq!(q(&mut c, "SELECT pgque.complete_resize('rr', 'c')"), "");
+    let n: i32 = c
+        .query_one("SELECT pgque.complete_resize('rr', 'c')", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(n, 8);
     // Workers of the old N are refused (and the old leases ended).
     assert_eq!(
         sqlstate(recv_slot(&mut c, "rr", "c", 0, 4, "w", 10)),
@@ -631,4 +689,80 @@ fn resize_moves_a_blocked_keys_marker_and_held_events_to_its_new_slot() {
     acked.sort();
     assert_eq!(acked, ["o0", "o1"]);
     assert_eq!(i64s(&mut c, "SELECT count(*) FROM pgque.partition_blocked"), 0);
+}
+
+/// Percentiles of a list of lags (ms).
+fn pcts(mut v: Vec<f64>) -> (f64, f64, f64, usize) {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let at = |p: f64| v[((v.len() as f64 - 1.0) * p).round() as usize];
+    (at(0.5), at(0.99), *v.last().unwrap(), v.len())
+}
+
+/// The cost of a resize (docs/partition-keys.md, benches/results/partition-keys.md):
+/// events at a fixed rate over 120 keys, 4 workers, N = 16; the end-to-end
+/// lag (ack time - send time) of the events sent in a 6 s window without a
+/// resize, and of those sent in the 6 s from begin_resize(32) (the drain,
+/// the cutover, the first batches of the new slots). No kills. By hand:
+///   PGTEST_PROFILE=tier PGTEST_CARGO_ARGS="--test slots_resize" bash pg_test/run.sh 16 -- --ignored resize_cost
+#[test]
+#[ignore]
+fn resize_cost_lag_during_a_16_to_32_resize() {
+    let db = new_db("slots_resize_cost");
+    let mut c = db.connect();
+    c.batch_execute(
+        "SELECT pgque.create_queue('rc'); \
+         SELECT pgque.subscribe_partitioned('rc', 'c', 16); \
+         SELECT pgque.subscribe_partitioned('rc', 'other', 32); \
+         SELECT pgque.unsubscribe_partitioned('rc', 'other');",
+    )
+    .unwrap();
+    // (the N = 32 slot index exists, as for a queue that allows 32)
+    let period = Duration::from_millis(25); // 2 producers x 12 events / 25 ms = 960 ev/s
+    let load = start_load(&db.name, "rc", 4, period);
+    std::thread::sleep(Duration::from_secs(3));
+    let base_from = now_ms();
+    std::thread::sleep(Duration::from_secs(6));
+    let begin_at = now_ms();
+    let t = Instant::now();
+    c.query_one("SELECT pgque.begin_resize('rc', 'c', 32)", &[]).unwrap();
+    let begin_ms = t.elapsed().as_secs_f64() * 1000.0;
+    let ready_ms;
+    loop {
+        let ready: bool = c
+            .query_one("SELECT bool_and(ready) FROM pgque.resize_ready('rc', 'c')", &[])
+            .unwrap()
+            .get(0);
+        if ready {
+            ready_ms = t.elapsed().as_secs_f64() * 1000.0;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let t2 = Instant::now();
+    c.query_one("SELECT pgque.complete_resize('rc', 'c')", &[]).unwrap();
+    let complete_ms = t2.elapsed().as_secs_f64() * 1000.0;
+    std::thread::sleep(Duration::from_secs(8));
+    let (sent, acked, _) = finish_load(load);
+    check_order(&acked, &sent);
+    let lag = |from: f64, to: f64| {
+        pcts(
+            acked
+                .iter()
+                .filter(|a| a.4 >= from && a.4 < to)
+                .map(|a| a.5 - a.4)
+                .collect(),
+        )
+    };
+    let base = lag(base_from, base_from + 6000.0);
+    let during = lag(begin_at, begin_at + 6000.0);
+    println!("| window | events | lag p50 ms | lag p99 ms | lag max ms |");
+    println!("|---|---|---|---|---|");
+    println!("| no resize (6 s) | {} | {:.0} | {:.0} | {:.0} |", base.3, base.0, base.1, base.2);
+    println!("| from begin_resize (6 s) | {} | {:.0} | {:.0} | {:.0} |", during.3, during.0, during.1, during.2);
+    println!(
+        "ratios resize / no resize: p50 {:.2}, p99 {:.2}, max {:.2}; begin_resize {begin_ms:.0} ms, drain to ready {ready_ms:.0} ms, complete_resize {complete_ms:.0} ms",
+        during.0 / base.0,
+        during.1 / base.1,
+        during.2 / base.2
+    );
 }
