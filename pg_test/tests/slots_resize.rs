@@ -167,7 +167,10 @@ fn worker(
                         }
                     }
                     if !broken {
-                        let _ = s.query("SELECT pgque.release_slot($1, 'c', $2, $3)", &[&q, &slot, &w]);
+                        let _ = s.query(
+                            "SELECT pgque.release_slot($1, 'c', $2, $3)",
+                            &[&q, &slot, &w],
+                        );
                     }
                 }
             }
@@ -200,7 +203,9 @@ fn producer(
     let start = Instant::now();
     while !stop.load(Ordering::SeqCst) {
         // A rotating handful of this producer's keys per transaction.
-        let keys: Vec<String> = (0..12).map(|i| mine[(round * 12 + i) % mine.len()].clone()).collect();
+        let keys: Vec<String> = (0..12)
+            .map(|i| mine[(round * 12 + i) % mine.len()].clone())
+            .collect();
         let payloads: Vec<String> = keys
             .iter()
             .map(|k| {
@@ -283,7 +288,11 @@ fn check_order(acked: &[Acked], sent: &HashMap<String, usize>) {
         let mut evs = by_key.remove(k.as_str()).unwrap_or_default();
         evs.sort();
         let seqs: Vec<usize> = evs.iter().map(|e| e.2).collect();
-        assert_eq!(seqs, (0..*n).collect::<Vec<_>>(), "{k}: acked in send order, none lost or twice");
+        assert_eq!(
+            seqs,
+            (0..*n).collect::<Vec<_>>(),
+            "{k}: acked in send order, none lost or twice"
+        );
     }
     assert!(by_key.is_empty(), "no event of an unknown key");
 }
@@ -306,7 +315,12 @@ fn start_load(db: &str, q: &'static str, nworkers: usize, period: Duration) -> L
     let pids: Vec<Arc<AtomicI32>> = (0..nworkers).map(|_| Arc::new(AtomicI32::new(0))).collect();
     let workers = (0..nworkers)
         .map(|i| {
-            let (db, stop, acked, pid) = (db.to_string(), stop_work.clone(), acked.clone(), pids[i].clone());
+            let (db, stop, acked, pid) = (
+                db.to_string(),
+                stop_work.clone(),
+                acked.clone(),
+                pids[i].clone(),
+            );
             std::thread::spawn(move || worker(db, q, format!("w{i}"), stop, acked, pid))
         })
         .collect();
@@ -372,14 +386,24 @@ fn resize_16_32_16_under_load_with_kills_keeps_every_keys_order() {
         .get(0);
     assert!(seal > 0);
     assert_eq!(
-        i64s(&mut c, "SELECT count(*) FROM pgque.partition_resizes WHERE new_n = 32 AND n = 16"),
+        i64s(
+            &mut c,
+            "SELECT count(*) FROM pgque.partition_resizes WHERE new_n = 32 AND n = 16"
+        ),
         1
     );
     assert_eq!(wait_ready_and_complete(&mut c, "rq"), 32);
     assert_eq!(n_of(&mut c, "rq"), 32);
-    assert_eq!(i64s(&mut c, "SELECT count(*) FROM pgque.partition_slot WHERE ps_n = 32"), 32);
+    assert_eq!(
+        i64s(
+            &mut c,
+            "SELECT count(*) FROM pgque.partition_slot WHERE ps_n = 32"
+        ),
+        32
+    );
     std::thread::sleep(Duration::from_millis(1500));
-    c.query_one("SELECT pgque.begin_resize('rq', 'c', 16)", &[]).unwrap();
+    c.query_one("SELECT pgque.begin_resize('rq', 'c', 16)", &[])
+        .unwrap();
     assert_eq!(wait_ready_and_complete(&mut c, "rq"), 16);
     assert_eq!(n_of(&mut c, "rq"), 16);
     std::thread::sleep(Duration::from_millis(1000));
@@ -392,12 +416,21 @@ fn resize_16_32_16_under_load_with_kills_keeps_every_keys_order() {
     // Acked events came from both sides of each cutover: batches of N = 16,
     // 32 and 16 again (the slot subscriptions of each generation).
     assert_eq!(
-        i64s(&mut c, "SELECT count(*) FROM pgque.subscription WHERE sub_consumer LIKE 'c#%'"),
+        i64s(
+            &mut c,
+            "SELECT count(*) FROM pgque.subscription WHERE sub_consumer LIKE 'c#%'"
+        ),
         16
     );
-    assert_eq!(i64s(&mut c, "SELECT count(*) FROM pgque.partition_resize"), 0);
     assert_eq!(
-        i64s(&mut c, "SELECT coalesce(sum(pending_events), 0)::int8 FROM pgque.partition_slot_status"),
+        i64s(&mut c, "SELECT count(*) FROM pgque.partition_resize"),
+        0
+    );
+    assert_eq!(
+        i64s(
+            &mut c,
+            "SELECT coalesce(sum(pending_events), 0)::int8 FROM pgque.partition_slot_status"
+        ),
         0
     );
 }
@@ -413,12 +446,16 @@ fn resize_aborted_mid_drain_loses_and_repeats_nothing() {
     .unwrap();
     let load = start_load(&db.name, "ra", 4, Duration::from_millis(10));
     std::thread::sleep(Duration::from_millis(1200));
-    c.query_one("SELECT pgque.begin_resize('ra', 'c', 32)", &[]).unwrap();
+    c.query_one("SELECT pgque.begin_resize('ra', 'c', 32)", &[])
+        .unwrap();
     // Mid-drain: some old slots have reached the seal, not all, or let it
     // run a moment whatever they did.
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(
-        i64s(&mut c, "SELECT count(*) FROM pgque.subscription WHERE sub_consumer LIKE 'c#%/32'"),
+        i64s(
+            &mut c,
+            "SELECT count(*) FROM pgque.subscription WHERE sub_consumer LIKE 'c#%/32'"
+        ),
         32
     );
     let n: i32 = c
@@ -427,11 +464,17 @@ fn resize_aborted_mid_drain_loses_and_repeats_nothing() {
         .get(0);
     assert_eq!(n, 16);
     assert_eq!(
-        i64s(&mut c, "SELECT count(*) FROM pgque.subscription WHERE sub_consumer LIKE 'c#%/32'"),
+        i64s(
+            &mut c,
+            "SELECT count(*) FROM pgque.subscription WHERE sub_consumer LIKE 'c#%/32'"
+        ),
         0
     );
     assert_eq!(
-        i64s(&mut c, "SELECT count(*) FROM pgque.partition_slot WHERE ps_seal IS NOT NULL"),
+        i64s(
+            &mut c,
+            "SELECT count(*) FROM pgque.partition_slot WHERE ps_seal IS NOT NULL"
+        ),
         0
     );
     std::thread::sleep(Duration::from_millis(1500));
@@ -466,16 +509,49 @@ fn resize_refuses_what_would_lose_or_reorder_and_changes_nothing() {
     };
     let before = state(&mut c);
     let q = |c: &mut Client, sql: &str| sqlstate(c.query_one(sql, &[]).map(|_| ()));
-    assert_eq!(q(&mut c, "SELECT pgque.begin_resize('rr', 'c', 4)"), "22023", "new_n = N");
-    assert_eq!(q(&mut c, "SELECT pgque.begin_resize('rr', 'c', 0)"), "22003");
-    assert_eq!(q(&mut c, "SELECT pgque.begin_resize('rr', 'c', 257)"), "22003");
-    assert_eq!(q(&mut c, "SELECT pgque.begin_resize('rr', 'c', NULL)"), "22004");
-    assert_eq!(q(&mut c, "SELECT pgque.begin_resize('rr', 'plain', 8)"), "42704");
-    assert_eq!(q(&mut c, "SELECT pgque.begin_resize('rr', 'nobody', 8)"), "42704");
-    assert_eq!(q(&mut c, "SELECT pgque.begin_resize('nope', 'c', 8)"), "42704");
-    assert_eq!(q(&mut c, "SELECT pgque.complete_resize('rr', 'c')"), "55000", "nothing to complete");
-    assert_eq!(q(&mut c, "SELECT pgque.abort_resize('rr', 'c')"), "55000", "nothing to abort");
-    assert_eq!(q(&mut c, "SELECT * FROM pgque.resize_ready('rr', 'c')"), "55000");
+    assert_eq!(
+        q(&mut c, "SELECT pgque.begin_resize('rr', 'c', 4)"),
+        "22023",
+        "new_n = N"
+    );
+    assert_eq!(
+        q(&mut c, "SELECT pgque.begin_resize('rr', 'c', 0)"),
+        "22003"
+    );
+    assert_eq!(
+        q(&mut c, "SELECT pgque.begin_resize('rr', 'c', 257)"),
+        "22003"
+    );
+    assert_eq!(
+        q(&mut c, "SELECT pgque.begin_resize('rr', 'c', NULL)"),
+        "22004"
+    );
+    assert_eq!(
+        q(&mut c, "SELECT pgque.begin_resize('rr', 'plain', 8)"),
+        "42704"
+    );
+    assert_eq!(
+        q(&mut c, "SELECT pgque.begin_resize('rr', 'nobody', 8)"),
+        "42704"
+    );
+    assert_eq!(
+        q(&mut c, "SELECT pgque.begin_resize('nope', 'c', 8)"),
+        "42704"
+    );
+    assert_eq!(
+        q(&mut c, "SELECT pgque.complete_resize('rr', 'c')"),
+        "55000",
+        "nothing to complete"
+    );
+    assert_eq!(
+        q(&mut c, "SELECT pgque.abort_resize('rr', 'c')"),
+        "55000",
+        "nothing to abort"
+    );
+    assert_eq!(
+        q(&mut c, "SELECT * FROM pgque.resize_ready('rr', 'c')"),
+        "55000"
+    );
     assert_eq!(before, state(&mut c), "refusals change nothing");
 
     // Events before the seal, one slot behind.
@@ -492,21 +568,36 @@ fn resize_refuses_what_would_lose_or_reorder_and_changes_nothing() {
         .unwrap()
         .get(0);
     let during = state(&mut c);
-    assert_eq!(q(&mut c, "SELECT pgque.begin_resize('rr', 'c', 2)"), "55000", "a second begin");
-    assert_eq!(q(&mut c, "SELECT pgque.complete_resize('rr', 'c')"), "55000", "complete before ready");
+    assert_eq!(
+        q(&mut c, "SELECT pgque.begin_resize('rr', 'c', 2)"),
+        "55000",
+        "a second begin"
+    );
+    assert_eq!(
+        q(&mut c, "SELECT pgque.complete_resize('rr', 'c')"),
+        "55000",
+        "complete before ready"
+    );
     assert_eq!(
         q(&mut c, "SELECT pgque.unsubscribe_slot('rr', 'c', 1, 4)"),
         "55000",
         "repair of an old slot under the drain"
     );
-    assert_eq!(during, state(&mut c), "refusals during a resize change nothing");
+    assert_eq!(
+        during,
+        state(&mut c),
+        "refusals during a resize change nothing"
+    );
     // The status: per old slot, what it still has to read.
     let rows = c
         .query("SELECT slot, n, new_n, seal_tick, ready, open_batch FROM pgque.resize_ready('rr', 'c') ORDER BY slot", &[])
         .unwrap();
     assert_eq!(rows.len(), 4);
     for r in &rows {
-        assert_eq!((r.get::<_, i32>(1), r.get::<_, i32>(2), r.get::<_, i64>(3)), (4, 8, seal));
+        assert_eq!(
+            (r.get::<_, i32>(1), r.get::<_, i32>(2), r.get::<_, i64>(3)),
+            (4, 8, seal)
+        );
         assert!(!r.get::<_, bool>(4), "nothing read yet");
     }
     // New slots are not handed out during the drain; events after the seal wait.
@@ -529,22 +620,38 @@ fn resize_refuses_what_would_lose_or_reorder_and_changes_nothing() {
             }
             // An open batch blocks the cutover.
             if slot == 0 && got.is_empty() {
-                assert_eq!(q(&mut c, "SELECT pgque.complete_resize('rr', 'c')"), "55000");
+                assert_eq!(
+                    q(&mut c, "SELECT pgque.complete_resize('rr', 'c')"),
+                    "55000"
+                );
             }
             got.extend(m);
             ack_slot(&mut c, "rr", "c", slot, 4, "w").unwrap();
         }
     }
-    let mut ids: Vec<i64> = got.iter().map(|m| m.payload.as_deref().unwrap().parse().unwrap()).collect();
+    let mut ids: Vec<i64> = got
+        .iter()
+        .map(|m| m.payload.as_deref().unwrap().parse().unwrap())
+        .collect();
     ids.sort();
-    assert_eq!(ids, (0..20).collect::<Vec<i64>>(), "old slots: exactly the events up to the seal");
+    assert_eq!(
+        ids,
+        (0..20).collect::<Vec<i64>>(),
+        "old slots: exactly the events up to the seal"
+    );
     // Every old slot is leased: a new slot is never handed out before the cutover.
     assert!(c
-        .query("SELECT slot FROM pgque.claim_next_slot('rr', 'c', 'w2')", &[])
+        .query(
+            "SELECT slot FROM pgque.claim_next_slot('rr', 'c', 'w2')",
+            &[]
+        )
         .unwrap()
         .is_empty());
     assert_eq!(
-        i64s(&mut c, "SELECT count(*) FILTER (WHERE NOT ready) FROM pgque.resize_ready('rr', 'c')"),
+        i64s(
+            &mut c,
+            "SELECT count(*) FILTER (WHERE NOT ready) FROM pgque.resize_ready('rr', 'c')"
+        ),
         0
     );
     let n: i32 = c
@@ -572,9 +679,16 @@ fn resize_refuses_what_would_lose_or_reorder_and_changes_nothing() {
             ack_slot(&mut c, "rr", "c", slot, 8, "w").unwrap();
         }
     }
-    let mut ids: Vec<i64> = after.iter().map(|m| m.payload.as_deref().unwrap().parse().unwrap()).collect();
+    let mut ids: Vec<i64> = after
+        .iter()
+        .map(|m| m.payload.as_deref().unwrap().parse().unwrap())
+        .collect();
     ids.sort();
-    assert_eq!(ids, (20..30).collect::<Vec<i64>>(), "new slots: exactly the events after the seal");
+    assert_eq!(
+        ids,
+        (20..30).collect::<Vec<i64>>(),
+        "new slots: exactly the events after the seal"
+    );
 }
 
 /// A pause-policy consumer with a blocked key across a 4 -> 8 resize: the
@@ -605,9 +719,16 @@ fn resize_moves_a_blocked_keys_marker_and_held_events_to_its_new_slot() {
     }
     send(&mut c, "other", "o0");
     tick(&mut c, "rp");
-    assert_eq!(claim(&mut c, "rp", "c", old_slot, "w", "5 minutes"), Some(1));
+    assert_eq!(
+        claim(&mut c, "rp", "c", old_slot, "w", "5 minutes"),
+        Some(1)
+    );
     let got = recv_slot(&mut c, "rp", "c", old_slot, 4, "w", 100).unwrap();
-    let first = got.iter().find(|m| m.payload.as_deref() == Some("0")).unwrap().clone();
+    let first = got
+        .iter()
+        .find(|m| m.payload.as_deref() == Some("0"))
+        .unwrap()
+        .clone();
     let n: i32 = c
         .query_one(
             "SELECT pgque.nack_partitioned('rp', 'c', $1, 4, 'w', \
@@ -627,7 +748,8 @@ fn resize_moves_a_blocked_keys_marker_and_held_events_to_its_new_slot() {
     // More of hot before the seal (parked by the old slot as it drains).
     send(&mut c, &hot, "3");
     tick(&mut c, "rp");
-    c.query_one("SELECT pgque.begin_resize('rp', 'c', 8)", &[]).unwrap();
+    c.query_one("SELECT pgque.begin_resize('rp', 'c', 8)", &[])
+        .unwrap();
     // After the seal: the retry comes due and is put back (owned by the old
     // slot, past its seal), and hot's newest event arrives.
     assert_eq!(i64s(&mut c, "SELECT pgque.maint_retry_events()::int8"), 1);
@@ -645,7 +767,10 @@ fn resize_moves_a_blocked_keys_marker_and_held_events_to_its_new_slot() {
             ack_slot(&mut c, "rp", "c", slot, 4, "w").unwrap();
         }
     }
-    assert!(!acked.iter().any(|p| p.parse::<i32>().is_ok()), "hot held back: {acked:?}");
+    assert!(
+        !acked.iter().any(|p| p.parse::<i32>().is_ok()),
+        "hot held back: {acked:?}"
+    );
     let status: String = c
         .query_one(
             "SELECT string_agg(concat_ws(',', slot, ready, blocked_keys, held_events), ';' ORDER BY slot) \
@@ -654,8 +779,17 @@ fn resize_moves_a_blocked_keys_marker_and_held_events_to_its_new_slot() {
         )
         .unwrap()
         .get(0);
-    assert_eq!(status, format!("{old_slot},t,1,3"), "hot blocked, 1, 2 and 3 held");
-    assert_eq!(c.query_one("SELECT pgque.complete_resize('rp', 'c')", &[]).unwrap().get::<_, i32>(0), 8);
+    assert_eq!(
+        status,
+        format!("{old_slot},t,1,3"),
+        "hot blocked, 1, 2 and 3 held"
+    );
+    assert_eq!(
+        c.query_one("SELECT pgque.complete_resize('rp', 'c')", &[])
+            .unwrap()
+            .get::<_, i32>(0),
+        8
+    );
     let marker: String = c
         .query_one(
             "SELECT string_agg(concat_ws(',', partition_key, slot, n, state, held_events), ';') FROM pgque.partition_blocked_keys",
@@ -663,7 +797,11 @@ fn resize_moves_a_blocked_keys_marker_and_held_events_to_its_new_slot() {
         )
         .unwrap()
         .get(0);
-    assert_eq!(marker, format!("{hot},{new_slot},8,retry,3"), "the marker followed its key");
+    assert_eq!(
+        marker,
+        format!("{hot},{new_slot},8,retry,3"),
+        "the marker followed its key"
+    );
     // The new slots: hot's failed event first, then its held ones, then 4.
     let mut hot_seq = vec![];
     for _round in 0..6 {
@@ -685,10 +823,17 @@ fn resize_moves_a_blocked_keys_marker_and_held_events_to_its_new_slot() {
         }
         tick(&mut c, "rp");
     }
-    assert_eq!(hot_seq, ["0", "1", "2", "3", "4"], "hot in send order across the cutover");
+    assert_eq!(
+        hot_seq,
+        ["0", "1", "2", "3", "4"],
+        "hot in send order across the cutover"
+    );
     acked.sort();
     assert_eq!(acked, ["o0", "o1"]);
-    assert_eq!(i64s(&mut c, "SELECT count(*) FROM pgque.partition_blocked"), 0);
+    assert_eq!(
+        i64s(&mut c, "SELECT count(*) FROM pgque.partition_blocked"),
+        0
+    );
 }
 
 /// Percentiles of a list of lags (ms).
@@ -724,12 +869,16 @@ fn resize_cost_lag_during_a_16_to_32_resize() {
     std::thread::sleep(Duration::from_secs(6));
     let begin_at = now_ms();
     let t = Instant::now();
-    c.query_one("SELECT pgque.begin_resize('rc', 'c', 32)", &[]).unwrap();
+    c.query_one("SELECT pgque.begin_resize('rc', 'c', 32)", &[])
+        .unwrap();
     let begin_ms = t.elapsed().as_secs_f64() * 1000.0;
     let ready_ms;
     loop {
         let ready: bool = c
-            .query_one("SELECT bool_and(ready) FROM pgque.resize_ready('rc', 'c')", &[])
+            .query_one(
+                "SELECT bool_and(ready) FROM pgque.resize_ready('rc', 'c')",
+                &[],
+            )
             .unwrap()
             .get(0);
         if ready {
@@ -739,7 +888,8 @@ fn resize_cost_lag_during_a_16_to_32_resize() {
         std::thread::sleep(Duration::from_millis(10));
     }
     let t2 = Instant::now();
-    c.query_one("SELECT pgque.complete_resize('rc', 'c')", &[]).unwrap();
+    c.query_one("SELECT pgque.complete_resize('rc', 'c')", &[])
+        .unwrap();
     let complete_ms = t2.elapsed().as_secs_f64() * 1000.0;
     std::thread::sleep(Duration::from_secs(8));
     let (sent, acked, _) = finish_load(load);
@@ -757,8 +907,14 @@ fn resize_cost_lag_during_a_16_to_32_resize() {
     let during = lag(begin_at, begin_at + 6000.0);
     println!("| window | events | lag p50 ms | lag p99 ms | lag max ms |");
     println!("|---|---|---|---|---|");
-    println!("| no resize (6 s) | {} | {:.0} | {:.0} | {:.0} |", base.3, base.0, base.1, base.2);
-    println!("| from begin_resize (6 s) | {} | {:.0} | {:.0} | {:.0} |", during.3, during.0, during.1, during.2);
+    println!(
+        "| no resize (6 s) | {} | {:.0} | {:.0} | {:.0} |",
+        base.3, base.0, base.1, base.2
+    );
+    println!(
+        "| from begin_resize (6 s) | {} | {:.0} | {:.0} | {:.0} |",
+        during.3, during.0, during.1, during.2
+    );
     println!(
         "ratios resize / no resize: p50 {:.2}, p99 {:.2}, max {:.2}; begin_resize {begin_ms:.0} ms, drain to ready {ready_ms:.0} ms, complete_resize {complete_ms:.0} ms",
         during.0 / base.0,

@@ -179,7 +179,9 @@ pub fn begin(c: &mut SpiClient<'_>, q: &Queue, consumer: &str, new_n: i32) -> i6
     }
     slots::ensure_index(c, q, new_n);
     let t = seal_tick(c, q);
-    let names: Vec<String> = (0..new_n).map(|k| pending_name(consumer, k, new_n)).collect();
+    let names: Vec<String> = (0..new_n)
+        .map(|k| pending_name(consumer, k, new_n))
+        .collect();
     let subs = insert_subs(c, q, &names, t);
     exec(
         c,
@@ -293,7 +295,10 @@ pub fn require_current(c: &mut SpiClient<'_>, q: &Queue, consumer: &str) -> Resi
     current(c, q, consumer).unwrap_or_else(|| {
         raise(
             error::WRONG_STATE,
-            format!("consumer {consumer:?} of queue {:?} is not being resized", q.name),
+            format!(
+                "consumer {consumer:?} of queue {:?} is not being resized",
+                q.name
+            ),
         )
     })
 }
@@ -301,9 +306,7 @@ pub fn require_current(c: &mut SpiClient<'_>, q: &Queue, consumer: &str) -> Resi
 /// The SQL of a key's new slot subscription: element slot(key, n) of the
 /// array parameter `$subs` (a NULL key: slot 0).
 fn new_sub_sql(key_col: &str, n: i32, subs: &str) -> String {
-    format!(
-        "({subs}::int4[])[coalesce((hashtextextended({key_col}, 0) % {n} + {n}) % {n}, 0) + 1]"
-    )
+    format!("({subs}::int4[])[coalesce((hashtextextended({key_col}, 0) % {n} + {n}) % {n}, 0) + 1]")
 }
 
 /// complete_resize: the cutover. Under every old slot's lease row lock,
@@ -405,9 +408,7 @@ pub fn complete(c: &mut SpiClient<'_>, q: &Queue, consumer: &str) -> i32 {
             &[old_subs.clone().into()],
         );
     }
-    let slot_sql = format!(
-        "coalesce((hashtextextended(ev_extra1, 0) % {nn} + {nn}) % {nn}, 0)"
-    );
+    let slot_sql = format!("coalesce((hashtextextended(ev_extra1, 0) % {nn} + {nn}) % {nn}, 0)");
     exec(
         c,
         &format!(

@@ -354,5 +354,9 @@ async fn partitioned_follows_an_online_resize_without_a_restart() {
     sd.trigger();
     h.await.unwrap().unwrap();
     assert_eq!(slots(&c, "ev").await.len(), 2);
-    assert_eq!(*got.lock().unwrap(), *sent.lock().unwrap(), "every key in send order, none lost or twice");
+    assert_eq!(
+        *got.lock().unwrap(),
+        *sent.lock().unwrap(),
+        "every key in send order, none lost or twice"
+    );
 }
