@@ -143,6 +143,13 @@ GRANT EXECUTE ON FUNCTION pgque.subscribe_partitioned(text, text, int4, text, te
   TO pgque_reader;
 GRANT EXECUTE ON FUNCTION pgque.release_partition_key(text, text, text) TO pgque_admin;
 GRANT SELECT ON pgque.partition_blocked_keys TO pgque_reader;
+-- Online resize of N (src/log/resize.rs): an administrator's calls; its
+-- status is readable by consumers (their PartitionedConsumer follows it).
+GRANT EXECUTE ON FUNCTION pgque.begin_resize(text, text, int4),
+    pgque.complete_resize(text, text), pgque.abort_resize(text, text)
+  TO pgque_admin;
+GRANT EXECUTE ON FUNCTION pgque.resize_ready(text, text) TO pgque_reader, pgque_admin;
+GRANT SELECT ON pgque.partition_resizes TO pgque_reader, pgque_admin;
 
 -- Event-queue functions plan their lookups with sequential scans disabled:
 -- ticks, batches and events are always reached through their indexes, also
@@ -173,6 +180,7 @@ BEGIN
                     'unsubscribe_slot', 'claim_slot', 'claim_next_slot', 'release_slot',
                     'receive_partitioned', 'ack_partitioned', 'nack_partitioned',
                     'partition_slot_rows', 'release_partition_key', 'event_dead', 'unsubscribe_subconsumer',
+                    'begin_resize', 'resize_ready', 'complete_resize', 'abort_resize',
                     'pause_queue', 'resume_queue', 'queue_stats', 'consumer_stats',
                     'queue_health', 'otel_metrics', 'stuck_consumers', 'in_flight', 'throughput',
                     'error_rate'])

@@ -1404,3 +1404,117 @@ BEGIN
 END
 $run_schedule_now$;
 -- ==== end of the schedules' recent firings ====
+
+-- ==== online resize of a partitioned consumer's N (issue 34 item 2): sql/17_slots_resize.sql ====
+-- pgque partition slots, online resize of N (src/log/resize.rs,
+-- docs/partition-keys.md "Resizing N online").
+--
+-- A resize of consumer c from N to N' slots seals the old slots at a tick T
+-- (their batches stop at T) and subscribes the N' new slots at T, under
+-- pending names "c#<k>/<N'>" (never handed out: they are not lease rows of
+-- partition_slot). complete_resize, once every old slot has reached T with
+-- no open batch, moves retries, blocked-key markers, held events and dead
+-- letters to each key's new slot, drops the old subscriptions and makes
+-- the new ones c#0 .. c#<N'-1>.
+
+-- The seal of a slot: its batches never reach past this tick (NULL: no
+-- resize in progress). Read with the lease row by the fence, so the batch
+-- opener sees it under the lock it opens batches under.
+ALTER TABLE pgque.partition_slot ADD COLUMN ps_seal int8;
+
+-- The resize in progress of a partitioned consumer (at most one).
+--  pr_n     the new N
+--  pr_tick  the seal T: old slots deliver up to it, new slots after it
+--  pr_subs  the new slots' subscriptions, slot k at index k + 1
+CREATE TABLE pgque.partition_resize (
+    pr_queue    int4 NOT NULL,
+    pr_consumer text NOT NULL,
+    pr_n        int4 NOT NULL CHECK (pr_n BETWEEN 1 AND 256),
+    pr_tick     int8 NOT NULL,
+    pr_subs     int4[] NOT NULL,
+    pr_since    timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (pr_queue, pr_consumer),
+    FOREIGN KEY (pr_queue, pr_consumer)
+        REFERENCES pgque.partition_consumer (pc_queue, pc_consumer) ON DELETE CASCADE,
+    CHECK (pg_catalog.cardinality(pr_subs) = pr_n)
+);
+
+SELECT pg_catalog.pg_extension_config_dump('pgque.partition_resize', '');
+
+-- One row per resize in progress.
+CREATE VIEW pgque.partition_resizes AS
+SELECT q.queue_name, r.pr_consumer AS consumer, c.pc_n AS n, r.pr_n AS new_n,
+       r.pr_tick AS seal_tick, r.pr_since AS started_at,
+       pg_catalog.now() OPERATOR(pg_catalog.-) r.pr_since AS running_for
+  FROM pgque.partition_resize r
+  JOIN pgque.partition_consumer c
+    ON c.pc_queue OPERATOR(pg_catalog.=) r.pr_queue
+   AND c.pc_consumer OPERATOR(pg_catalog.=) r.pr_consumer
+  JOIN pgque.queue q ON q.queue_id OPERATOR(pg_catalog.=) r.pr_queue;
+
+CREATE FUNCTION pgque."begin_resize"(
+	"queue_name" TEXT,
+	"consumer" TEXT,
+	"new_n" INT
+) RETURNS bigint
+SECURITY DEFINER
+SET search_path TO pg_catalog, pgque, pg_temp
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'begin_resize_wrapper';
+
+CREATE FUNCTION pgque."resize_ready"(
+	"queue_name" TEXT,
+	"consumer" TEXT
+) RETURNS TABLE (
+	"slot" INT,
+	"n" INT,
+	"new_n" INT,
+	"seal_tick" bigint,
+	"last_tick" bigint,
+	"open_batch" bool,
+	"ready" bool,
+	"retry_events" bigint,
+	"blocked_keys" bigint,
+	"held_events" bigint,
+	"dead_letters" bigint
+)
+SECURITY DEFINER
+SET search_path TO pg_catalog, pgque, pg_temp
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'resize_ready_wrapper';
+
+CREATE FUNCTION pgque."complete_resize"(
+	"queue_name" TEXT,
+	"consumer" TEXT
+) RETURNS INT
+SECURITY DEFINER
+SET search_path TO pg_catalog, pgque, pg_temp
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'complete_resize_wrapper';
+
+CREATE FUNCTION pgque."abort_resize"(
+	"queue_name" TEXT,
+	"consumer" TEXT
+) RETURNS INT
+SECURITY DEFINER
+SET search_path TO pg_catalog, pgque, pg_temp
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'abort_resize_wrapper';
+
+REVOKE ALL ON FUNCTION pgque.begin_resize(text, text, int4), pgque.resize_ready(text, text),
+    pgque.complete_resize(text, text), pgque.abort_resize(text, text) FROM PUBLIC;
+REVOKE ALL ON pgque.partition_resize, pgque.partition_resizes FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION pgque.begin_resize(text, text, int4),
+    pgque.complete_resize(text, text), pgque.abort_resize(text, text)
+  TO pgque_admin;
+GRANT EXECUTE ON FUNCTION pgque.resize_ready(text, text) TO pgque_reader, pgque_admin;
+GRANT SELECT ON pgque.partition_resizes TO pgque_reader, pgque_admin;
+ALTER FUNCTION pgque.begin_resize(text, text, int4) SET enable_seqscan = off;
+ALTER FUNCTION pgque.resize_ready(text, text) SET enable_seqscan = off;
+ALTER FUNCTION pgque.complete_resize(text, text) SET enable_seqscan = off;
+ALTER FUNCTION pgque.abort_resize(text, text) SET enable_seqscan = off;
+ALTER FUNCTION pgque.begin_resize(text, text, int4) SET jit = off;
+ALTER FUNCTION pgque.resize_ready(text, text) SET jit = off;
+ALTER FUNCTION pgque.complete_resize(text, text) SET jit = off;
+ALTER FUNCTION pgque.abort_resize(text, text) SET jit = off;
+-- ==== end of online resize ====

@@ -578,6 +578,36 @@ fn matrix() -> Vec<Row> {
         )
         .with("NULL key", "SELECT pgque.release_partition_key('q', 'pc', NULL)", St("22004")),
         row(
+            "pgque.begin_resize(text,text,integer)",
+            "SELECT pgque.begin_resize({Q}::text, {C}::text, 8)",
+            QC,
+        )
+        .with("NULL new_n", "SELECT pgque.begin_resize('q', 'pc', NULL)", St("22004"))
+        .with("new_n = n", "SELECT pgque.begin_resize('q', 'pc', 4)", St("22023"))
+        .with("new_n = 0", "SELECT pgque.begin_resize('q', 'pc', 0)", St("22003"))
+        .with("new_n too big", "SELECT pgque.begin_resize('q', 'pc', 257)", St("22003"))
+        .with("plain consumer", "SELECT pgque.begin_resize('q', 'c', 8)", St("42704"))
+        .with("hash in consumer", "SELECT pgque.begin_resize('q', 'pc#1', 8)", St("42602")),
+        row(
+            "pgque.resize_ready(text,text)",
+            "SELECT * FROM pgque.resize_ready({Q}::text, {C}::text)",
+            QC,
+        )
+        .with("no resize", "SELECT * FROM pgque.resize_ready('q', 'pc')", St("55000")),
+        row(
+            "pgque.complete_resize(text,text)",
+            "SELECT pgque.complete_resize({Q}::text, {C}::text)",
+            QC,
+        )
+        .with("no resize", "SELECT pgque.complete_resize('q', 'pc')", St("55000"))
+        .with("plain consumer", "SELECT pgque.complete_resize('q', 'c')", St("42704")),
+        row(
+            "pgque.abort_resize(text,text)",
+            "SELECT pgque.abort_resize({Q}::text, {C}::text)",
+            QC,
+        )
+        .with("no resize", "SELECT pgque.abort_resize('q', 'pc')", St("55000")),
+        row(
             "pgque.unsubscribe_partitioned(text,text)",
             "SELECT pgque.unsubscribe_partitioned({Q}::text, {C}::text)",
             QC,

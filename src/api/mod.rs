@@ -19,6 +19,7 @@ pub mod observe;
 pub mod owner;
 pub mod pgq;
 pub mod pgq_compat;
+pub mod resize;
 pub mod send;
 pub mod slots;
 pub mod srf;

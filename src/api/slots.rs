@@ -207,6 +207,10 @@ fn unsubscribe_partitioned(queue_name: Option<&str>, consumer: Option<&str>) -> 
     Spi::connect_mut(|c| {
         let (q, consumer) = queue_consumer(c, queue_name, consumer);
         let n = slots::require_n(c, &q, consumer);
+        // A resize in progress goes too (its new slots delivered nothing).
+        if let Some(r) = crate::log::resize::current(c, &q, consumer) {
+            crate::log::resize::drop_pending(c, &q, consumer, &r);
+        }
         let gone = slots::unsubscribe_slots(c, &q, consumer, 0, n - 1);
         slots::forget_if_empty(c, &q, consumer);
         gone
@@ -252,6 +256,7 @@ fn unsubscribe_slot(
         let (q, consumer) = queue_consumer(c, queue_name, consumer);
         let persisted = slots::require_n(c, &q, consumer);
         slots::check_n(consumer, persisted, n);
+        crate::log::resize::refuse_during(c, &q, consumer, "unsubscribe_slot");
         let gone = slots::unsubscribe_slots(c, &q, consumer, k, k);
         slots::forget_if_empty(c, &q, consumer);
         gone
@@ -372,21 +377,25 @@ fn receive_partitioned(
     let limit = max_return_arg(max_return);
     Messages::new(Spi::connect_mut(|c| {
         let (q, consumer, worker, s, f) = fenced(c, queue_name, consumer, slot, n, worker, false);
-        let locked = f.locked;
+        let (locked, seal) = (f.locked, f.seal);
+        // The seal as read under the lease row lock: a resize begun since
+        // the unlocked read is seen before a batch is opened.
         let mut lock = |c: &mut SpiClient<'_>| {
-            if !locked {
-                slots::fence(c, &q, consumer, s, worker, true);
+            if locked {
+                seal
+            } else {
+                slots::fence(c, &q, consumer, s, worker, true).seal
             }
         };
         if !f.pause {
-            let opened = batch::next_batch_of(c, &q, f.sub_id, Some(s), limit, &mut lock);
+            let opened = batch::next_batch_of(c, &q, f.sub_id, Some(s), limit, seal, &mut lock);
             return deliver(c, &q, opened);
         }
         // A batch whose events were all held back is finished at once and
         // the next one opened (a blocked key's backlog in the log must not
         // make the other keys' poll come back empty), up to a bound.
         for _ in 0..PARKED_BATCHES_PER_CALL {
-            let opened = batch::next_batch_of(c, &q, f.sub_id, Some(s), limit, &mut lock);
+            let opened = batch::next_batch_of(c, &q, f.sub_id, Some(s), limit, seal, &mut lock);
             match deliver_paused(c, &q, f.sub_id, opened) {
                 Paused::Deliver(b, evs) => return Some((b, evs)),
                 Paused::Nothing => return None,

@@ -673,7 +673,7 @@ pub fn next_batch(
     sub_id: i32,
     limit: i64,
 ) -> Option<Opened> {
-    next_batch_of(client, q, sub_id, None, limit, &mut |_| {})
+    next_batch_of(client, q, sub_id, None, limit, None, &mut |_| None)
 }
 
 /// next_batch for a plain consumer (`slot` None) or a partition slot's
@@ -682,14 +682,19 @@ pub fn next_batch(
 /// of its own (a skewed slot's bigger share is cut at `limit` as usual).
 /// For a slot, `lock_slot` is called before a batch is opened: it takes the
 /// slot's lease row (receive_partitioned's fence), which serializes the
-/// slot's openers.
+/// slot's openers, and returns the slot's seal as read under that lock.
+/// A sealed slot (a resize in progress, src/log/resize.rs) opens no batch
+/// past its seal tick: its ranges end at the seal, and once there it has
+/// nothing to open. `seal_hint` (the seal read without the lock) lets an
+/// idle poll of a drained slot return without taking the lock.
 pub fn next_batch_of(
     client: &mut SpiClient<'_>,
     q: &Queue,
     sub_id: i32,
     slot: Option<Slot>,
     limit: i64,
-    lock_slot: &mut dyn FnMut(&mut SpiClient<'_>),
+    seal_hint: Option<i64>,
+    lock_slot: &mut dyn FnMut(&mut SpiClient<'_>) -> Option<i64>,
 ) -> Option<Opened> {
     let span = slot.map_or(limit, |s| limit.saturating_mul(s.n as i64));
     let open = |b: &Batch| {
@@ -707,8 +712,9 @@ pub fn next_batch_of(
             return open(b);
         }
     }
-    if seen.is_some() {
-        next_range(client, q, seen.as_ref(), 0, span)?;
+    if let Some(f) = &seen {
+        let r = next_range(client, q, seen.as_ref(), 0, span)?;
+        sealed(r, f, seal_hint)?;
     }
     next_batch_locked(client, q, sub_id, slot, limit, lock_slot)
 }
@@ -737,24 +743,52 @@ pub fn next_batch_locked(
     // Serialize with other openers, then look once more. A slot's openers
     // are serialized by its lease row (no plain call can name a slot
     // subscription), which the caller's `lock_slot` takes.
-    if slot.is_some() {
-        lock_slot(client);
+    let seal = if slot.is_some() {
+        lock_slot(client)
     } else {
         lock_sub(client, sub_id);
-    }
+        None
+    };
     let latest = latest_batch(client, sub_id);
     if let Some(b) = &latest {
         if !b.done {
             return open(b);
         }
     }
-    let start = if latest.is_none() {
-        start_tick(client, sub_id)
-    } else {
-        0
+    let start = match &latest {
+        None => start_tick(client, sub_id),
+        Some(_) => 0,
     };
     let (range, big) = next_range(client, q, latest.as_ref(), start, span)?;
+    let range = match (&latest, seal) {
+        (_, None) => range,
+        (Some(f), s) => sealed((range, big), f, s)?,
+        (None, Some(t)) => {
+            if start >= t {
+                return None;
+            }
+            (range.0, range.1.min(t), range.2)
+        }
+    };
     Some(open_range(client, q, sub_id, None, slot, range, limit, big))
+}
+
+/// The next range after `frontier` cut at the seal tick `seal`: None when
+/// the frontier has reached it. Tick ids grow with their snapshots (ticks
+/// of a queue are serialized on its row), so ending a range at the seal
+/// instead of a later tick reads exactly the events up to the seal. A cut's
+/// continuation stays within its tick (which never passes the seal: the
+/// seal is taken after every batch opened before it). Capping never makes a
+/// range big: a big range already ends at the first tick after its start.
+fn sealed(r: (Range, bool), frontier: &Batch, seal: Option<i64>) -> Option<Range> {
+    let ((prev, end, floor), _) = r;
+    let Some(t) = seal else {
+        return Some((prev, end, floor));
+    };
+    if frontier.ceiling.is_none() && frontier.tick >= t {
+        return None;
+    }
+    Some((prev, end.min(t), floor))
 }
 
 /// Cooperative consumers: the member's open batch, else (with a dead

@@ -24,6 +24,7 @@ pub mod jsontext;
 pub mod look;
 pub mod maint;
 pub mod pause;
+pub mod resize;
 pub mod slots;
 pub mod tick;
 

@@ -257,12 +257,15 @@ pub fn require_n(client: &mut SpiClient<'_>, q: &Queue, consumer: &str) -> i32 {
     })
 }
 
-/// 22023 unless `n` is the consumer's persisted N.
+/// 22023 unless `n` is the consumer's persisted N. N changes only by an
+/// online resize (src/log/resize.rs): a worker still passing the old N
+/// after one gets this error, and re-reads N.
 pub fn check_n(consumer: &str, persisted: i32, n: i32) {
     if persisted != n {
-        raise(
+        raise_detail(
             error::INVALID_PARAMETER_VALUE,
-            format!("consumer {consumer:?} has {persisted} slots, not {n}: N cannot change while it is subscribed"),
+            format!("consumer {consumer:?} has {persisted} slots, not {n}"),
+            "N changes only through pgque.begin_resize / complete_resize; a worker of a resized consumer claims again with the new N.",
         );
     }
 }
@@ -519,6 +522,9 @@ pub struct Fenced {
     pub locked: bool,
     /// The consumer's failure policy is `pause` (src/log/pause.rs).
     pub pause: bool,
+    /// The slot's seal during a resize (src/log/resize.rs): its batches
+    /// stop at this tick. Authoritative only when `locked`.
+    pub seal: Option<i64>,
 }
 
 /// The lease fence of receive / ack / nack_partitioned: checks that `worker`
@@ -543,13 +549,18 @@ pub fn fence(
 ) -> Fenced {
     let sql = format!(
         "SELECT ps_n, ps_sub, ps_owner, ps_epoch, \
-                ps_ttl IS NOT NULL AND ps_until - clock_timestamp() < ps_ttl / 2, {} \
+                ps_ttl IS NOT NULL AND ps_until - clock_timestamp() < ps_ttl / 2, {}, {} \
            FROM pgque.partition_slot \
           WHERE ps_queue = $1 AND ps_consumer = $2 AND ps_slot = $3{}",
         if super::pause::installed() {
             "ps_pause"
         } else {
             "false"
+        },
+        if super::resize::installed() {
+            "ps_seal"
+        } else {
+            "NULL::int8"
         },
         if lock { " FOR NO KEY UPDATE" } else { "" }
     );
@@ -568,6 +579,7 @@ pub fn fence(
     let epoch: i64 = col(&r, 4).unwrap();
     let renew: bool = col(&r, 5).unwrap();
     let pause: bool = col(&r, 6).unwrap();
+    let seal: Option<i64> = col(&r, 7);
     drop(r);
     check_n(consumer, n, s.n);
     let Some(sub_id) = sub else {
@@ -610,6 +622,7 @@ pub fn fence(
         epoch,
         locked: lock,
         pause,
+        seal,
     }
 }
 

@@ -159,3 +159,67 @@ def test_partitioned_consumer_pause_keeps_a_failed_keys_order(dsn, conn, name):
     # The policy is the consumer's: another one is refused.
     with pytest.raises(pq.errors.InvalidParameterValue):
         pq.PartitionedConsumer(dsn, name, "pp", 1, handle, handle_signals=False).run()
+
+
+def _resize(conn, queue, consumer, new_n):
+    """An operator's online resize: begin, wait until every old slot drained, complete."""
+    conn.execute("SELECT pgque.begin_resize(%s, %s, %s)", (queue, consumer, new_n))
+    wait_until(
+        lambda: conn.execute(
+            "SELECT bool_and(ready) FROM pgque.resize_ready(%s, %s)", (queue, consumer)
+        ).fetchone()[0],
+        60, 0.1, f"the old slots to drain (resize to {new_n})",
+    )  # fmt: skip
+    assert conn.execute("SELECT pgque.complete_resize(%s, %s)", (queue, consumer)).fetchone() == (new_n,)
+
+
+def test_partitioned_consumer_follows_an_online_resize_without_a_restart(dsn, conn, name):
+    conn.execute("SELECT pgque.create_queue(%s)", (name,))
+    conn.execute("SELECT pgque.subscribe_partitioned(%s, 'pr', 4)", (name,))
+    keys = [f"key-{k}" for k in range(30)]
+    sent = collections.defaultdict(list)
+    got = collections.defaultdict(list)
+    lock = threading.Lock()
+
+    def send_round(r):
+        ids = pq.send_batch(conn, name, [{"r": r, "k": k} for k in keys], type="t", partition_keys=keys)
+        for k, i in zip(keys, ids):
+            sent[k].append(i)
+
+    def handle(msg: pq.Message):
+        with lock:
+            got[msg.partition_key].append(msg.msg_id)
+
+    def all_handled():
+        with lock:
+            return sum(len(v) for v in got.values()) == sum(len(v) for v in sent.values())
+
+    pc = pq.PartitionedConsumer(dsn, name, "pr", 4, handle, workers=3, poll_interval=0.2, handle_signals=False)
+    with Running(pc):
+        for r in range(3):
+            send_round(r)
+        _resize(conn, name, "pr", 8)  # grow while events of before the seal are consumed
+        for r in range(3, 6):
+            send_round(r)
+        conn.execute("SELECT pgque.force_tick(%s)", (name,))
+        wait_until(all_handled, 60, 0.1, "every event handled after the grow")
+        assert pc.n == 8
+        for r in range(6, 9):
+            send_round(r)
+        _resize(conn, name, "pr", 2)  # shrink
+        send_round(9)
+        conn.execute("SELECT pgque.force_tick(%s)", (name,))
+        wait_until(all_handled, 60, 0.1, "every event handled after the shrink")
+        assert pc.n == 2
+    for k in keys:
+        assert got[k] == sent[k], f"key {k}: out of order, missing or twice across the resizes"
+    assert len(_slots(conn, name, "pr")) == 2
+    # A consumer started later with the N it was first given follows the server's.
+    pc2 = pq.PartitionedConsumer(dsn, name, "pr", 4, handle, poll_interval=0.2, handle_signals=False)
+    with Running(pc2):
+        send_round(10)
+        conn.execute("SELECT pgque.force_tick(%s)", (name,))
+        wait_until(all_handled, 60, 0.1, "every event handled by the restarted consumer")
+    assert pc2.n == 2
+    for k in keys:
+        assert got[k] == sent[k]

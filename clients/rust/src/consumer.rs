@@ -341,11 +341,17 @@ impl Consumer {
 /// renewing the lease between events once a third of the ttl has passed; a
 /// lease taken over by another worker meanwhile makes it stop processing that
 /// slot at once, without acking (the new owner gets the same batch).
+///
+/// It follows an online resize of N (docs/partition-keys.md, "Resizing N
+/// online") without a restart: `n` is only the N it subscribes with (a
+/// consumer resized since keeps its new N); a task whose calls are refused
+/// because N changed, or that is handed a slot beyond the N it knows,
+/// re-reads N from the server and goes on with the new slots ([`Self::n`]).
 pub struct PartitionedConsumer {
     config: Config,
     queue: String,
     consumer: String,
-    n: i32,
+    n: std::sync::atomic::AtomicI32,
     handler: Handler,
     workers: usize,
     ttl: Duration,
@@ -355,6 +361,19 @@ pub struct PartitionedConsumer {
     worker_id: String,
     stats: Arc<ConsumerStats>,
     policy: Option<(String, String)>,
+}
+
+/// Whether a fenced call was refused for the N it passed (22023 "has N'
+/// slots, not N", or 22003 for a slot beyond the N): the consumer may have
+/// been resized.
+fn resized(e: &Error) -> bool {
+    matches!(
+        e.kind(),
+        ErrorKind::InvalidParameterValue | ErrorKind::NumericValueOutOfRange
+    ) && {
+        let m = e.to_string();
+        m.contains("slots, not") || m.contains("slot must be between")
+    }
 }
 
 /// Whether `m` is skipped because its key failed earlier in the batch
@@ -390,7 +409,7 @@ impl PartitionedConsumer {
             config: parse(dsn)?,
             queue: queue.into(),
             consumer: consumer.into(),
-            n,
+            n: std::sync::atomic::AtomicI32::new(n),
             handler,
             workers: 1,
             ttl: Duration::from_secs(30),
@@ -449,6 +468,24 @@ impl PartitionedConsumer {
     pub fn stats(&self) -> &Arc<ConsumerStats> {
         &self.stats
     }
+    /// The consumer's N as this consumer last knew it (it follows a resize).
+    pub fn n(&self) -> i32 {
+        self.n.load(Ordering::SeqCst)
+    }
+
+    /// Re-reads the consumer's N from the server (after a resize); returns it.
+    async fn refresh_n(&self, c: &Client) -> Result<i32> {
+        let row = c
+            .query_opt(
+                "SELECT n FROM pgque.partition_slot_status WHERE queue_name = $1 AND consumer = $2 LIMIT 1",
+                &[&self.queue, &self.consumer],
+            )
+            .await?;
+        if let Some(r) = row {
+            self.n.store(r.get(0), Ordering::SeqCst);
+        }
+        Ok(self.n())
+    }
 
     /// Consumes until `shutdown` (each task finishes and acks its batch first).
     pub async fn run(self: &Arc<Self>, shutdown: Shutdown) -> Result<()> {
@@ -456,22 +493,31 @@ impl PartitionedConsumer {
         let pool = pool_for(&self.config, self.workers * per_task + 1)?;
         {
             let c = pool.get().await?;
-            match &self.policy {
+            let n = self.n();
+            let subscribed = match &self.policy {
                 None => {
                     c.execute(
                         "SELECT pgque.subscribe_partitioned($1::text, $2::text, $3::int4)",
-                        &[&self.queue, &self.consumer, &self.n],
+                        &[&self.queue, &self.consumer, &n],
                     )
-                    .await?
+                    .await
                 }
                 Some((p, d)) => {
                     c.execute(
                         "SELECT pgque.subscribe_partitioned($1::text, $2::text, $3::int4, $4::text, $5::text)",
-                        &[&self.queue, &self.consumer, &self.n, p, d],
+                        &[&self.queue, &self.consumer, &n, p, d],
                     )
-                    .await?
+                    .await
                 }
             };
+            if let Err(e) = subscribed {
+                let e: Error = e.into();
+                // Subscribed already with another N (resized since): follow
+                // the server's.
+                if e.kind() != ErrorKind::InvalidParameterValue || self.refresh_n(&c).await? == n {
+                    return Err(e);
+                }
+            }
         }
         let (gen_tx, gen_rx) = watch::channel(0u64);
         let stop = Shutdown::new();
@@ -509,7 +555,6 @@ impl PartitionedConsumer {
     async fn worker(&self, i: usize, pool: Pool, mut rx: watch::Receiver<u64>, shutdown: Shutdown) -> Result<()> {
         let wid = format!("{}/{i}", self.worker_id);
         let ttl = self.ttl.as_secs_f64();
-        let idle_round = (self.n as usize).div_ceil(self.workers).max(1);
         let mut idle = 0;
         let mut c = pool.get().await?;
         // Exactly-once: lease renewals go through a second connection, so they
@@ -532,6 +577,10 @@ impl PartitionedConsumer {
                 continue;
             };
             let (slot, epoch): (i32, i64) = (row.get(0), row.get(1));
+            if slot >= self.n() {
+                // A slot of a bigger N: the consumer was resized.
+                self.refresh_n(&c).await?;
+            }
             match self
                 .serve_slot(&mut c, side.as_deref(), &wid, slot, epoch, &shutdown)
                 .await
@@ -541,8 +590,19 @@ impl PartitionedConsumer {
                     self.stats.lost_slots.fetch_add(1, Ordering::Relaxed);
                     continue;
                 }
+                Err(e) if resized(&e) => {
+                    // The consumer's N changed under this task: its batch
+                    // (not acked) is redelivered on the keys' new slots.
+                    let before = self.n();
+                    if self.refresh_n(&c).await? == before {
+                        return Err(e);
+                    }
+                    self.stats.lost_slots.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
                 Err(e) => return Err(e),
             }
+            let idle_round = (self.n() as usize).div_ceil(self.workers).max(1);
             if idle >= idle_round {
                 idle = 0;
                 wait_tick(&mut rx, self.poll_interval, &shutdown).await;
@@ -568,6 +628,7 @@ impl PartitionedConsumer {
             }
         };
         let retry = self.retry_after.as_secs_f64();
+        let n = self.n();
         let mut total = 0;
         for _ in 0..16 {
             if shutdown.is_triggered() {
@@ -576,7 +637,7 @@ impl PartitionedConsumer {
             let rows = c
                 .query(
                     &format!("SELECT {COLS} FROM pgque.receive_partitioned($1::text, $2::text, $3::int4, $4::int4, $5::text, $6::int4)"),
-                    &[&self.queue, &self.consumer, &slot, &self.n, &wid, &self.batch_size],
+                    &[&self.queue, &self.consumer, &slot, &n, &wid, &self.batch_size],
                 )
                 .await
                 .map_err(|e| lost(e.into()))?;
@@ -636,14 +697,14 @@ impl PartitionedConsumer {
                     &tx,
                     &sql,
                     m,
-                    &[&self.queue, &self.consumer, &slot, &self.n, &wid, &retry, why],
+                    &[&self.queue, &self.consumer, &slot, &n, &wid, &retry, why],
                 )
                 .await
                 .map_err(lost)?;
             }
             tx.execute(
                 "SELECT pgque.ack_partitioned($1::text, $2::text, $3::int4, $4::int4, $5::text)",
-                &[&self.queue, &self.consumer, &slot, &self.n, &wid],
+                &[&self.queue, &self.consumer, &slot, &n, &wid],
             )
             .await
             .map_err(|e| lost(e.into()))?;

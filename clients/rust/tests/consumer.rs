@@ -264,3 +264,99 @@ async fn partitioned_pause_keeps_a_failed_keys_order() {
         "{err:?}"
     );
 }
+
+/// An operator's online resize: begin, wait until every old slot drained, complete.
+async fn resize(c: &tokio_postgres::Client, q: &str, new_n: i32) {
+    c.execute("SELECT pgque.begin_resize($1, 'pc', $2)", &[&q, &new_n])
+        .await
+        .unwrap();
+    wait_until(60, "the old slots to drain", || async {
+        c.query_one("SELECT bool_and(ready) FROM pgque.resize_ready($1, 'pc')", &[&q])
+            .await
+            .unwrap()
+            .get::<_, bool>(0)
+    })
+    .await;
+    let n: i32 = c
+        .query_one("SELECT pgque.complete_resize($1, 'pc')", &[&q])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(n, new_n);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn partitioned_follows_an_online_resize_without_a_restart() {
+    let (dsn, c) = test_db("consumer_resize").await;
+    c.batch_execute("SELECT pgque.create_queue('ev'); SELECT pgque.subscribe_partitioned('ev', 'pc', 4)")
+        .await
+        .unwrap();
+    let keys: Vec<String> = (0..30).map(|k| format!("key-{k}")).collect();
+    let sent: Arc<Mutex<HashMap<String, Vec<i64>>>> = Arc::default();
+    let send_round = |r: i32| {
+        let (keys, sent, c) = (keys.clone(), sent.clone(), &c);
+        async move {
+            let payloads: Vec<serde_json::Value> = keys.iter().map(|k| json!({"r": r, "k": k})).collect();
+            let kref: Vec<Option<&str>> = keys.iter().map(|k| Some(k.as_str())).collect();
+            let ids = send_batch(c, "ev", "t", &payloads, Some(&kref)).await.unwrap();
+            let mut s = sent.lock().unwrap();
+            for (k, id) in keys.iter().zip(ids) {
+                s.entry(k.clone()).or_default().push(id);
+            }
+        }
+    };
+    let got: Arc<Mutex<HashMap<String, Vec<i64>>>> = Arc::default();
+    let g = got.clone();
+    let pc = Arc::new(
+        PartitionedConsumer::new(&dsn, "ev", "pc", 4, move |m: Message| {
+            let g = g.clone();
+            async move {
+                g.lock()
+                    .unwrap()
+                    .entry(m.partition_key().unwrap().to_string())
+                    .or_default()
+                    .push(m.msg_id);
+                Ok(())
+            }
+        })
+        .unwrap()
+        .workers(3)
+        .poll_interval(Duration::from_millis(200)),
+    );
+    let sd = Shutdown::new();
+    let h = tokio::spawn({
+        let (sd, pc) = (sd.clone(), pc.clone());
+        async move { pc.run(sd).await }
+    });
+    let all_handled = || async {
+        let n: usize = got.lock().unwrap().values().map(Vec::len).sum();
+        let m: usize = sent.lock().unwrap().values().map(Vec::len).sum();
+        n == m
+    };
+    for r in 0..3 {
+        send_round(r).await;
+    }
+    resize(&c, "ev", 8).await; // grow while the events before the seal are consumed
+    for r in 3..6 {
+        send_round(r).await;
+    }
+    c.execute("SELECT pgque.force_tick('ev')", &[]).await.unwrap();
+    wait_until(60, "every event handled after the grow", all_handled).await;
+    assert_eq!(pc.n(), 8);
+    for r in 6..9 {
+        send_round(r).await;
+    }
+    resize(&c, "ev", 2).await; // shrink
+    send_round(9).await;
+    c.execute("SELECT pgque.force_tick('ev')", &[]).await.unwrap();
+    wait_until(60, "every event handled after the shrink", all_handled).await;
+    assert_eq!(pc.n(), 2);
+    sd.trigger();
+    h.await.unwrap().unwrap();
+    assert_eq!(slots(&c, "ev").await.len(), 2);
+    assert_eq!(
+        *got.lock().unwrap(),
+        *sent.lock().unwrap(),
+        "every key in send order, none lost or twice"
+    );
+}

@@ -21,7 +21,7 @@ import { hostname } from "node:os";
 
 import type pg from "pg";
 
-import { SlotLost, WrongState, isConnectionError } from "./errors.js";
+import { InvalidParameterValue, NumericValueOutOfRange, SlotLost, WrongState, isConnectionError } from "./errors.js";
 import { Listener } from "./listen.js";
 import {
   closeQuietly,
@@ -396,9 +396,16 @@ export interface PartitionedConsumerOptions extends ConsumerOptionsBase {
  * processing that slot at once, without acking (the new owner gets the same
  * batch), and counts it in `lostSlots`. Events of one key arrive in order,
  * on one loop at a time.
+ *
+ * It follows an online resize of N (docs/partition-keys.md, "Resizing N
+ * online") without a restart: `n` is only the N it subscribes with (a
+ * consumer resized since keeps its new N); a loop whose calls are refused
+ * because N changed, or that is handed a slot beyond the N it knows,
+ * re-reads N from the server and goes on with the new slots (`n` follows).
  */
 export class PartitionedConsumer extends Runner {
-  readonly n: number;
+  /** The consumer's N as this consumer last knew it (it follows a resize). */
+  n: number;
   readonly workers: number;
   readonly ttlMs: number;
   readonly maxBatchesPerClaim: number;
@@ -445,16 +452,22 @@ export class PartitionedConsumer extends Runner {
       if (this.subscribe) {
         const c = await connect(this.connection);
         try {
-          if (this.failurePolicy === "skip" && this.onDeadLetter === "resume") {
-            await query(c, "SELECT pgque.subscribe_partitioned($1::text, $2::text, $3::int4)", [this.queue, this.consumer, this.n]);
-          } else {
-            await query(c, "SELECT pgque.subscribe_partitioned($1::text, $2::text, $3::int4, $4::text, $5::text)", [
-              this.queue,
-              this.consumer,
-              this.n,
-              this.failurePolicy,
-              this.onDeadLetter,
-            ]);
+          const n = this.n;
+          try {
+            if (this.failurePolicy === "skip" && this.onDeadLetter === "resume") {
+              await query(c, "SELECT pgque.subscribe_partitioned($1::text, $2::text, $3::int4)", [this.queue, this.consumer, n]);
+            } else {
+              await query(c, "SELECT pgque.subscribe_partitioned($1::text, $2::text, $3::int4, $4::text, $5::text)", [
+                this.queue,
+                this.consumer,
+                n,
+                this.failurePolicy,
+                this.onDeadLetter,
+              ]);
+            }
+          } catch (err) {
+            // Subscribed already with another N (resized since): follow the server's.
+            if (!(err instanceof InvalidParameterValue) || (await this.refreshN(c)) === n) throw err;
           }
         } finally {
           await closeQuietly(c);
@@ -474,7 +487,6 @@ export class PartitionedConsumer extends Runner {
   private async loop(i: number): Promise<void> {
     const wid = this.workerName(i);
     const ttl = this.ttlMs / 1000;
-    const idleRound = Math.max(1, Math.ceil(this.n / this.workers));
     let idle = 0;
     let conn: pg.Client | undefined;
     // The slot this loop holds the lease of, kept across a lost connection:
@@ -513,6 +525,8 @@ export class PartitionedConsumer extends Runner {
             continue;
           }
           held = claim.slot;
+          // A slot of a bigger N: the consumer was resized.
+          if (claim.slot >= this.n) await this.refreshN(conn);
           got = await this.serveSlot(conn, wid, claim.slot, toId(claim.epoch));
           held = undefined;
         } catch (err) {
@@ -530,7 +544,7 @@ export class PartitionedConsumer extends Runner {
           continue;
         }
         idle = got > 0 ? 0 : idle + 1;
-        if (idle >= idleRound) {
+        if (idle >= Math.max(1, Math.ceil(this.n / this.workers))) {
           idle = 0;
           await this.waitTick(gen);
         }
@@ -559,7 +573,7 @@ export class PartitionedConsumer extends Runner {
         ));
       } catch (err) {
         if (err instanceof WrongState) throw new SlotLost(`slot ${slot}: lease lost before receive (${err.message})`, { cause: err });
-        throw err;
+        throw await this.resized(conn, slot, err);
       }
       renewed = Date.now();
       if (rows.length === 0) break;
@@ -601,7 +615,7 @@ export class PartitionedConsumer extends Runner {
         );
       } catch (err) {
         if (err instanceof WrongState) throw new SlotLost(`slot ${slot}: lease lost before ack (${err.message})`, { cause: err });
-        throw err;
+        throw await this.resized(conn, slot, err);
       }
       renewed = Date.now();
       total += msgs.length;
@@ -609,6 +623,29 @@ export class PartitionedConsumer extends Runner {
     }
     await query(conn, "SELECT pgque.release_slot($1::text, $2::text, $3::int4, $4::text)", [this.queue, this.consumer, slot, wid]);
     return total;
+  }
+
+  /** Re-reads the consumer's N from the server (after a resize); returns it. */
+  private async refreshN(conn: pg.Client): Promise<number> {
+    const { rows } = await query<{ n: number }>(
+      conn,
+      "SELECT n FROM pgque.partition_slot_status WHERE queue_name = $1 AND consumer = $2 LIMIT 1",
+      [this.queue, this.consumer],
+    );
+    if (rows[0] !== undefined) this.n = rows[0].n;
+    return this.n;
+  }
+
+  /** A fenced call refused for the N it passed (22023 "has N' slots, not N",
+   * or 22003 for a slot beyond it): when the server's N differs, the
+   * consumer was resized (the batch, not acked, is redelivered on the keys'
+   * new slots): SlotLost, and the loop goes on with the new N. Otherwise the
+   * error itself. */
+  private async resized(conn: pg.Client, slot: number, err: unknown): Promise<unknown> {
+    if (!(err instanceof InvalidParameterValue || err instanceof NumericValueOutOfRange)) return err;
+    const before = this.n;
+    if ((await this.refreshN(conn)) === before) return err;
+    return new SlotLost(`slot ${slot}: consumer resized from ${before} to ${this.n} slots`, { cause: err });
   }
 
   private async releaseQuietly(conn: pg.Client, slot: number, wid: string): Promise<void> {

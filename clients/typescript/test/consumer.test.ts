@@ -257,3 +257,67 @@ test("PartitionedConsumer with failurePolicy pause: a failed key's later events 
     /22023|policy/.test(`${err.code ?? ""} ${err.sqlstate ?? ""} ${err.message ?? ""}`),
   );
 });
+
+/** An operator's online resize: begin, wait until every old slot drained, complete. */
+async function resize(q: string, newN: number): Promise<void> {
+  await conn.query("SELECT pgque.begin_resize($1, 'pr', $2)", [q, newN]);
+  await waitUntil(
+    async () => (await conn.query<{ r: boolean }>("SELECT bool_and(ready) AS r FROM pgque.resize_ready($1, 'pr')", [q])).rows[0]?.r === true,
+    60_000,
+    `the old slots to drain (resize to ${newN})`,
+    100,
+  );
+  const { rows } = await conn.query<{ n: number }>("SELECT pgque.complete_resize($1, 'pr') AS n", [q]);
+  assert.equal(rows[0]?.n, newN);
+}
+
+test("PartitionedConsumer follows an online resize (4 -> 8 -> 2) without a restart", async () => {
+  const q = uniq();
+  await conn.query("SELECT pgque.create_queue($1)", [q]);
+  await conn.query("SELECT pgque.subscribe_partitioned($1, 'pr', 4)", [q]);
+  const keys = Array.from({ length: 30 }, (_, k) => `key-${k}`);
+  const sent = new Map<string, number[]>();
+  const got = new Map<string, number[]>();
+  const sendRound = async (round: number): Promise<void> => {
+    const ids = await sendBatch(
+      conn,
+      q,
+      keys.map((k) => ({ round, k })),
+      { type: "t", partitionKeys: keys },
+    );
+    keys.forEach((k, i) => sent.set(k, [...(sent.get(k) ?? []), ids[i] as number]));
+  };
+  const count = (m: Map<string, number[]>): number => [...m.values()].reduce((a, v) => a + v.length, 0);
+  const pc = new PartitionedConsumer({
+    connection: cfg,
+    queue: q,
+    consumer: "pr",
+    n: 4,
+    workers: 3,
+    pollIntervalMs: 200,
+    handleSignals: false,
+    handler: async (m) => {
+      const k = m.partitionKey as string;
+      got.set(k, [...(got.get(k) ?? []), m.msgId]);
+    },
+  });
+  const r = running(pc);
+  try {
+    for (let round = 0; round < 3; round++) await sendRound(round);
+    await resize(q, 8); // grow while the events before the seal are consumed
+    for (let round = 3; round < 6; round++) await sendRound(round);
+    await conn.query("SELECT pgque.force_tick($1)", [q]);
+    await waitUntil(() => count(got) === count(sent), 60_000, "every event handled after the grow", 100);
+    assert.equal(pc.n, 8);
+    for (let round = 6; round < 9; round++) await sendRound(round);
+    await resize(q, 2); // shrink
+    await sendRound(9);
+    await conn.query("SELECT pgque.force_tick($1)", [q]);
+    await waitUntil(() => count(got) === count(sent), 60_000, "every event handled after the shrink", 100);
+    assert.equal(pc.n, 2);
+  } finally {
+    await r.stop();
+  }
+  for (const k of keys) assert.deepEqual(got.get(k), sent.get(k), `key ${k}: in send order, none lost or twice`);
+  assert.equal((await slots(q, "pr")).length, 2);
+});

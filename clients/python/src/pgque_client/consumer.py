@@ -39,7 +39,7 @@ import psycopg
 
 from ._listen import Listener
 from .worker import wants_transaction
-from .errors import SlotLost, WrongState, translated
+from .errors import InvalidParameterValue, NumericValueOutOfRange, SlotLost, WrongState, translated
 
 log = logging.getLogger("pgque_client")
 
@@ -265,7 +265,14 @@ class PartitionedConsumer(_Runner):
     events wait until it is acked or dead-lettered; ``on_dead_letter``
     ``"resume"`` or ``"block"``). With ``"pause"`` a worker skips a key's
     remaining events of a batch once the handler failed on one of them:
-    the server holds them back and redelivers them after the failed one."""
+    the server holds them back and redelivers them after the failed one.
+
+    The consumer follows an online resize of N (docs/partition-keys.md,
+    "Resizing N online") without a restart: ``n`` is only the N it
+    subscribes with (a consumer resized since keeps its new N); a worker
+    whose calls are refused because N changed (22023), or that is handed a
+    slot beyond the N it knows, re-reads N from the server and goes on with
+    the new slots (``self.n`` follows it)."""
 
     def __init__(
         self,
@@ -321,16 +328,25 @@ class PartitionedConsumer(_Runner):
         listener = self._listener()
         try:
             if self.subscribe:
-                with self._connect() as conn, translated():
-                    if (self.failure_policy, self.on_dead_letter) == ("skip", "resume"):
-                        conn.execute(
-                            "SELECT pgque.subscribe_partitioned(%s, %s, %s)", (self.queue, self.consumer, self.n)
-                        )
-                    else:
-                        conn.execute(
-                            "SELECT pgque.subscribe_partitioned(%s, %s, %s, %s, %s)",
-                            (self.queue, self.consumer, self.n, self.failure_policy, self.on_dead_letter),
-                        )
+                with self._connect() as conn:
+                    n = self.n
+                    try:
+                        with translated():
+                            if (self.failure_policy, self.on_dead_letter) == ("skip", "resume"):
+                                conn.execute(
+                                    "SELECT pgque.subscribe_partitioned(%s, %s, %s)",
+                                    (self.queue, self.consumer, self.n),
+                                )
+                            else:
+                                conn.execute(
+                                    "SELECT pgque.subscribe_partitioned(%s, %s, %s, %s, %s)",
+                                    (self.queue, self.consumer, self.n, self.failure_policy, self.on_dead_letter),
+                                )
+                    except InvalidParameterValue:
+                        # Subscribed already with another N (resized since):
+                        # follow the server's.
+                        if self._refresh_n(conn) == n:
+                            raise
             listener.start()
             threads = [
                 threading.Thread(target=self._worker, args=(i,), name=f"pgque-slot-{i}", daemon=True)
@@ -350,7 +366,6 @@ class PartitionedConsumer(_Runner):
     def _worker(self, i: int) -> None:
         wid = self.worker_name(i)
         ttl = timedelta(seconds=self.ttl)
-        idle_round = max(1, math.ceil(self.n / self.workers))
         idle = 0
         conn: psycopg.Connection[Any] | None = None
         side: psycopg.Connection[Any] | None = None
@@ -373,6 +388,9 @@ class PartitionedConsumer(_Runner):
                         self._wait_tick(gen)
                         continue
                     slot, epoch = row
+                    if slot >= self.n:
+                        # A slot of a bigger N: the consumer was resized.
+                        self._refresh_n(conn)
                     got = self._serve_slot(conn, side or conn, wid, slot, epoch, ttl)
                 except SlotLost as e:
                     log.info("pgque consumer %s: %s", wid, e)
@@ -387,7 +405,7 @@ class PartitionedConsumer(_Runner):
                     self._stopping.wait(1.0)
                     continue
                 idle = 0 if got else idle + 1
-                if idle >= idle_round:
+                if idle >= max(1, math.ceil(self.n / self.workers)):
                     idle = 0
                     self._wait_tick(gen)
         except BaseException as e:  # noqa: BLE001 - surfaced by run()
@@ -423,6 +441,8 @@ class PartitionedConsumer(_Runner):
                     ).fetchall()
             except WrongState as e:
                 raise SlotLost(f"slot {slot}: lease lost before receive ({e})") from e
+            except (InvalidParameterValue, NumericValueOutOfRange) as e:
+                raise self._resized(conn, slot, e) from e
             renewed = time.monotonic()
             if not rows:
                 break
@@ -459,6 +479,8 @@ class PartitionedConsumer(_Runner):
                     conn.execute("SELECT pgque.ack_partitioned(%s, %s, %s, %s, %s)", args)
             except WrongState as e:
                 raise SlotLost(f"slot {slot}: lease lost before ack ({e})") from e
+            except (InvalidParameterValue, NumericValueOutOfRange) as e:
+                raise self._resized(conn, slot, e) from e
             renewed = time.monotonic()
             total += len(rows)
             with self._lock:
@@ -466,6 +488,31 @@ class PartitionedConsumer(_Runner):
         with translated():
             conn.execute("SELECT pgque.release_slot(%s, %s, %s, %s)", (self.queue, self.consumer, slot, wid))
         return total
+
+    def _refresh_n(self, conn: psycopg.Connection[Any]) -> int:
+        """Re-reads the consumer's N from the server (after a resize) into
+        ``self.n``; returns it."""
+        with translated():
+            row = conn.execute(
+                "SELECT n FROM pgque.partition_slot_status WHERE queue_name = %s AND consumer = %s LIMIT 1",
+                (self.queue, self.consumer),
+            ).fetchone()
+        if row is not None:
+            with self._lock:
+                self.n = int(row[0])
+        return self.n
+
+    def _resized(self, conn: psycopg.Connection[Any], slot: int, e: Exception) -> Exception:
+        """A fenced call refused for the N it passed: when the server's N
+        differs, the consumer was resized (the batch, not acked, is
+        redelivered on the key's new slot); SlotLost, and the worker goes on
+        with the new N. Otherwise the error itself."""
+        before = self.n
+        if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            conn.rollback()
+        if self._refresh_n(conn) != before:
+            return SlotLost(f"slot {slot}: consumer resized from {before} to {self.n} slots")
+        return e
 
     def _renew(self, conn: psycopg.Connection[Any], wid: str, slot: int, epoch: int, ttl: timedelta) -> int:
         """Renews the slot lease; returns its epoch, or raises SlotLost when
