@@ -722,16 +722,16 @@ pub fn next_batch_of(
 /// The part of [`next_batch_of`] after its read-only look, for a caller
 /// that has looked already (and found an open batch or something to open
 /// possible): serializes with other openers, looks again under the lock,
-/// and returns the open batch or opens the next range. Takes the
-/// subscription's row lock (or `lock_slot`'s) and, when it opens a batch,
-/// inserts it.
+/// and returns the open batch or opens the next range (cut at the seal
+/// `lock_slot` returns for a slot being resized). Takes the subscription's
+/// row lock (or `lock_slot`'s) and, when it opens a batch, inserts it.
 pub fn next_batch_locked(
     client: &mut SpiClient<'_>,
     q: &Queue,
     sub_id: i32,
     slot: Option<Slot>,
     limit: i64,
-    lock_slot: &mut dyn FnMut(&mut SpiClient<'_>),
+    lock_slot: &mut dyn FnMut(&mut SpiClient<'_>) -> Option<i64>,
 ) -> Option<Opened> {
     let span = slot.map_or(limit, |s| limit.saturating_mul(s.n as i64));
     let open = |b: &Batch| {

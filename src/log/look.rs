@@ -102,6 +102,6 @@ pub fn plain_next(
         Some(b) if b.ceiling.is_none() && !newer => return (q, None),
         _ => {}
     }
-    let opened = batch::next_batch_locked(c, &q, sub_id, None, limit, &mut |_| {});
+    let opened = batch::next_batch_locked(c, &q, sub_id, None, limit, &mut |_| None);
     (q, opened)
 }
