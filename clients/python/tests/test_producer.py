@@ -63,7 +63,7 @@ def test_typed_errors_by_sqlstate(conn, name):
     with pytest.raises(errors.NumericValueOutOfRange):
         pq.enqueue(conn, name, "k", {}, priority=5000)
     with pytest.raises(errors.InvalidName):
-        pq.send(conn, "bad name; drop", {"x": 1})
+        pq.send(conn, "bad\nname; drop", {"x": 1})
     with pytest.raises(errors.UndefinedObject):
         pq.send(conn, "no_such_" + name, {"x": 1})
     # Every typed error is a PgqueError and keeps psycopg's error as its cause.

@@ -581,8 +581,12 @@ impl PartitionedConsumer {
                 // A slot of a bigger N: the consumer was resized.
                 self.refresh_n(&c).await?;
             }
+            // The N this claim's calls pass: another task may refresh
+            // self.n() meanwhile, and a refusal is a resize only if the
+            // server's N differs from the one the refused call passed.
+            let n = self.n();
             match self
-                .serve_slot(&mut c, side.as_deref(), &wid, slot, epoch, &shutdown)
+                .serve_slot(&mut c, side.as_deref(), &wid, slot, n, epoch, &shutdown)
                 .await
             {
                 Ok(got) => idle = if got > 0 { 0 } else { idle + 1 },
@@ -593,8 +597,7 @@ impl PartitionedConsumer {
                 Err(e) if resized(&e) => {
                     // The consumer's N changed under this task: its batch
                     // (not acked) is redelivered on the keys' new slots.
-                    let before = self.n();
-                    if self.refresh_n(&c).await? == before {
+                    if self.refresh_n(&c).await? == n {
                         return Err(e);
                     }
                     self.stats.lost_slots.fetch_add(1, Ordering::Relaxed);
@@ -611,12 +614,14 @@ impl PartitionedConsumer {
         Ok(())
     }
 
+    #[allow(clippy::too_many_arguments)]
     async fn serve_slot(
         &self,
         c: &mut Object,
         side: Option<&deadpool_postgres::ClientWrapper>,
         wid: &str,
         slot: i32,
+        n: i32,
         mut epoch: i64,
         shutdown: &Shutdown,
     ) -> Result<usize> {
@@ -628,7 +633,6 @@ impl PartitionedConsumer {
             }
         };
         let retry = self.retry_after.as_secs_f64();
-        let n = self.n();
         let mut total = 0;
         for _ in 0..16 {
             if shutdown.is_triggered() {

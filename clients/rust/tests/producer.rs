@@ -107,7 +107,7 @@ async fn typed_errors_and_flows() {
     .await
     .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::NumericValueOutOfRange);
-    let e = send(&c, "bad name;", "t", &json!({}), None).await.unwrap_err();
+    let e = send(&c, "bad\nname;", "t", &json!({}), None).await.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::InvalidName);
     let flow =
         json!([{"key": "a", "kind": "x", "args": {}}, {"key": "b", "kind": "y", "args": {}, "depends_on": ["a"]}]);

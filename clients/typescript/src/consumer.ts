@@ -573,7 +573,7 @@ export class PartitionedConsumer extends Runner {
         ));
       } catch (err) {
         if (err instanceof WrongState) throw new SlotLost(`slot ${slot}: lease lost before receive (${err.message})`, { cause: err });
-        throw await this.resized(conn, slot, err);
+        throw await this.resized(conn, slot, err, args[3] as number);
       }
       renewed = Date.now();
       if (rows.length === 0) break;
@@ -615,7 +615,7 @@ export class PartitionedConsumer extends Runner {
         );
       } catch (err) {
         if (err instanceof WrongState) throw new SlotLost(`slot ${slot}: lease lost before ack (${err.message})`, { cause: err });
-        throw await this.resized(conn, slot, err);
+        throw await this.resized(conn, slot, err, args[3] as number);
       }
       renewed = Date.now();
       total += msgs.length;
@@ -640,10 +640,11 @@ export class PartitionedConsumer extends Runner {
    * or 22003 for a slot beyond it): when the server's N differs, the
    * consumer was resized (the batch, not acked, is redelivered on the keys'
    * new slots): SlotLost, and the loop goes on with the new N. Otherwise the
-   * error itself. */
-  private async resized(conn: pg.Client, slot: number, err: unknown): Promise<unknown> {
+   * error itself. `used` is the N the call passed, not `this.n`: another
+   * loop may have refreshed N already. */
+  private async resized(conn: pg.Client, slot: number, err: unknown, used: number): Promise<unknown> {
     if (!(err instanceof InvalidParameterValue || err instanceof NumericValueOutOfRange)) return err;
-    const before = this.n;
+    const before = used;
     if ((await this.refreshN(conn)) === before) return err;
     return new SlotLost(`slot ${slot}: consumer resized from ${before} to ${this.n} slots`, { cause: err });
   }

@@ -53,7 +53,7 @@ test("each SQLSTATE class maps to its error class", async () => {
   await rejectsWith(enqueue(conn, q, "", {}), InvalidParameterValue, "22023");
   await rejectsWith(enqueue(conn, q, "k", {}, { priority: 5000 }), NumericValueOutOfRange, "22003");
   await rejectsWith(enqueue(conn, q, null as unknown as string, {}), NullValueNotAllowed, "22004");
-  await rejectsWith(send(conn, "bad name; drop", { x: 1 }), InvalidName, "42602");
+  await rejectsWith(send(conn, "bad\nname; drop", { x: 1 }), InvalidName, "42602");
   await rejectsWith(send(conn, `no_such_${q}`, { x: 1 }), UndefinedObject, "42704");
   await rejectsWith(
     enqueueFlow(conn, q, [{ key: "a", kind: "x", unique_key: "u" }]),

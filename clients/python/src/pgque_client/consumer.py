@@ -442,7 +442,7 @@ class PartitionedConsumer(_Runner):
             except WrongState as e:
                 raise SlotLost(f"slot {slot}: lease lost before receive ({e})") from e
             except (InvalidParameterValue, NumericValueOutOfRange) as e:
-                raise self._resized(conn, slot, e) from e
+                raise self._resized(conn, slot, e, args[3]) from e
             renewed = time.monotonic()
             if not rows:
                 break
@@ -480,7 +480,7 @@ class PartitionedConsumer(_Runner):
             except WrongState as e:
                 raise SlotLost(f"slot {slot}: lease lost before ack ({e})") from e
             except (InvalidParameterValue, NumericValueOutOfRange) as e:
-                raise self._resized(conn, slot, e) from e
+                raise self._resized(conn, slot, e, args[3]) from e
             renewed = time.monotonic()
             total += len(rows)
             with self._lock:
@@ -502,12 +502,13 @@ class PartitionedConsumer(_Runner):
                 self.n = int(row[0])
         return self.n
 
-    def _resized(self, conn: psycopg.Connection[Any], slot: int, e: Exception) -> Exception:
-        """A fenced call refused for the N it passed: when the server's N
-        differs, the consumer was resized (the batch, not acked, is
-        redelivered on the key's new slot); SlotLost, and the worker goes on
-        with the new N. Otherwise the error itself."""
-        before = self.n
+    def _resized(self, conn: psycopg.Connection[Any], slot: int, e: Exception, used: int) -> Exception:
+        """A fenced call refused for the N it passed (``used``): when the
+        server's N differs, the consumer was resized (the batch, not acked,
+        is redelivered on the key's new slot); SlotLost, and the worker goes
+        on with the new N. Otherwise the error itself. ``used``, not
+        ``self.n``: another worker thread may have refreshed N already."""
+        before = used
         if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
             conn.rollback()
         if self._refresh_n(conn) != before:
