@@ -50,7 +50,10 @@ INSERT INTO pgque.job_log_segments (seg, opened_at) VALUES (0, now()), (1, NULL)
 -- a concurrent producer of another lane interleaved its ids; NULL when they
 -- are consecutive). Optional per-job attributes are NULL arrays when no job
 -- of the batch has one. ~200-byte args compress to a few hundred bytes per
--- 100 jobs, inline.
+-- 100 jobs, inline. headers: the jobs' trace context (docs/tracing.md; NULL
+-- elements: none), NULL when no job of the batch has any, so an untraced
+-- batch stores and reads nothing more; last, so that a database updated
+-- from 0.7.0 (ADD COLUMN) has the same columns.
 CREATE TABLE pgque.job_log (
     seg           smallint NOT NULL,
     lane_id       int NOT NULL,
@@ -64,7 +67,8 @@ CREATE TABLE pgque.job_log (
     args          jsonb[] NOT NULL,
     run_ats       timestamptz[],
     job_max_attempts int[],
-    fairness_keys text[]
+    fairness_keys text[],
+    headers       jsonb[]
 ) PARTITION BY LIST (seg);
 CREATE TABLE pgque.job_log_0 PARTITION OF pgque.job_log FOR VALUES IN (0);
 CREATE TABLE pgque.job_log_1 PARTITION OF pgque.job_log FOR VALUES IN (1);
@@ -80,11 +84,14 @@ BEGIN
     IF EXISTS (SELECT 1 FROM pg_catalog.pg_settings s
                WHERE s.name = 'default_toast_compression' AND 'lz4' = ANY (s.enumvals)) THEN
         ALTER TABLE pgque.job_log_0 ALTER COLUMN kinds SET COMPRESSION lz4,
-                                    ALTER COLUMN args SET COMPRESSION lz4;
+                                    ALTER COLUMN args SET COMPRESSION lz4,
+                                    ALTER COLUMN headers SET COMPRESSION lz4;
         ALTER TABLE pgque.job_log_1 ALTER COLUMN kinds SET COMPRESSION lz4,
-                                    ALTER COLUMN args SET COMPRESSION lz4;
+                                    ALTER COLUMN args SET COMPRESSION lz4,
+                                    ALTER COLUMN headers SET COMPRESSION lz4;
         ALTER TABLE pgque.job_log_2 ALTER COLUMN kinds SET COMPRESSION lz4,
-                                    ALTER COLUMN args SET COMPRESSION lz4;
+                                    ALTER COLUMN args SET COMPRESSION lz4,
+                                    ALTER COLUMN headers SET COMPRESSION lz4;
     END IF;
 END
 $lz4$;
@@ -194,11 +201,12 @@ jobs AS (
            r.lane_id, l.cur, u.kind, u.args,
            COALESCE(u.run_at, r.enqueued_at) AS run_at,
            COALESCE(u.max_attempts, r.max_attempts) AS max_attempts,
-           u.fairness_key, r.enqueued_at
+           u.fairness_key, r.enqueued_at, u.headers
     FROM pgque.job_log r
     JOIN lanes l ON l.lane_id = r.lane_id
-    CROSS JOIN LATERAL unnest(r.kinds, r.args, r.run_ats, r.job_max_attempts, r.fairness_keys)
-         WITH ORDINALITY AS u(kind, args, run_at, max_attempts, fairness_key, ord)
+    CROSS JOIN LATERAL unnest(r.kinds, r.args, r.run_ats, r.job_max_attempts, r.fairness_keys,
+                              r.headers)
+         WITH ORDINALITY AS u(kind, args, run_at, max_attempts, fairness_key, headers, ord)
 )
 SELECT j.id, j.queue, j.kind, j.args, j.priority, j.shard,
        CASE WHEN c.claim_id IS NULL THEN 'ready'
@@ -212,7 +220,8 @@ SELECT j.id, j.queue, j.kind, j.args, j.priority, j.shard,
        CASE WHEN d.claim_id IS NULL THEN c.lease_until END AS lease_until,
        c.dispatched_at, d.at AS finished_at, j.lane_id, d.output,
        (SELECT p.progress FROM pgque.job_progress p
-        WHERE p.job_id = j.id AND p.claim_id = c.claim_id ORDER BY p.id DESC LIMIT 1) AS progress
+        WHERE p.job_id = j.id AND p.claim_id = c.claim_id ORDER BY p.id DESC LIMIT 1) AS progress,
+       j.headers
 FROM jobs j
 LEFT JOIN claimed c ON c.lane_id = j.lane_id AND c.job_id = j.id
 LEFT JOIN done d ON d.claim_id = c.claim_id AND d.job_id = j.id
@@ -232,7 +241,7 @@ UNION ALL
 SELECT g.id, g.queue, g.kind, g.args, g.priority, g.state, g.run_at, g.attempt,
        g.max_attempts, NULL, g.fairness_key, NULL, NULL,
        g.enqueued_at, g.worker, g.lease_token, g.lease_until, g.dispatched_at,
-       g.finished_at, NULL, g.shard, 'log'::text, g.output, g.progress, NULL::jsonb
+       g.finished_at, NULL, g.shard, 'log'::text, g.output, g.progress, g.headers
 FROM pgque.job_log_jobs g;
 
 -- One job by id, wherever it is stored: its pgque.all_jobs row, or no row.
@@ -265,10 +274,11 @@ SELECT $1, f.queue, u.kind, u.args, f.priority,
        d.outputs[array_position(d.job_ids, $1)],
        (SELECT p.progress FROM pgque.job_progress p
         WHERE p.job_id = $1 AND p.claim_id = c.claim_id ORDER BY p.id DESC LIMIT 1),
-       NULL::jsonb
+       u.headers
 FROM (
     SELECT l.lane_id, l.queue, l.priority, l.shard, r.id_lo, r.ids, r.enqueued_at,
            r.max_attempts, r.kinds, r.args, r.run_ats, r.job_max_attempts, r.fairness_keys,
+           r.headers,
            GREATEST(l.cursor_floor,
                     (SELECT c.hi FROM pgque.job_claims c WHERE c.lane_id = l.lane_id
                      ORDER BY c.hi DESC LIMIT 1)) AS cur
@@ -281,8 +291,9 @@ FROM (
     LIMIT 1
 ) f
 CROSS JOIN LATERAL (
-    SELECT u.* FROM unnest(f.kinds, f.args, f.run_ats, f.job_max_attempts, f.fairness_keys)
-         WITH ORDINALITY AS u(kind, args, run_at, ma, fk, ord)
+    SELECT u.* FROM unnest(f.kinds, f.args, f.run_ats, f.job_max_attempts, f.fairness_keys,
+                           f.headers)
+         WITH ORDINALITY AS u(kind, args, run_at, ma, fk, headers, ord)
     WHERE COALESCE(f.ids[u.ord], f.id_lo + u.ord - 1) = $1) u
 LEFT JOIN LATERAL (
     SELECT c.* FROM (

@@ -1,6 +1,7 @@
 """Backend CPU per enqueued job, in one run: pgque.enqueue_ready_rows without
-headers (the jobs go to the job log), with a traceparent per job (docs/
-tracing.md: such jobs are stored in pgque.jobs), and a plain multi-row INSERT
+headers and with a traceparent per job (docs/tracing.md; both go to the job
+log since 0.8.0, the traced batch with a headers array; before, traced jobs
+took pgque.jobs), and a plain multi-row INSERT
 into a table with a primary key as the reference (as benches/cpu/
 enqueue_cpu.py). CPU from /proc/<backend pid>/schedstat (backend.py); each
 call its own transaction; rounds alternate the three; medians printed.

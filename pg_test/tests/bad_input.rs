@@ -1073,7 +1073,7 @@ fn matrix() -> Vec<Row> {
         .with("headers not an object", "SELECT pgque.enqueue('jq', 'k', headers => '[\"00-x\"]')", St("22023"))
         .with("headers value not a string", "SELECT pgque.enqueue('jq', 'k', headers => '{\"traceparent\": 1}')", St("22023"))
         .with("headers over 1 kB", "SELECT pgque.enqueue('jq', 'k', headers => jsonb_build_object('tracestate', repeat('a', 1100)))", St("54000"))
-        .with("headers with depends_on", "SELECT pgque.enqueue('jq', 'k', depends_on => ARRAY[1]::bigint[], headers => '{\"traceparent\": \"x\"}')", St("0A000")),
+        .with("bad headers with depends_on", "SELECT pgque.enqueue('jq', 'k', depends_on => ARRAY[1]::bigint[], headers => '{\"traceparent\": 1}')", St("22023")),
         row(
             "pgque.enqueue_ready_rows(text,text[],jsonb[],smallint[],timestamp with time zone[],text[],text[],text[],text[],integer[],text,jsonb[])",
             "SELECT * FROM pgque.enqueue_ready_rows({J}::text, ARRAY['k'], ARRAY['{}']::jsonb[])",
@@ -1188,6 +1188,8 @@ fn matrix() -> Vec<Row> {
         .with("NULL jobs", "SELECT * FROM pgque.enqueue_flow('jq', NULL)", St("22004"))
         .with("not an array", "SELECT * FROM pgque.enqueue_flow('jq', '{}')", St("22023"))
         .with("empty", "SELECT * FROM pgque.enqueue_flow('jq', '[]')", St("22023"))
+        .with("headers not an object", "SELECT * FROM pgque.enqueue_flow('jq', '[{\"key\": \"a\", \"kind\": \"k\", \"headers\": [1]}]')", St("22023"))
+        .with("headers over 1 kB", "SELECT * FROM pgque.enqueue_flow('jq', jsonb_build_array(jsonb_build_object('key', 'a', 'kind', 'k', 'headers', jsonb_build_object('t', repeat('a', 1100)))))", St("54000"))
         .with("not JSON", "SELECT * FROM pgque.enqueue_flow('jq', '[')", bad_json)
         .with("unknown field", "SELECT * FROM pgque.enqueue_flow('jq', '[{\"key\": \"a\", \"kind\": \"k\", \"x\": 1}]')", St("42703"))
         .with("no key", "SELECT * FROM pgque.enqueue_flow('jq', '[{\"kind\": \"k\"}]')", St("22004"))

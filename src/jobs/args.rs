@@ -105,14 +105,24 @@ pub fn check_headers(h: &pgrx::JsonB, what: &str) {
 /// than the schema until ALTER EXTENSION pgque UPDATE). Two syscache
 /// lookups.
 pub fn schema_has_headers() -> bool {
+    has_column(c"jobs", c"headers")
+}
+
+/// pgque.job_log has the headers array (0.8.0 on, as schema_has_headers):
+/// traced batches may go to the log, and the log's readers read it.
+pub fn log_has_headers() -> bool {
+    has_column(c"job_log", c"headers")
+}
+
+/// Whether table pgque.`rel` has column `col` (syscache lookups only).
+fn has_column(rel: &std::ffi::CStr, col: &std::ffi::CStr) -> bool {
     unsafe {
         let ns = pgrx::pg_sys::get_namespace_oid(c"pgque".as_ptr(), true);
         if ns == pgrx::pg_sys::InvalidOid {
             return false;
         }
-        let rel = pgrx::pg_sys::get_relname_relid(c"jobs".as_ptr(), ns);
+        let rel = pgrx::pg_sys::get_relname_relid(rel.as_ptr(), ns);
         rel != pgrx::pg_sys::InvalidOid
-            && pgrx::pg_sys::get_attnum(rel, c"headers".as_ptr())
-                != pgrx::pg_sys::InvalidAttrNumber as i16
+            && pgrx::pg_sys::get_attnum(rel, col.as_ptr()) != pgrx::pg_sys::InvalidAttrNumber as i16
     }
 }

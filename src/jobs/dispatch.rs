@@ -492,8 +492,11 @@ fn dispatch(
                             client, &names, lane, limit, worker, lease, &mut out,
                         )
                     } else {
-                        let stmt =
-                            prepared(client, log::dispatch::LOG_DISPATCH_SQL, &log_arg_types());
+                        let sql = log::dispatch::fit(
+                            log::dispatch::LOG_DISPATCH_SQL,
+                            log::dispatch::LOG_DISPATCH_SQL_V07,
+                        );
+                        let stmt = prepared(client, sql, &log_arg_types());
                         let table = client
                             .update(stmt, None, &args(Some(lanes.clone())))
                             .unwrap_or_else(|e| pgrx::error!("{e}"));
@@ -502,7 +505,11 @@ fn dispatch(
                     if !blocked {
                         return;
                     }
-                    let spill = prepared(client, log::dispatch::LOG_SPILL_SQL, &log_arg_types());
+                    let sql = log::dispatch::fit(
+                        log::dispatch::LOG_SPILL_SQL,
+                        log::dispatch::LOG_SPILL_SQL_V07,
+                    );
+                    let spill = prepared(client, sql, &log_arg_types());
                     client
                         .update(spill, None, &args(Some(lanes)))
                         .unwrap_or_else(|e| pgrx::error!("{e}"));

@@ -319,7 +319,9 @@ pub struct Batch<'a> {
     /// lanes' priorities (the 11th argument).
     pub log_lanes: Option<Vec<i16>>,
     /// Some job has headers: `args` has 12 elements (the 11th NULL for a
-    /// keyed batch), the 12th the headers, and the batch goes to pgque.jobs.
+    /// keyed batch), the 12th the headers. Such a batch goes to the log
+    /// like any other when the log has its headers array (a schema from
+    /// before 0.8.0's has not: pgque.jobs then).
     pub headers: bool,
 }
 
@@ -330,7 +332,9 @@ impl<'a> Batch<'a> {
     pub fn finish(&mut self, lanes: Option<Vec<i16>>, headers: Option<DatumWithOid<'a>>) {
         match headers {
             Some(h) => {
-                self.log_lanes = None;
+                if self.log_lanes.is_some() && !super::args::log_has_headers() {
+                    self.log_lanes = None;
+                }
                 self.headers = true;
                 self.args.push(lanes.into());
                 self.args.push(h);
@@ -437,7 +441,7 @@ type Arr<'a, T> = Option<Array<'a, T>>;
 /// NULL elements take the defaults (priority 0, run_at now, the queue's
 /// max_attempts, no actor/keys). `headers` (aligned with kinds, NULL
 /// elements: none) are small JSON objects of strings, W3C trace context
-/// (args.rs check_headers); jobs with headers are stored in pgque.jobs.
+/// (args.rs check_headers), stored with the job wherever it is stored.
 #[allow(clippy::too_many_arguments)]
 #[pg_extern(name = "enqueue_ready_rows", security_definer, parallel_unsafe)]
 #[search_path(pg_catalog, pgque, pg_temp)]
@@ -583,9 +587,10 @@ fn enqueue_ready_rows<'a>(
 /// statement). Returns its id; with a unique key that a live job holds, the
 /// id of that job (on_duplicate 'skip') or error 23505 ('error'). With
 /// `depends_on` (job ids) the job waits until those jobs completed
-/// (flows.rs: stored in pgque.jobs; no unique key then, 0A000).
+/// (flows.rs: stored in pgque.jobs, with its headers; no unique key then,
+/// 0A000).
 /// `headers`: a small JSON object of strings, W3C trace context
-/// (args.rs check_headers); a job with headers is stored in pgque.jobs.
+/// (args.rs check_headers), stored with the job.
 #[allow(clippy::too_many_arguments)]
 #[pg_extern(name = "enqueue", security_definer, parallel_unsafe)]
 #[search_path(pg_catalog, pgque, pg_temp)]
@@ -625,12 +630,6 @@ fn enqueue_with_headers(
     }
     if let Some(d) = depends_on.as_deref().filter(|d| !d.is_empty()) {
         let parents = super::args::check_depends_on(d);
-        if headers.is_some() {
-            raise(
-                error::FEATURE_NOT_SUPPORTED,
-                "a job with depends_on cannot have headers",
-            );
-        }
         if unique_key.is_some() {
             raise(
                 error::FEATURE_NOT_SUPPORTED,
@@ -649,6 +648,7 @@ fn enqueue_with_headers(
             fairness_key: fairness_key.map(str::to_string),
             identity_key: identity_key.map(str::to_string),
             run_on_parent_failure: false,
+            headers: headers.map(|h| h.0),
         };
         return Some(super::flows::enqueue_after(queue, job, &parents));
     }

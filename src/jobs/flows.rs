@@ -44,6 +44,9 @@ pub struct FlowJob {
     pub fairness_key: Option<String>,
     pub identity_key: Option<String>,
     pub run_on_parent_failure: bool,
+    /// Trace context (docs/tracing.md): a JSON object of strings, checked
+    /// by args::check_headers in check_options.
+    pub headers: Option<serde_json::Value>,
 }
 
 /// Why a flow was refused: its SQLSTATE and message.
@@ -60,7 +63,7 @@ fn refuse<T>(code: &'static str, msg: impl Into<String>) -> Result<T, Refusal> {
     })
 }
 
-const FIELDS: [&str; 11] = [
+const FIELDS: [&str; 12] = [
     "key",
     "kind",
     "args",
@@ -72,6 +75,7 @@ const FIELDS: [&str; 11] = [
     "fairness_key",
     "identity_key",
     "on_parent_failure",
+    "headers",
 ];
 
 fn opt_str(v: Option<&serde_json::Value>, what: &str) -> Result<Option<String>, Refusal> {
@@ -195,7 +199,13 @@ pub fn parse(jobs: &serde_json::Value) -> Result<Parsed, Refusal> {
             Some(a) if a.is_null() => None,
             Some(a) => Some(a.clone()),
         };
+        let headers = match o.get("headers") {
+            None => None,
+            Some(h) if h.is_null() => None,
+            Some(h) => Some(h.clone()),
+        };
         let job = FlowJob {
+            headers,
             key: key.clone(),
             kind,
             args,
@@ -273,8 +283,15 @@ fn cycle_member(n: usize, edges: &[(usize, usize)]) -> Option<usize> {
 /// Inserts the jobs (waiting when they have pending parents, else ready or
 /// scheduled as at enqueue: ready ones under their lane's lock, ids in
 /// input order) and the edges; returns (flow_id, key, id, state) in input
-/// order, or no row when the queue does not exist.
-const FLOW_SQL: &str = r#"
+/// order, or no row when the queue does not exist. The macro's `$s`, `$u`,
+/// `$a`, `$c`, `$v` add $17, the jobs' headers, to the input's columns, the
+/// unnest, its column names,
+/// the INSERT's columns and its values (empty: a flow without headers, whose
+/// statement also runs on a schema from before 0.8.0).
+macro_rules! flow_sql {
+    ($s:expr, $u:expr, $a:expr, $c:expr, $v:expr) => {
+        concat!(
+            r#"
 WITH q AS MATERIALIZED (
     SELECT jq.queue_name, jq.shards, jq.max_attempts, jq.mode,
            pg_catalog.pg_advisory_xact_lock_shared(1785684593, pg_catalog.hashtext(jq.queue_name)) AS qlock
@@ -288,7 +305,9 @@ input AS MATERIALIZED (
            t.actor, t.fairness_key, t.identity_key,
            COALESCE(t.max_attempts, q.max_attempts) AS max_attempts,
            CASE WHEN q.mode = 'round_robin' THEN COALESCE(t.fairness_key, '') END AS rr_key,
-           s.shard, t.key, t.pending, t.run_on_failure, t.has_children,
+           s.shard, t.key, t.pending, t.run_on_failure, t.has_children,"#,
+            $s,
+            r#"
            CASE WHEN t.pending > 0 THEN 'waiting'
                 WHEN COALESCE(t.run_at::timestamptz > now(), false) THEN 'scheduled'
                 ELSE 'ready' END AS state
@@ -299,10 +318,14 @@ input AS MATERIALIZED (
                     ELSE 0::smallint END AS shard) s
     CROSS JOIN LATERAL unnest($2::text[], $3::jsonb[], $4::smallint[], $5::text[],
                               $6::text[], $7::text[], $8::text[], $9::int[], $10::text[],
-                              $11::int[], $12::boolean[], $13::boolean[])
+                              $11::int[], $12::boolean[], $13::boolean[]"#,
+            $u,
+            r#")
          WITH ORDINALITY AS t(kind, args, priority, run_at, actor, fairness_key,
                               identity_key, max_attempts, key, pending, run_on_failure,
-                              has_children, ord)
+                              has_children, "#,
+            $a,
+            r#"ord)
 ),
 lanes AS MATERIALIZED (
     SELECT k.lane_key, pg_catalog.pg_advisory_xact_lock(1785684588, k.lane_key) AS lock
@@ -325,12 +348,16 @@ ins AS (
     INSERT INTO pgque.jobs AS j (id, queue, kind, args, priority, shard, state, ready_seq, run_at,
                                  max_attempts, actor, fairness_key, rr_key, identity_key,
                                  enqueued_at, flow_id, flow_key, pending_parents,
-                                 run_on_parent_failure, has_children)
+                                 run_on_parent_failure, has_children"#,
+            $c,
+            r#")
     SELECT n.id, $1, n.kind, n.args, n.priority, n.shard, n.state,
            CASE WHEN n.state = 'ready' THEN n.id END,
            n.run_at, n.max_attempts, n.actor, n.fairness_key, n.rr_key, n.identity_key,
            now(), f.flow_id, n.key, CASE WHEN n.pending > 0 THEN n.pending END,
-           CASE WHEN n.run_on_failure THEN true END, CASE WHEN n.has_children THEN true END
+           CASE WHEN n.run_on_failure THEN true END, CASE WHEN n.has_children THEN true END"#,
+            $v,
+            r#"
     FROM numbered n CROSS JOIN flow f
     ORDER BY n.ord
     RETURNING j.id, j.state, j.actor
@@ -359,11 +386,35 @@ FROM numbered n CROSS JOIN flow f
 WHERE (SELECT count(pg_catalog.pg_notify((CASE WHEN octet_length($1) <= 52 THEN 'pgque_jobs_' || $1 ELSE 'pgque_jobs_' || md5($1) END), ''))
        FROM (SELECT 1 FROM ins WHERE ins.state = 'ready' LIMIT 1) r) >= 0
 ORDER BY n.ord
-"#;
+"#
+        )
+    };
+}
 
-/// Checks the per-job options as enqueue does (22023 / 22003).
+const FLOW_SQL: &str = flow_sql!("", "", "", "", "");
+/// FLOW_SQL for a flow of which some job has headers ($17).
+const FLOW_HEADERS_SQL: &str = flow_sql!(
+    " t.headers,",
+    ", $17::jsonb[]",
+    "headers, ",
+    ", headers",
+    ", n.headers"
+);
+
+/// Checks the per-job options as enqueue does (22023 / 22003; headers:
+/// 22023 / 54000, and 0A000 on a schema from before 0.8.0, which has no
+/// place for them).
 fn check_options(jobs: &[FlowJob]) {
     for j in jobs {
+        if let Some(h) = &j.headers {
+            super::args::check_headers(&JsonB(h.clone()), &format!("job {:?}: headers", j.key));
+            if !super::args::schema_has_headers() {
+                raise(
+                    error::FEATURE_NOT_SUPPORTED,
+                    "headers need the pgque 0.8.0 schema: run ALTER EXTENSION pgque UPDATE",
+                );
+            }
+        }
         if let Some(p) = j.priority {
             super::args::check_priority(p);
         }
@@ -439,7 +490,8 @@ fn insert(
         .iter()
         .map(|&(p, c)| (p as i32 + 1, c as i32 + 1))
         .unzip();
-    let args_in: Vec<DatumWithOid> = vec![
+    let headers = jobs.iter().any(|j| j.headers.is_some());
+    let mut args_in: Vec<DatumWithOid> = vec![
         queue.into(),
         kinds.into(),
         args.into(),
@@ -457,30 +509,35 @@ fn insert(
         ec.into(),
         flow_id.into(),
     ];
+    if headers {
+        let h: Vec<Option<JsonB>> = jobs.iter().map(|j| j.headers.clone().map(JsonB)).collect();
+        args_in.push(h.into());
+    }
     let rows = with_generic_plans(|| {
         Spi::connect_mut(|client| {
-            let stmt = prepared(
-                client,
-                FLOW_SQL,
-                &[
-                    ty(pg_sys::TEXTOID),
-                    ty(pg_sys::TEXTARRAYOID),
-                    ty(pg_sys::JSONBARRAYOID),
-                    ty(pg_sys::INT2ARRAYOID),
-                    ty(pg_sys::TEXTARRAYOID),
-                    ty(pg_sys::TEXTARRAYOID),
-                    ty(pg_sys::TEXTARRAYOID),
-                    ty(pg_sys::TEXTARRAYOID),
-                    ty(pg_sys::INT4ARRAYOID),
-                    ty(pg_sys::TEXTARRAYOID),
-                    ty(pg_sys::INT4ARRAYOID),
-                    ty(pg_sys::BOOLARRAYOID),
-                    ty(pg_sys::BOOLARRAYOID),
-                    ty(pg_sys::INT4ARRAYOID),
-                    ty(pg_sys::INT4ARRAYOID),
-                    ty(pg_sys::INT8OID),
-                ],
-            );
+            let mut types = vec![
+                ty(pg_sys::TEXTOID),
+                ty(pg_sys::TEXTARRAYOID),
+                ty(pg_sys::JSONBARRAYOID),
+                ty(pg_sys::INT2ARRAYOID),
+                ty(pg_sys::TEXTARRAYOID),
+                ty(pg_sys::TEXTARRAYOID),
+                ty(pg_sys::TEXTARRAYOID),
+                ty(pg_sys::TEXTARRAYOID),
+                ty(pg_sys::INT4ARRAYOID),
+                ty(pg_sys::TEXTARRAYOID),
+                ty(pg_sys::INT4ARRAYOID),
+                ty(pg_sys::BOOLARRAYOID),
+                ty(pg_sys::BOOLARRAYOID),
+                ty(pg_sys::INT4ARRAYOID),
+                ty(pg_sys::INT4ARRAYOID),
+                ty(pg_sys::INT8OID),
+            ];
+            if headers {
+                types.push(ty(pg_sys::JSONBARRAYOID));
+            }
+            let sql = if headers { FLOW_HEADERS_SQL } else { FLOW_SQL };
+            let stmt = prepared(client, sql, &types);
             client
                 .update(stmt, None, &args_in)
                 .unwrap_or_else(|e| pgrx::error!("{e}"))
@@ -523,7 +580,8 @@ fn raise_refusal(r: Refusal) -> ! {
 
 /// Enqueues a flow: a JSON array of jobs `{key, kind, args, depends_on:
 /// [keys], priority, run_at, max_attempts, actor, fairness_key,
-/// identity_key, on_parent_failure: 'cancel' | 'run'}` into one queue, all
+/// identity_key, on_parent_failure: 'cancel' | 'run', headers: {trace
+/// context}}` into one queue, all
 /// or nothing, in one statement. A job with parents waits until all of them
 /// completed. Returns (flow_id, key, job_id) per job in input order.
 #[pg_extern(security_definer, parallel_unsafe)]

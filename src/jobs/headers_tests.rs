@@ -1,6 +1,7 @@
 //! In-server tests of job headers (trace context, docs/tracing.md): stored
-//! beside args in pgque.jobs, returned by dispatch (every attempt) and
-//! get_job, checked at enqueue; jobs without headers keep the job log.
+//! beside args in the job log (its batch rows' headers array) or in
+//! pgque.jobs, returned by dispatch (every attempt, after every move from
+//! the log to pgque.jobs) and get_job, checked at enqueue.
 use pgrx::prelude::*;
 
 #[pg_schema]
@@ -40,10 +41,10 @@ mod tests {
         ))
         .unwrap();
         let without = one::<i64>("SELECT pgque.enqueue('hq', 'k', '{}')").unwrap();
-        // a job with headers is in pgque.jobs; one without stays in the log
+        // a job with headers stays in the log, as one without does
         assert_eq!(
             one::<String>(&format!("SELECT stored_in FROM pgque.get_job({with})")),
-            Some("jobs".into())
+            Some("log".into())
         );
         assert_eq!(
             one::<String>(&format!("SELECT stored_in FROM pgque.get_job({without})")),
@@ -72,11 +73,16 @@ mod tests {
         let h = got.iter().find(|r| r.0 == with).unwrap();
         assert!(h.1.as_deref().unwrap().contains(TP), "{got:?}");
         assert_eq!(got.iter().find(|r| r.0 == without).unwrap().1, None);
-        // a retry dispatches the same headers again (attempt 2)
+        // a retry dispatches the same headers again (attempt 2): the job
+        // leaves its claim for pgque.jobs with them
         run(&format!(
             "SELECT pgque.fail({with}, {}, 'boom', now() - interval '1 second')",
             h.2
         ));
+        assert_eq!(
+            one::<String>(&format!("SELECT stored_in FROM pgque.get_job({with})")),
+            Some("jobs".into())
+        );
         let again = dispatch_headers("hq", 10);
         assert_eq!(again.len(), 1);
         assert_eq!(again[0].0, with);
@@ -111,10 +117,18 @@ mod tests {
         assert_eq!(h(ids[0]), None);
         assert_eq!(h(ids[1]), Some(format!("{{\"traceparent\": \"{TP}\"}}")));
         assert_eq!(h(ids[2]), Some("{}".into()));
-        // the whole batch took pgque.jobs (one statement), in input order
+        // the whole batch is one row of the log, headers aligned
         assert_eq!(
-            count("SELECT count(*) FROM pgque.all_jobs WHERE queue = 'hb' AND stored_in = 'jobs'"),
+            count("SELECT count(*) FROM pgque.all_jobs WHERE queue = 'hb' AND stored_in = 'log'"),
             3
+        );
+        assert_eq!(
+            count(&format!(
+                "SELECT count(*) FROM pgque.job_log WHERE id_lo <= {} AND id_hi >= {}
+                   AND cardinality(headers) = 3 AND headers[1] IS NULL",
+                ids[0], ids[2]
+            )),
+            1
         );
         // with a unique key: ENQUEUE_SQL_HEADERS, duplicates still reported
         let keyed: Vec<(i64, String)> = Spi::connect(|c| {
@@ -148,6 +162,205 @@ mod tests {
         assert_eq!(
             count("SELECT count(*) FROM pgque.all_jobs WHERE queue = 'hb' AND kind = 'f' AND stored_in = 'log'"),
             1
+        );
+    }
+
+    /// headers of every job of `queue` by id, as get_job and all_jobs give them
+    /// (asserting both agree).
+    fn headers_by_id(queue: &str) -> Vec<(i64, Option<String>, String)> {
+        let rows: Vec<(i64, Option<String>, String)> = Spi::connect(|c| {
+            c.select(
+                &format!(
+                    "SELECT a.id, a.headers::text, a.stored_in FROM pgque.all_jobs a
+                     WHERE a.queue = '{queue}' ORDER BY a.id"
+                ),
+                None,
+                &[],
+            )
+            .unwrap()
+            .map(|r| {
+                (
+                    r.get::<i64>(1).unwrap().unwrap(),
+                    r.get::<String>(2).unwrap(),
+                    r.get::<String>(3).unwrap().unwrap(),
+                )
+            })
+            .collect()
+        });
+        for (id, h, _) in &rows {
+            assert_eq!(
+                &one::<String>(&format!("SELECT headers::text FROM pgque.get_job({id})")),
+                h,
+                "get_job and all_jobs differ on job {id}"
+            );
+        }
+        rows
+    }
+
+    #[pg_test]
+    fn a_traced_batch_over_several_lanes_stays_in_the_log_and_dispatches_its_headers() {
+        run("SELECT pgque.create_job_queue('hl')");
+        // two priorities: two lanes, LOG_ENQUEUE_SQL's split rows
+        let ids: Vec<i64> = Spi::connect(|c| {
+            c.select(
+                "SELECT job_id FROM pgque.enqueue_ready_rows('hl', ARRAY['a', 'b', 'c', 'd'],
+                     ARRAY['{}', '{}', '{}', '{}']::jsonb[], priorities => ARRAY[0, 5, 0, 5]::int2[],
+                     headers => ARRAY['{\"traceparent\": \"h1\"}', NULL,
+                                      '{\"traceparent\": \"h3\"}', '{\"traceparent\": \"h4\"}']::jsonb[])
+                 ORDER BY ord",
+                None,
+                &[],
+            )
+            .unwrap()
+            .map(|r| r.get::<i64>(1).unwrap().unwrap())
+            .collect()
+        });
+        let want = |i: usize| match i {
+            1 => None,
+            _ => Some(format!("{{\"traceparent\": \"h{}\"}}", i + 1)),
+        };
+        let got = headers_by_id("hl");
+        assert_eq!(got.len(), 4);
+        for (i, id) in ids.iter().enumerate() {
+            let g = got.iter().find(|r| r.0 == *id).unwrap();
+            assert_eq!((g.1.clone(), g.2.as_str()), (want(i), "log"), "job {i}");
+        }
+        // LOG_DISPATCH_SQL (two lanes): each job with its own headers
+        let d = dispatch_headers("hl", 10);
+        assert_eq!(d.len(), 4);
+        for (i, id) in ids.iter().enumerate() {
+            assert_eq!(d.iter().find(|r| r.0 == *id).unwrap().1, want(i), "job {i}");
+        }
+        // running jobs still show them
+        assert_eq!(
+            headers_by_id("hl").iter().filter(|r| r.1.is_some()).count(),
+            3
+        );
+    }
+
+    #[pg_test]
+    fn headers_survive_every_move_from_the_log_to_pgque_jobs() {
+        run("SELECT pgque.create_job_queue('hm')");
+        let h = |n: i32| format!("{{\"traceparent\": \"m{n}\"}}");
+        // a ready job of pgque.jobs (a unique key) ahead of the log's jobs
+        let keyed = one::<i64>(
+            "SELECT pgque.enqueue('hm', 'k', unique_key => 'u', headers => '{\"traceparent\": \"mk\"}')",
+        )
+        .unwrap();
+        let ids: Vec<i64> = (1..=4)
+            .map(|n| {
+                one::<i64>(&format!(
+                    "SELECT pgque.enqueue('hm', 'k', headers => '{}')",
+                    h(n)
+                ))
+                .unwrap()
+            })
+            .collect();
+        // cancel of a ready log job: READY_TO_SIDE_SQL
+        run(&format!("SELECT pgque.cancel({})", ids[3]));
+        assert_eq!(
+            one::<String>(&format!(
+                "SELECT stored_in || ' ' || state || ' ' || (headers ->> 'traceparent') FROM pgque.get_job({})",
+                ids[3]
+            )),
+            Some("jobs cancelled m4".into())
+        );
+        // the dispatch must rank the log against pgque.jobs: it spills the
+        // log's first job (LOG_SPILL_SQL) and dispatches both from pgque.jobs
+        let d = dispatch_headers("hm", 2);
+        assert_eq!(
+            d.iter().map(|r| (r.0, r.1.clone())).collect::<Vec<_>>(),
+            vec![
+                (keyed, Some("{\"traceparent\": \"mk\"}".into())),
+                (ids[0], Some(h(1)))
+            ]
+        );
+        assert_eq!(
+            one::<String>(&format!("SELECT stored_in FROM pgque.get_job({})", ids[0])),
+            Some("jobs".into())
+        );
+        let rest = dispatch_headers("hm", 10);
+        assert_eq!(
+            rest.iter().map(|r| (r.0, r.1.clone())).collect::<Vec<_>>(),
+            vec![(ids[1], Some(h(2))), (ids[2], Some(h(3)))]
+        );
+        // snooze of a running log job (TO_SIDE_SQL) keeps them for the next run
+        run("SELECT pgque.create_job_queue('hn')");
+        let j = one::<i64>(&format!(
+            "SELECT pgque.enqueue('hn', 'k', headers => '{}')",
+            h(9)
+        ))
+        .unwrap();
+        let first = dispatch_headers("hn", 1);
+        assert_eq!(first[0].1, Some(h(9)));
+        run(&format!("SELECT pgque.snooze({j}, {}, now())", first[0].2));
+        assert_eq!(
+            one::<String>(&format!(
+                "SELECT stored_in || ' ' || headers::text FROM pgque.get_job({j})"
+            )),
+            Some(format!("jobs {}", h(9)))
+        );
+        assert_eq!(dispatch_headers("hn", 1)[0].1, Some(h(9)));
+    }
+
+    #[pg_test]
+    fn flows_and_depends_on_jobs_carry_headers() {
+        run("SELECT pgque.create_job_queue('hf')");
+        let ids: Vec<(String, i64)> = Spi::connect(|c| {
+            c.select(
+                "SELECT key, job_id FROM pgque.enqueue_flow('hf', '[
+                     {\"key\": \"a\", \"kind\": \"k\", \"headers\": {\"traceparent\": \"fa\"}},
+                     {\"key\": \"b\", \"kind\": \"k\", \"depends_on\": [\"a\"],
+                      \"headers\": {\"traceparent\": \"fb\", \"tracestate\": \"s=1\"}},
+                     {\"key\": \"c\", \"kind\": \"k\", \"depends_on\": [\"a\"]}]')",
+                None,
+                &[],
+            )
+            .unwrap()
+            .map(|r| {
+                (
+                    r.get::<String>(1).unwrap().unwrap(),
+                    r.get::<i64>(2).unwrap().unwrap(),
+                )
+            })
+            .collect()
+        });
+        let id = |k: &str| ids.iter().find(|r| r.0 == k).unwrap().1;
+        let h = |id: i64| one::<String>(&format!("SELECT headers::text FROM pgque.get_job({id})"));
+        assert_eq!(h(id("a")), Some("{\"traceparent\": \"fa\"}".into()));
+        assert_eq!(h(id("c")), None);
+        // a job behind an existing one, with headers
+        let d = one::<i64>(&format!(
+            "SELECT pgque.enqueue('hf', 'k', depends_on => ARRAY[{}]::bigint[],
+                                  headers => '{{\"traceparent\": \"fd\"}}')",
+            id("a")
+        ))
+        .unwrap();
+        assert_eq!(h(d), Some("{\"traceparent\": \"fd\"}".into()));
+        // the late link of d is the worker's duty; run it here
+        run("SELECT pgque.job_maint()");
+        // a completes: its children become ready and dispatch with their headers
+        let first = dispatch_headers("hf", 10);
+        assert_eq!(first.len(), 1);
+        assert_eq!(first[0].1, Some("{\"traceparent\": \"fa\"}".into()));
+        run(&format!(
+            "SELECT pgque.complete({}, {})",
+            first[0].0, first[0].2
+        ));
+        let next = dispatch_headers("hf", 10);
+        let got = |id: i64| next.iter().find(|r| r.0 == id).map(|r| r.1.clone());
+        assert_eq!(
+            got(id("b")),
+            // jsonb orders keys by length
+            Some(Some(
+                "{\"tracestate\": \"s=1\", \"traceparent\": \"fb\"}".into()
+            ))
+        );
+        assert_eq!(got(id("c")), Some(None));
+        assert_eq!(
+            got(d),
+            Some(Some("{\"traceparent\": \"fd\"}".into())),
+            "{next:?}"
         );
     }
 

@@ -261,8 +261,11 @@ fn set_job_queue_config(queue_name: Option<&str>, param: Option<&str>, value: Op
             &[queue.into()],
         )
         .unwrap_or_else(|e| pgrx::error!("{e}"));
-        Spi::run_with_args(super::log::dispatch::SPILL_ALL_SQL, &[queue.into()])
-            .unwrap_or_else(|e| pgrx::error!("{e}"));
+        let sql = super::log::dispatch::fit(
+            super::log::dispatch::SPILL_ALL_SQL,
+            super::log::dispatch::SPILL_ALL_SQL_V07,
+        );
+        Spi::run_with_args(sql, &[queue.into()]).unwrap_or_else(|e| pgrx::error!("{e}"));
     }
 }
 

@@ -52,6 +52,34 @@ def test_without_opentelemetry_nothing_is_imported_and_no_headers_are_stored(dsn
 
 
 @otel_only
+def test_flow_jobs_take_the_send_span_context_and_traced_jobs_keep_the_log(conn, name, exporter):
+    from opentelemetry import trace
+
+    conn.execute("SELECT pgque.create_job_queue(%s)", (name,))
+    exporter.clear()
+    own = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    with trace.get_tracer("test").start_as_current_span("request"):
+        flow = pq.enqueue_flow(conn, name, [
+            {"key": "a", "kind": "k"},
+            {"key": "b", "kind": "k", "depends_on": ["a"]},
+            {"key": "c", "kind": "k", "headers": {"traceparent": own}},
+        ])
+        single = pq.enqueue(conn, name, "k", {})
+    sends = [s for s in exporter.get_finished_spans() if s.name == f"send {name}"]
+    assert len(sends) == 2
+    assert sends[0].attributes["messaging.batch.message_count"] == 3
+    ids = {f.key: f.job_id for f in flow}
+    hdr = dict(conn.execute("SELECT id, headers FROM pgque.all_jobs WHERE queue = %s", (name,)).fetchall())
+    # every flow job without headers of its own carries the flow's send span
+    assert hdr[ids["a"]]["traceparent"].split("-")[2] == f"{sends[0].context.span_id:016x}"
+    assert hdr[ids["b"]] == hdr[ids["a"]]
+    assert hdr[ids["c"]] == {"traceparent": own}
+    # a traced job without flow stays in the job log, headers and all
+    assert conn.execute("SELECT stored_in, headers IS NOT NULL FROM pgque.get_job(%s)", (single,)).fetchone() == (
+        "log", True)
+
+
+@otel_only
 def test_producer_span_and_headers_then_worker_span_per_attempt(dsn, conn, name, exporter):
     from opentelemetry import trace
     from opentelemetry.trace import SpanKind

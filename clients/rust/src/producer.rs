@@ -248,8 +248,57 @@ async fn enqueue_many_plain<C: GenericClient>(
 
 /// Enqueues a flow (`pgque.enqueue_flow`): a JSON array of jobs with `key`,
 /// `kind`, `args`, `depends_on` (keys) and enqueue options, all or nothing.
+/// With the `otel` feature, in a traced context, every job without
+/// `headers` of its own gets the `send <queue>` span's trace context (on a
+/// server whose flows take headers, pgque 0.8).
 /// [`Error::ServerFeatureMissing`] on a server without flows.
 pub async fn enqueue_flow<C: GenericClient>(client: &C, queue: &str, jobs: &Value) -> Result<Vec<FlowJob>> {
+    #[cfg(feature = "otel")]
+    {
+        let n = jobs.as_array().map_or(1, Vec::len);
+        let (cx, headers) = crate::otel::start_send(queue, n);
+        let r = match headers {
+            Some(h) if flows_take_headers(client).await? => {
+                enqueue_flow_plain(client, queue, &with_flow_headers(jobs, &h)).await
+            }
+            _ => enqueue_flow_plain(client, queue, jobs).await,
+        };
+        crate::otel::end(&cx, r.as_ref().err().map(|e| e.to_string()).as_deref());
+        r
+    }
+    #[cfg(not(feature = "otel"))]
+    enqueue_flow_plain(client, queue, jobs).await
+}
+
+/// Whether the server's flows take headers: its enqueue has them (pgque 0.8).
+#[cfg(feature = "otel")]
+async fn flows_take_headers<C: GenericClient>(client: &C) -> Result<bool> {
+    let row = client
+        .query_one(
+            "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_proc p \
+             JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace \
+             WHERE n.nspname = 'pgque' AND p.proname = 'enqueue' AND p.pronargs >= 13)",
+            &[],
+        )
+        .await?;
+    Ok(row.get(0))
+}
+
+/// `jobs` with `headers` set on every job object that has none.
+#[cfg(feature = "otel")]
+fn with_flow_headers(jobs: &Value, headers: &Value) -> Value {
+    let mut out = jobs.clone();
+    if let Some(arr) = out.as_array_mut() {
+        for j in arr.iter_mut() {
+            if let Some(o) = j.as_object_mut() {
+                o.entry("headers").or_insert_with(|| headers.clone());
+            }
+        }
+    }
+    out
+}
+
+async fn enqueue_flow_plain<C: GenericClient>(client: &C, queue: &str, jobs: &Value) -> Result<Vec<FlowJob>> {
     let rows = client
         .query(
             "SELECT flow_id, key, job_id FROM pgque.enqueue_flow($1::text, $2::jsonb)",

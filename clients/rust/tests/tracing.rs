@@ -35,16 +35,19 @@ async fn producer_and_worker_spans_per_attempt_and_nested_enqueue() {
     global::set_tracer_provider(provider.clone());
 
     let (dsn, c) = test_db("tracing").await;
-    c.batch_execute("SELECT pgque.create_job_queue('ta'); SELECT pgque.create_job_queue('tb')")
-        .await
-        .unwrap();
+    c.batch_execute(
+        "SELECT pgque.create_job_queue('ta'); SELECT pgque.create_job_queue('tb'); \
+         SELECT pgque.create_job_queue('tf')",
+    )
+    .await
+    .unwrap();
 
     // a producer in a traced context
     let tracer = global::tracer("test");
     let root = tracer.start("request");
     let root_cx = Context::current_with_span(root);
     let trace_id = root_cx.span().span_context().trace_id();
-    let (a, batch) = {
+    let (a, batch, flow) = {
         let _g = root_cx.clone().attach();
         let a = enqueue(&c, "ta", "flaky", &json!({}), &EnqueueOptions::default())
             .await
@@ -58,7 +61,15 @@ async fn producer_and_worker_spans_per_attempt_and_nested_enqueue() {
         )
         .await
         .unwrap();
-        (a, batch)
+        // a flow: one send span, its context on every job of the flow
+        let flow = enqueue_flow(
+            &c,
+            "tf",
+            &json!([{"key": "x", "kind": "f"}, {"key": "y", "kind": "f", "depends_on": ["x"]}]),
+        )
+        .await
+        .unwrap();
+        (a, batch, flow)
     };
     root_cx.span().end();
     let spans = exporter.get_finished_spans().unwrap();
@@ -91,6 +102,26 @@ async fn producer_and_worker_spans_per_attempt_and_nested_enqueue() {
             .unwrap()
             .get(0);
         assert!(h.contains(&send_b.span_context.span_id().to_string()), "{h}");
+    }
+
+    let send_f = named(&spans, "send tf")[0];
+    assert_eq!(send_f.span_context.trace_id(), trace_id);
+    assert_eq!(attr(send_f, "messaging.batch.message_count"), Some(2i64.into()));
+    assert_eq!(flow.len(), 2);
+    for f in &flow {
+        let h: String = c
+            .query_one("SELECT headers ->> 'traceparent' FROM pgque.get_job($1)", &[&f.job_id])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(
+            h,
+            format!(
+                "00-{}-{}-01",
+                send_f.span_context.trace_id(),
+                send_f.span_context.span_id()
+            )
+        );
     }
 
     // the worker: attempt 1 fails, attempt 2 enqueues a job into tc

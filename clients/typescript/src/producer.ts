@@ -83,6 +83,9 @@ export interface FlowJobSpec {
   actor?: string;
   fairnessKey?: string;
   identityKey?: string;
+  /** Trace context (`traceparent`, `tracestate`); filled from the current
+   * OpenTelemetry context when absent (docs/tracing.md). */
+  headers?: Record<string, string>;
   [field: string]: unknown;
 }
 
@@ -302,26 +305,34 @@ async function enqueueManyWith(
 /**
  * Enqueues a flow (`pgque.enqueue_flow`) on `client`, in its transaction:
  * jobs with `key`, `kind`, `args`, `dependsOn` (keys) and enqueue options,
- * all or nothing. Returns (flowId, key, jobId) per job. Throws
- * ServerFeatureMissing on a server without flows.
+ * all or nothing. Returns (flowId, key, jobId) per job. In a traced
+ * context every job without `headers` of its own gets the `send <queue>`
+ * span's trace context (docs/tracing.md). Throws ServerFeatureMissing on a
+ * server without flows.
  */
 export async function enqueueFlow(client: Queryable, queue: string, jobs: FlowJobSpec[]): Promise<FlowJob[]> {
   const f = await features(client);
   if (!f.flows) throw new ServerFeatureMissing("this server's pgque has no enqueue_flow (flows need pgque 0.7)");
-  const spec = jobs.map((job) => {
-    const out: Record<string, unknown> = {};
-    for (const [k, v] of Object.entries(job)) {
-      if (v === undefined) continue;
-      out[FLOW_FIELDS[k] ?? k] = v instanceof Date ? v.toISOString() : v;
-    }
-    return out;
+  return sendSpan(queue, jobs.length, async (traced) => {
+    // flows take headers where enqueue does (pgque 0.8): a traced context's
+    // goes to every job without headers of its own
+    const fill = traced !== undefined && f.params.enqueue?.headers !== undefined;
+    const spec = jobs.map((job) => {
+      const out: Record<string, unknown> = {};
+      for (const [k, v] of Object.entries(job)) {
+        if (v === undefined) continue;
+        out[FLOW_FIELDS[k] ?? k] = v instanceof Date ? v.toISOString() : v;
+      }
+      if (fill && out.headers === undefined) out.headers = traced;
+      return out;
+    });
+    const { rows } = await query<{ flow_id: unknown; key: string; job_id: unknown }>(
+      client,
+      "SELECT flow_id, key, job_id FROM pgque.enqueue_flow($1::text, $2::jsonb)",
+      [queue, JSON.stringify(spec)],
+    );
+    return rows.map((r) => ({ flowId: toId(r.flow_id), key: r.key, jobId: toId(r.job_id) }));
   });
-  const { rows } = await query<{ flow_id: unknown; key: string; job_id: unknown }>(
-    client,
-    "SELECT flow_id, key, job_id FROM pgque.enqueue_flow($1::text, $2::jsonb)",
-    [queue, JSON.stringify(spec)],
-  );
-  return rows.map((r) => ({ flowId: toId(r.flow_id), key: r.key, jobId: toId(r.job_id) }));
 }
 
 /**

@@ -16,7 +16,7 @@ import {
 } from "@opentelemetry/sdk-trace-base";
 import pg from "pg";
 
-import { Worker, enqueue, enqueueMany } from "../src/index.js";
+import { Worker, enqueue, enqueueFlow, enqueueMany } from "../src/index.js";
 import { client, freshDatabase, jobStates, uniq, waitUntil } from "./helpers.js";
 
 const exporter = new InMemorySpanExporter();
@@ -139,4 +139,27 @@ test("explicit headers win; bad ones are refused", async () => {
     enqueue(conn, q, "k", {}, { headers: { traceparent: 1 } as unknown as Record<string, string> }),
     (e: Error & { code?: string }) => e.code === "22023",
   );
+});
+
+test("a flow's jobs carry its send span's context; their own headers win", async () => {
+  const q = uniq("tf");
+  await conn.query("SELECT pgque.create_job_queue($1)", [q]);
+  const own = "00-11111111111111111111111111111111-3333333333333333-01";
+  const flow = await trace.getTracer("test").startActiveSpan("request", async (root) => {
+    const f = await enqueueFlow(conn, q, [
+      { key: "a", kind: "k" },
+      { key: "b", kind: "k", dependsOn: ["a"] },
+      { key: "c", kind: "k", headers: { traceparent: own } },
+    ]);
+    root.end();
+    return f;
+  });
+  const [send] = named(`send ${q}`);
+  assert.ok(send);
+  assert.equal(send.attributes["messaging.batch.message_count"], 3);
+  const id = (k: string): number | null => flow.find((f) => f.key === k)?.jobId ?? null;
+  const tp = `00-${send.spanContext().traceId}-${send.spanContext().spanId}-01`;
+  assert.deepEqual(await headersOf(id("a")), { traceparent: tp });
+  assert.deepEqual(await headersOf(id("b")), { traceparent: tp });
+  assert.deepEqual(await headersOf(id("c")), { traceparent: own });
 });

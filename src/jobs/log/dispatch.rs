@@ -112,10 +112,12 @@ blocked AS MATERIALIZED (
 /// The log rows of each lane from its cursor on, one index probe per row,
 /// until `quota` jobs (a per-lane column of `lanes_q`). Carries only each
 /// row's key (lane_id, id_hi) and the jobs counted so far; the rows
-/// themselves are read once, by the statement's next step.
+/// themselves are read once, by the statement's next step. `$h`: the rows'
+/// headers array (`r.headers`, or `NULL::jsonb[]` on a schema without it).
 macro_rules! walk {
-    () => {
-        r#"
+    ($h:expr) => {
+        concat!(
+            r#"
 walk (lane_id, id_hi, acc) AS (
     SELECT l.lane_id, r.id_hi,
            CASE WHEN r.id_lo > l.cur THEN r.n
@@ -142,15 +144,19 @@ jobs AS MATERIALIZED (
         SELECT l.lane_id, l.queue, l.priority, l.shard, l.pos, l.lease, l.mode, l.quota, l.cur,
                COALESCE(r.ids[u.ord], r.id_lo + u.ord - 1) AS id,
                u.kind, u.args, COALESCE(u.run_at, r.enqueued_at) AS run_at,
-               COALESCE(u.ma, r.max_attempts) AS max_attempts, u.fk, r.enqueued_at
+               COALESCE(u.ma, r.max_attempts) AS max_attempts, u.fk, r.enqueued_at, u.h
         FROM walk w
         JOIN lanes_q l ON l.lane_id = w.lane_id
         JOIN pgque.job_log r ON r.lane_id = w.lane_id AND r.id_hi = w.id_hi
-        CROSS JOIN LATERAL unnest(r.kinds, r.args, r.run_ats, r.job_max_attempts, r.fairness_keys)
-             WITH ORDINALITY AS u(kind, args, run_at, ma, fk, ord)) x
+        CROSS JOIN LATERAL unnest(r.kinds, r.args, r.run_ats, r.job_max_attempts, r.fairness_keys,
+                                  "#,
+            $h,
+            r#")
+             WITH ORDINALITY AS u(kind, args, run_at, ma, fk, h, ord)) x
     WHERE x.id > x.cur
 ),
 "#
+        )
     };
 }
 
@@ -181,11 +187,13 @@ cand AS MATERIALIZED (
 /// call is blocked, the lane's id, queue, priority, lease and cursor (NULL
 /// when its queue is paused or not in the call), and, unless blocked, the
 /// lane's first $6 log rows above the cursor (LANE_ROWS_SQL's columns; one
-/// row of NULLs when there is none).
-pub const LANE_STATE_SQL: &str = concat!(
-    lanes_head!(),
-    blocked!(),
-    r#"
+/// row of NULLs when there is none). `$h` as in walk!.
+macro_rules! lane_state_sql {
+    ($h:expr) => {
+        concat!(
+            lanes_head!(),
+            blocked!(),
+            r#"
 st AS (
     SELECT b.b, l.lane_id, l.queue, l.priority, l.lease, l.cur
     FROM blocked b LEFT JOIN lanes l ON true
@@ -194,24 +202,45 @@ SELECT st.*, r.*
 FROM st
 LEFT JOIN LATERAL (
     SELECT r.id_hi, r.id_lo, r.enqueued_at, r.max_attempts, r.ids, r.kinds, r.args, r.run_ats,
-           r.job_max_attempts, r.fairness_keys
+           r.job_max_attempts, r.fairness_keys, "#,
+            $h,
+            r#" AS headers
     FROM pgque.job_log r
     WHERE r.lane_id = st.lane_id AND r.id_hi > st.cur AND NOT st.b
     ORDER BY r.id_hi
     LIMIT $6) r ON true
 "#
-);
+        )
+    };
+}
+
+pub const LANE_STATE_SQL: &str = lane_state_sql!("r.headers");
+/// LANE_STATE_SQL for a schema from before 0.8.0 (no headers array in the
+/// log: the library is updated before ALTER EXTENSION UPDATE runs).
+pub const LANE_STATE_SQL_V07: &str = lane_state_sql!("NULL::jsonb[]");
 
 /// $1 lane, $2 cursor, $3 how many: the lane's next log rows above the
 /// cursor, in order (one index range scan, stopped by the limit).
-pub const LANE_ROWS_SQL: &str = r#"
+macro_rules! lane_rows_sql {
+    ($h:expr) => {
+        concat!(
+            r#"
 SELECT r.id_hi, r.id_lo, r.enqueued_at, r.max_attempts, r.ids, r.kinds, r.args, r.run_ats,
-       r.job_max_attempts, r.fairness_keys
+       r.job_max_attempts, r.fairness_keys, "#,
+            $h,
+            r#" AS headers
 FROM pgque.job_log r
 WHERE r.lane_id = $1 AND r.id_hi > $2
 ORDER BY r.id_hi
 LIMIT $3
-"#;
+"#
+        )
+    };
+}
+
+pub const LANE_ROWS_SQL: &str = lane_rows_sql!("r.headers");
+/// LANE_ROWS_SQL for a schema from before 0.8.0.
+pub const LANE_ROWS_SQL_V07: &str = lane_rows_sql!("NULL::jsonb[]");
 
 /// $1 lane, $2 its last job, $3 the jobs (in id order), $4 worker, $5 lease:
 /// the claim row. Returns its token and lease end.
@@ -228,17 +257,18 @@ RETURNING claim_id, lease_until
 );
 
 /// $1 queues, $2 limit, $3 worker, $4 lease (NULL: the queue's), $5 lane ids
-/// (locked by LOCK_LANES_SQL). Returns DISPATCH_SQL's 15 columns (headers
-/// NULL: a job with headers is never in the log) and
+/// (locked by LOCK_LANES_SQL). Returns DISPATCH_SQL's 15 columns and
 /// `blocked`: the claimed jobs in dispatch order (blocked false), or one row
-/// with blocked true and nothing claimed.
-pub const LOG_DISPATCH_SQL: &str = concat!(
-    lanes_head!(),
-    blocked!(),
-    lanes_q_blocked!(),
-    walk!(),
-    cand!(),
-    r#"
+/// with blocked true and nothing claimed. `$h` as in walk!.
+macro_rules! log_dispatch_sql {
+    ($h:expr) => {
+        concat!(
+            lanes_head!(),
+            blocked!(),
+            lanes_q_blocked!(),
+            walk!($h),
+            cand!(),
+            r#"
 taken AS MATERIALIZED (
     SELECT r.* FROM (
         SELECT c.*, row_number() OVER (PARTITION BY c.queue ORDER BY c.priority, c.id) AS qrank
@@ -250,15 +280,15 @@ ins AS (
     INSERT INTO pgque.job_claims (seg, claim_id, lane_id, hi, job_ids, worker, dispatched_at,
                                   lease_until, state)
     SELECT "#,
-    crate::cur_seg!(),
-    r#", pg_catalog.nextval('pgque.job_lease_token_seq'), t.lane_id, max(t.id),
+            crate::cur_seg!(),
+            r#", pg_catalog.nextval('pgque.job_lease_token_seq'), t.lane_id, max(t.id),
            array_agg(t.id ORDER BY t.id), $3, now(), pg_catalog.clock_timestamp() + t.lease, 'a'
     FROM taken t
     GROUP BY t.lane_id, t.lease
     RETURNING claim_id, lane_id, lease_until
 )
 (SELECT t.id, t.queue, t.kind, t.args, t.priority, 1, t.max_attempts, NULL::text, t.fk,
-        NULL::text, t.run_at, t.enqueued_at, i.claim_id, i.lease_until, NULL::jsonb, false
+        NULL::text, t.run_at, t.enqueued_at, i.claim_id, i.lease_until, t.h, false
  FROM taken t JOIN ins i ON i.lane_id = t.lane_id
  ORDER BY t.qrank, t.pos)
 -- a blocked call: one row, blocked true
@@ -268,21 +298,33 @@ SELECT NULL::bigint, NULL::text, NULL::text, NULL::jsonb, NULL::smallint, NULL::
        NULL::timestamptz, NULL::jsonb, true
 FROM blocked WHERE blocked.b
 "#
-);
+        )
+    };
+}
 
-/// Given `moved` (the jobs to move, with lane_id, id, kind, args, ..., and
-/// `hole`), `sp` copies them into pgque.jobs as ready, in their places, and
-/// `cl` moves each lane's cursor past them with a claim of state 's'.
+pub const LOG_DISPATCH_SQL: &str = log_dispatch_sql!("r.headers");
+/// LOG_DISPATCH_SQL for a schema from before 0.8.0.
+pub const LOG_DISPATCH_SQL_V07: &str = log_dispatch_sql!("NULL::jsonb[]");
+
+/// Given `moved` (the jobs to move, with lane_id, id, kind, args, ..., h,
+/// and `hole`), `sp` copies them into pgque.jobs as ready, in their places,
+/// and `cl` moves each lane's cursor past them with a claim of state 's'.
+/// `$c`, `$v`: the headers column of pgque.jobs and its value (empty on a
+/// schema from before 0.8.0).
 macro_rules! spill_moved {
-    () => {
+    ($c:expr, $v:expr) => {
         concat!(
             r#"
 sp AS (
     INSERT INTO pgque.jobs (id, queue, kind, args, priority, shard, state, ready_seq, run_at,
-                            max_attempts, fairness_key, rr_key, enqueued_at)
+                            max_attempts, fairness_key, rr_key, enqueued_at"#,
+            $c,
+            r#")
     SELECT m.id, m.queue, m.kind, m.args, m.priority, m.shard, 'ready', m.id, m.run_at,
            m.max_attempts, m.fk,
-           CASE WHEN m.mode = 'round_robin' THEN COALESCE(m.fk, '') END, m.enqueued_at
+           CASE WHEN m.mode = 'round_robin' THEN COALESCE(m.fk, '') END, m.enqueued_at"#,
+            $v,
+            r#"
     FROM moved m WHERE NOT m.hole
     ORDER BY m.id
     RETURNING 1
@@ -305,10 +347,12 @@ cl AS (
 /// Copies into pgque.jobs the jobs of each lane that DISPATCH_SQL must rank
 /// against pgque.jobs' ready jobs (module comment), skipping holes, and
 /// moves each lane's cursor past them (a claim row of state 's'). Returns
-/// how many jobs were copied.
-pub const LOG_SPILL_SQL: &str = concat!(
-    lanes_head!(),
-    r#"
+/// how many jobs were copied. `$h` as in walk!, `$c`, `$v` as in spill_moved!.
+macro_rules! log_spill_sql {
+    ($h:expr, $c:expr, $v:expr) => {
+        concat!(
+            lanes_head!(),
+            r#"
 -- per queue: how many of its first $2 jobs in pgque.jobs are ready there, and
 -- the rank key of the last of them
 side AS MATERIALIZED (
@@ -328,9 +372,9 @@ lanes_q AS MATERIALIZED (
     FROM lanes l JOIN side s ON s.queue_name = l.queue
 ),
 "#,
-    walk!(),
-    cand!(),
-    r#"
+            walk!($h),
+            cand!(),
+            r#"
 moved AS MATERIALIZED (
     SELECT c.*, (h.job_id IS NOT NULL) AS hole
     FROM cand c
@@ -340,8 +384,8 @@ moved AS MATERIALIZED (
       AND (l.lp IS NULL OR (c.priority, c.id) < (l.lp, l.ls))
 ),
 "#,
-    spill_moved!(),
-    r#"
+            spill_moved!($c, $v),
+            r#"
 holes AS (
     DELETE FROM pgque.job_log_holes h
     USING (SELECT m.lane_id, max(m.id) AS hi FROM moved m GROUP BY m.lane_id) x
@@ -349,14 +393,23 @@ holes AS (
 )
 SELECT count(*)::int FROM sp
 "#
-);
+        )
+    };
+}
+
+pub const LOG_SPILL_SQL: &str = log_spill_sql!("r.headers", ", headers", ", m.h");
+/// LOG_SPILL_SQL for a schema from before 0.8.0.
+pub const LOG_SPILL_SQL_V07: &str = log_spill_sql!("NULL::jsonb[]", "", "");
 
 /// $1 queue: every job of the queue's lanes above the cursor moves to
 /// pgque.jobs as ready (in its place, grouped for round robin), and each
 /// lane's cursor passes them. Run by a switch to round_robin (the caller
 /// holds the lanes' dispatch locks), whose fair walk needs the whole backlog
-/// in pgque.jobs' round-robin index. Returns how many moved.
-pub const SPILL_ALL_SQL: &str = concat!(
+/// in pgque.jobs' round-robin index. Returns how many moved. `$h`, `$c`,
+/// `$v` as in log_spill_sql!.
+macro_rules! spill_all_sql {
+    ($h:expr, $c:expr, $v:expr) => {
+        concat!(
     r#"
 WITH lanes AS MATERIALIZED (
     SELECT l.lane_id, l.queue, l.priority, l.shard, jq.mode,
@@ -371,19 +424,39 @@ moved AS MATERIALIZED (
     FROM (SELECT l.lane_id, l.queue, l.priority, l.shard, l.mode, l.cur,
                  COALESCE(r.ids[u.ord], r.id_lo + u.ord - 1) AS id, u.kind, u.args,
                  COALESCE(u.run_at, r.enqueued_at) AS run_at,
-                 COALESCE(u.ma, r.max_attempts) AS max_attempts, u.fk, r.enqueued_at
+                 COALESCE(u.ma, r.max_attempts) AS max_attempts, u.fk, r.enqueued_at, u.h
           FROM lanes l
           JOIN pgque.job_log r ON r.lane_id = l.lane_id AND r.id_hi > l.cur
-          CROSS JOIN LATERAL unnest(r.kinds, r.args, r.run_ats, r.job_max_attempts, r.fairness_keys)
-               WITH ORDINALITY AS u(kind, args, run_at, ma, fk, ord)) x
+          CROSS JOIN LATERAL unnest(r.kinds, r.args, r.run_ats, r.job_max_attempts, r.fairness_keys,
+                                    "#,
+    $h,
+    r#")
+               WITH ORDINALITY AS u(kind, args, run_at, ma, fk, h, ord)) x
     WHERE x.id > x.cur
 ),
 "#,
-    spill_moved!(),
+    spill_moved!($c, $v),
     r#"
 holes AS (
     DELETE FROM pgque.job_log_holes h USING lanes l WHERE h.lane_id = l.lane_id
 )
 SELECT count(*)::int FROM sp
 "#
-);
+        )
+    };
+}
+
+pub const SPILL_ALL_SQL: &str = spill_all_sql!("r.headers", ", headers", ", m.h");
+/// SPILL_ALL_SQL for a schema from before 0.8.0.
+pub const SPILL_ALL_SQL_V07: &str = spill_all_sql!("NULL::jsonb[]", "", "");
+
+/// Which of this module's statements fit the schema: the log's headers
+/// array is 0.8.0's (the library can be newer than the schema until ALTER
+/// EXTENSION pgque UPDATE). Picks `cur` or `v07`.
+pub fn fit(cur: &'static str, v07: &'static str) -> &'static str {
+    if crate::jobs::args::log_has_headers() {
+        cur
+    } else {
+        v07
+    }
+}

@@ -18,7 +18,9 @@
 //! before this one commits.
 use super::super::jobrows::RawRow;
 use super::super::stmt::{prepared, ty};
-use super::dispatch::{CLAIM_SQL, LANE_ROWS_SQL, LANE_STATE_SQL};
+use super::dispatch::{
+    CLAIM_SQL, LANE_ROWS_SQL, LANE_ROWS_SQL_V07, LANE_STATE_SQL, LANE_STATE_SQL_V07,
+};
 use pgrx::datum::{DatumWithOid, Interval};
 use pgrx::pg_sys::{self, Datum};
 use pgrx::prelude::*;
@@ -41,6 +43,7 @@ struct LogRow {
     run_ats: Elems,
     max_attempts_of: Elems,
     fairness_keys: Elems,
+    headers: Elems,
 }
 
 /// The elements of an array column (empty for a NULL array: every element
@@ -155,8 +158,8 @@ unsafe fn read_rows(n: usize, at: usize, rows: &mut Vec<LogRow>) -> (usize, Opti
             return (0, None);
         }
         let desc = (*tt).tupdesc;
-        let mut all = [Datum::from(0); 16];
-        let mut all_nl = [false; 16];
+        let mut all = [Datum::from(0); 17];
+        let mut all_nl = [false; 17];
         for i in 0..n {
             pg_sys::heap_deform_tuple(
                 *(*tt).vals.add(i),
@@ -164,7 +167,7 @@ unsafe fn read_rows(n: usize, at: usize, rows: &mut Vec<LogRow>) -> (usize, Opti
                 all.as_mut_ptr(),
                 all_nl.as_mut_ptr(),
             );
-            let (v, nl) = (&all[at..at + 10], &all_nl[at..at + 10]);
+            let (v, nl) = (&all[at..at + 11], &all_nl[at..at + 11]);
             if nl[0] {
                 continue; // LANE_STATE_SQL's row without a log row
             }
@@ -197,6 +200,7 @@ unsafe fn read_rows(n: usize, at: usize, rows: &mut Vec<LogRow>) -> (usize, Opti
                     run_ats: elems(v[7], nl[7], TIMESTAMPTZ),
                     max_attempts_of: elems(v[8], nl[8], INT4),
                     fairness_keys: elems(v[9], nl[9], TEXT),
+                    headers: elems(v[10], nl[10], JSONB),
                 },
             ));
         }
@@ -221,9 +225,14 @@ pub fn dispatch_one(
     lease: Option<Interval>,
     out: &mut Vec<RawRow>,
 ) -> bool {
+    let (state_sql, rows_sql) = if crate::jobs::args::log_has_headers() {
+        (LANE_STATE_SQL, LANE_ROWS_SQL)
+    } else {
+        (LANE_STATE_SQL_V07, LANE_ROWS_SQL_V07)
+    };
     let state = prepared(
         client,
-        LANE_STATE_SQL,
+        state_sql,
         &[
             ty(pg_sys::TEXTARRAYOID),
             ty(pg_sys::INT4OID),
@@ -276,7 +285,7 @@ pub fn dispatch_one(
         ask = MORE_ROWS.min((limit as usize - found) as i64);
         let rows_stmt = prepared(
             client,
-            LANE_ROWS_SQL,
+            rows_sql,
             &[
                 ty(pg_sys::INT4OID),
                 ty(pg_sys::INT8OID),
@@ -366,8 +375,10 @@ pub fn dispatch_one(
         v[11] = row.enqueued_at;
         v[12] = Datum::from(token);
         v[13] = until;
-        // headers: a job with headers is never in the log
-        nl[14] = true;
+        match row.headers.get(k) {
+            Some(d) => v[14] = d,
+            None => nl[14] = true,
+        }
         out.push((v, nl));
     }
     false

@@ -46,7 +46,14 @@ WITH q AS MATERIALIZED (
 /// split into rows of at most 256 jobs of one lane each (ROW_MAX: a dispatch
 /// unpacks at most limit + ROW_MAX jobs, whatever the batch sizes). Optional
 /// attributes are NULL arrays when the call passed none.
-pub const LOG_ENQUEUE_SQL: &str = concat!(
+///
+/// The macro's `$u`, `$a`, `$s`, `$c`, `$v` add the jobs' headers ($12) to the
+/// unnest, its column names, the split rows, the INSERT's columns and its
+/// values (empty: a batch without headers, whose statement is the one from
+/// before headers existed, and works on a schema without the column).
+macro_rules! log_enqueue_sql {
+    ($u:expr, $a:expr, $s:expr, $c:expr, $v:expr) => {
+        concat!(
     fifo_queue!(),
     r#"
 lanes AS MATERIALIZED (
@@ -72,9 +79,15 @@ split AS MATERIALIZED (
     SELECT l.lane_id, (i.ord - 1) / 256 AS chunk,
            array_agg(u.kind ORDER BY u.ord) AS kinds, array_agg(u.args ORDER BY u.ord) AS args,
            array_agg(u.run_at ORDER BY u.ord) AS run_ats,
-           array_agg(u.ma ORDER BY u.ord) AS mas, array_agg(u.fk ORDER BY u.ord) AS fks
-    FROM unnest($2::text[], $3::jsonb[], $5::timestamptz[], $10::int[], $7::text[])
-         WITH ORDINALITY AS u(kind, args, run_at, ma, fk, ord)
+           array_agg(u.ma ORDER BY u.ord) AS mas, array_agg(u.fk ORDER BY u.ord) AS fks"#,
+    $s,
+    r#"
+    FROM unnest($2::text[], $3::jsonb[], $5::timestamptz[], $10::int[], $7::text[]"#,
+    $u,
+    r#")
+         WITH ORDINALITY AS u(kind, args, run_at, ma, fk, "#,
+    $a,
+    r#"ord)
     JOIN ids i ON i.ord = u.ord
     JOIN lanes l ON l.priority = i.priority
     WHERE cardinality($11::smallint[]) > 1 OR cardinality($2::text[]) > 256
@@ -90,7 +103,9 @@ rows AS MATERIALIZED (
 ),
 ins AS (
     INSERT INTO pgque.job_log (seg, lane_id, id_lo, id_hi, n, ids, enqueued_at, max_attempts,
-                               kinds, args, run_ats, job_max_attempts, fairness_keys)
+                               kinds, args, run_ats, job_max_attempts, fairness_keys"#,
+    $c,
+    r#")
     SELECT "#,
     crate::cur_seg!(),
     r#", r.lane_id, r.id_lo, r.id_hi, r.n, r.ids, now(),
@@ -98,7 +113,9 @@ ins AS (
            COALESCE(s.kinds, $2::text[]), COALESCE(s.args, $3::jsonb[]),
            CASE WHEN s.lane_id IS NULL THEN $5::timestamptz[] ELSE s.run_ats END,
            CASE WHEN s.lane_id IS NULL THEN $10::int[] ELSE s.mas END,
-           CASE WHEN s.lane_id IS NULL THEN $7::text[] ELSE s.fks END
+           CASE WHEN s.lane_id IS NULL THEN $7::text[] ELSE s.fks END"#,
+    $v,
+    r#"
     FROM rows r LEFT JOIN split s ON s.lane_id = r.lane_id AND s.chunk = r.chunk
 )
 (SELECT array_agg(i.id ORDER BY i.ord), 'ready'::text FROM ids i
@@ -108,14 +125,30 @@ ins AS (
 UNION ALL
 SELECT NULL::bigint[], 'nolane'::text FROM ok WHERE NOT ok.ok AND EXISTS (SELECT 1 FROM q)
 "#
+        )
+    };
+}
+
+pub const LOG_ENQUEUE_SQL: &str = log_enqueue_sql!("", "", "", "", "");
+/// LOG_ENQUEUE_SQL for a batch with headers ($12, aligned with kinds).
+pub const LOG_ENQUEUE_HEADERS_SQL: &str = log_enqueue_sql!(
+    ", $12::jsonb[]",
+    "h, ",
+    ", array_agg(u.h ORDER BY u.ord) AS hs",
+    ", headers",
+    ",
+           CASE WHEN s.lane_id IS NULL THEN $12::jsonb[] ELSE s.hs END"
 );
 
 /// LOG_ENQUEUE_SQL for the common batch: one lane, at most ROW_MAX jobs.
 /// Same arguments, locks and result; the arrays are stored as they came and
 /// the ids are taken as one array, in input order, after the lane's lock,
 /// so nothing is unnested, sorted or regrouped (the per-job CTE this
-/// replaces took half of the statement's time).
-pub const LOG_ENQUEUE_ONE_SQL: &str = concat!(
+/// replaces took half of the statement's time). `$c`, `$v`: as in
+/// log_enqueue_sql.
+macro_rules! log_enqueue_one_sql {
+    ($c:expr, $v:expr) => {
+        concat!(
     fifo_queue!(),
     r#"
 lane AS MATERIALIZED (
@@ -132,13 +165,17 @@ ids AS MATERIALIZED (
 ),
 ins AS (
     INSERT INTO pgque.job_log (seg, lane_id, id_lo, id_hi, n, ids, enqueued_at, max_attempts,
-                               kinds, args, run_ats, job_max_attempts, fairness_keys)
+                               kinds, args, run_ats, job_max_attempts, fairness_keys"#,
+    $c,
+    r#")
     SELECT "#,
     crate::cur_seg!(),
     r#", i.lane_id, i.a[1], i.a[cardinality(i.a)], cardinality(i.a),
            CASE WHEN i.a[cardinality(i.a)] - i.a[1] + 1 = cardinality(i.a) THEN NULL ELSE i.a END,
            now(), (SELECT q.max_attempts FROM q),
-           $2::text[], $3::jsonb[], $5::timestamptz[], $10::int[], $7::text[]
+           $2::text[], $3::jsonb[], $5::timestamptz[], $10::int[], $7::text[]"#,
+    $v,
+    r#"
     FROM ids i
 )
 (SELECT i.a, 'ready'::text FROM ids i
@@ -146,7 +183,13 @@ ins AS (
 UNION ALL
 SELECT NULL::bigint[], 'nolane'::text FROM lane WHERE lane.lane_id IS NULL
 "#
-);
+        )
+    };
+}
+
+pub const LOG_ENQUEUE_ONE_SQL: &str = log_enqueue_one_sql!("", "");
+/// LOG_ENQUEUE_ONE_SQL for a batch with headers ($12).
+pub const LOG_ENQUEUE_ONE_HEADERS_SQL: &str = log_enqueue_one_sql!(", headers", ", $12::jsonb[]");
 
 /// The lanes of `$2` (priorities) for this backend's shard of queue $1.
 const CREATE_LANES_SQL: &str = r#"
@@ -166,7 +209,8 @@ pub fn eligible(keyed: bool, has_actor: bool, has_identity: bool, all_ready: boo
 }
 
 /// Runs LOG_ENQUEUE_ONE_SQL or LOG_ENQUEUE_SQL with `args` (the 11
-/// arguments of a batch of `n` jobs); `lanes` are the priorities of $11. None when the queue is missing or not strict_fifo
+/// arguments of a batch of `n` jobs, or 12 with the headers: their
+/// _HEADERS_ statements); `lanes` are the priorities of $11. None when the queue is missing or not strict_fifo
 /// (or, at REPEATABLE READ, a lane is not visible yet): pgque.jobs' path then.
 pub fn run(
     args: &[DatumWithOid<'_>],
@@ -184,14 +228,28 @@ pub fn run(
             })
             .collect()
     };
-    let sql = if lanes.len() == 1 && n <= ROW_MAX {
-        LOG_ENQUEUE_ONE_SQL
-    } else {
-        LOG_ENQUEUE_SQL
+    let headers = args.len() == 12;
+    let sql = match (lanes.len() == 1 && n <= ROW_MAX, headers) {
+        (true, false) => LOG_ENQUEUE_ONE_SQL,
+        (false, false) => LOG_ENQUEUE_SQL,
+        (true, true) => LOG_ENQUEUE_ONE_HEADERS_SQL,
+        (false, true) => LOG_ENQUEUE_HEADERS_SQL,
     };
     with_generic_plans(|| {
         Spi::connect_mut(|client| {
-            let stmt = prepared(client, sql, &super::super::enqueue::arg_types());
+            let base = super::super::enqueue::arg_types();
+            let with_headers: Vec<pg_sys::PgOid>;
+            let types = if headers {
+                with_headers = base
+                    .iter()
+                    .copied()
+                    .chain([ty(pg_sys::JSONBARRAYOID)])
+                    .collect();
+                &with_headers[..]
+            } else {
+                &base[..]
+            };
+            let stmt = prepared(client, sql, types);
             for attempt in 0..2 {
                 let mut table = client
                     .update(stmt, None, args)

@@ -303,9 +303,13 @@ pub fn heartbeat(
 /// The jobs become pgque.jobs rows in state running with the claim's token,
 /// lease, worker and dispatch time, attempt 1, in their place (ready_seq =
 /// id), with their last progress. Only an active claim's unfinished jobs
-/// move. Returns how many moved.
-pub const TO_SIDE_SQL: &str = concat!(
-    r#"
+/// move. Returns how many moved. `$h`: the log rows' headers array, `$c`,
+/// `$v`: pgque.jobs' headers column and its value (`NULL::jsonb[]`, "", ""
+/// on a schema from before 0.8.0; dispatch::fit picks).
+macro_rules! to_side_sql {
+    ($h:expr, $c:expr, $v:expr) => {
+        concat!(
+            r#"
 WITH c AS MATERIALIZED (
     SELECT c.claim_id, c.lane_id, c.job_ids, c.worker, c.dispatched_at, c.lease_until,
            l.queue, l.priority, l.shard, jq.mode
@@ -329,26 +333,33 @@ todo AS MATERIALIZED (
 src AS MATERIALIZED (
     SELECT COALESCE(r.ids[u.ord], r.id_lo + u.ord - 1) AS id, u.kind, u.args,
            COALESCE(u.run_at, r.enqueued_at) AS run_at, COALESCE(u.ma, r.max_attempts) AS ma,
-           u.fk, r.enqueued_at
+           u.fk, r.enqueued_at, u.h
     FROM c
     CROSS JOIN LATERAL (
         SELECT r.* FROM pgque.job_log r
         WHERE r.lane_id = c.lane_id AND r.id_hi >= (SELECT min(t.id) FROM todo t)
         ORDER BY r.id_hi
         LIMIT cardinality(c.job_ids) + 1) r
-    CROSS JOIN LATERAL unnest(r.kinds, r.args, r.run_ats, r.job_max_attempts, r.fairness_keys)
-         WITH ORDINALITY AS u(kind, args, run_at, ma, fk, ord)
+    CROSS JOIN LATERAL unnest(r.kinds, r.args, r.run_ats, r.job_max_attempts, r.fairness_keys,
+                              "#,
+            $h,
+            r#")
+         WITH ORDINALITY AS u(kind, args, run_at, ma, fk, h, ord)
 ),
 ins AS (
     INSERT INTO pgque.jobs (id, queue, kind, args, priority, shard, state, ready_seq, run_at,
                             attempt, max_attempts, fairness_key, rr_key, enqueued_at, worker,
-                            lease_token, lease_until, dispatched_at, progress)
+                            lease_token, lease_until, dispatched_at, progress"#,
+            $c,
+            r#")
     SELECT s.id, c.queue, s.kind, s.args, c.priority, c.shard, 'running', s.id, s.run_at,
            1, s.ma, s.fk, CASE WHEN c.mode = 'round_robin' THEN COALESCE(s.fk, '') END,
            s.enqueued_at, c.worker, c.claim_id, c.lease_until, c.dispatched_at,
            -- the job's last progress goes with it (its log rows may be truncated)
            (SELECT p.progress FROM pgque.job_progress p
-            WHERE p.job_id = s.id AND p.claim_id = c.claim_id ORDER BY p.id DESC LIMIT 1)
+            WHERE p.job_id = s.id AND p.claim_id = c.claim_id ORDER BY p.id DESC LIMIT 1)"#,
+            $v,
+            r#"
     FROM src s CROSS JOIN c
     WHERE s.id IN (SELECT t.id FROM todo t)
     ORDER BY s.id
@@ -357,8 +368,8 @@ ins AS (
 out AS (
     INSERT INTO pgque.job_done (seg, claim_id, kind, job_ids, at)
     SELECT "#,
-    crate::cur_seg!(),
-    r#", $1, 'o', array_agg(i.id ORDER BY i.id), now()
+            crate::cur_seg!(),
+            r#", $1, 'o', array_agg(i.id ORDER BY i.id), now()
     FROM ins i
     WHERE $4
     HAVING count(*) > 0
@@ -370,7 +381,13 @@ st AS (
 )
 SELECT count(*)::int FROM ins
 "#
-);
+        )
+    };
+}
+
+pub const TO_SIDE_SQL: &str = to_side_sql!("r.headers", ", headers", ", s.h");
+/// TO_SIDE_SQL for a schema from before 0.8.0.
+pub const TO_SIDE_SQL_V07: &str = to_side_sql!("NULL::jsonb[]", "", "");
 
 /// Runs TO_SIDE_SQL (the caller holds the claim's lock).
 pub fn to_side(
@@ -382,7 +399,7 @@ pub fn to_side(
 ) -> i32 {
     let state: Option<i8> = new_state.map(|s| s.as_bytes()[0] as i8);
     run_int(
-        TO_SIDE_SQL,
+        super::dispatch::fit(TO_SIDE_SQL, TO_SIDE_SQL_V07),
         &[
             ty(pg_sys::INT8OID),
             ty(pg_sys::INT8ARRAYOID),
@@ -432,8 +449,12 @@ WHERE c.state = 'a' AND $2 = ANY (c.job_ids)
 
 /// $1 lane, $2 job: a job still above its lane's cursor becomes a ready row
 /// of pgque.jobs in its place, and a hole of the lane (dispatch passes over
-/// it). Returns 1, or 0 when the job is not above the cursor.
-const READY_TO_SIDE_SQL: &str = r#"
+/// it). Returns 1, or 0 when the job is not above the cursor. `$h`, `$c`,
+/// `$v` as in to_side_sql!.
+macro_rules! ready_to_side_sql {
+    ($h:expr, $c:expr, $v:expr) => {
+        concat!(
+            r#"
 WITH l AS MATERIALIZED (
     SELECT l.*, jq.mode,
            GREATEST(l.cursor_floor, (SELECT max(c.hi) FROM pgque.job_claims c WHERE c.lane_id = l.lane_id)) AS cur
@@ -444,21 +465,28 @@ src AS MATERIALIZED (
     SELECT x.* FROM (
         SELECT COALESCE(r.ids[u.ord], r.id_lo + u.ord - 1) AS id, u.kind, u.args,
                COALESCE(u.run_at, r.enqueued_at) AS run_at, COALESCE(u.ma, r.max_attempts) AS ma,
-               u.fk, r.enqueued_at
+               u.fk, r.enqueued_at, u.h
         FROM l
         CROSS JOIN LATERAL (
             SELECT r.* FROM pgque.job_log r WHERE r.lane_id = $1 AND r.id_hi >= $2
             ORDER BY r.id_hi LIMIT 1) r
-        CROSS JOIN LATERAL unnest(r.kinds, r.args, r.run_ats, r.job_max_attempts, r.fairness_keys)
-             WITH ORDINALITY AS u(kind, args, run_at, ma, fk, ord)) x
+        CROSS JOIN LATERAL unnest(r.kinds, r.args, r.run_ats, r.job_max_attempts, r.fairness_keys,
+                                  "#,
+            $h,
+            r#")
+             WITH ORDINALITY AS u(kind, args, run_at, ma, fk, h, ord)) x
     WHERE x.id = $2 AND x.id > (SELECT l.cur FROM l)
       AND NOT EXISTS (SELECT 1 FROM pgque.jobs j WHERE j.id = $2)
 ),
 ins AS (
     INSERT INTO pgque.jobs (id, queue, kind, args, priority, shard, state, ready_seq, run_at,
-                            max_attempts, fairness_key, rr_key, enqueued_at)
+                            max_attempts, fairness_key, rr_key, enqueued_at"#,
+            $c,
+            r#")
     SELECT s.id, l.queue, s.kind, s.args, l.priority, l.shard, 'ready', s.id, s.run_at, s.ma,
-           s.fk, CASE WHEN l.mode = 'round_robin' THEN COALESCE(s.fk, '') END, s.enqueued_at
+           s.fk, CASE WHEN l.mode = 'round_robin' THEN COALESCE(s.fk, '') END, s.enqueued_at"#,
+            $v,
+            r#"
     FROM src s CROSS JOIN l
     RETURNING id
 ),
@@ -466,7 +494,14 @@ h AS (
     INSERT INTO pgque.job_log_holes (lane_id, job_id) SELECT $1, i.id FROM ins i
 )
 SELECT count(*)::int FROM ins
-"#;
+"#
+        )
+    };
+}
+
+const READY_TO_SIDE_SQL: &str = ready_to_side_sql!("r.headers", ", headers", ", s.h");
+/// READY_TO_SIDE_SQL for a schema from before 0.8.0.
+const READY_TO_SIDE_SQL_V07: &str = ready_to_side_sql!("NULL::jsonb[]", "", "");
 
 /// Brings job `id` of the log into pgque.jobs for an admin action on one job
 /// (cancel): a ready job in its place (and a hole in its lane), a running one
@@ -510,7 +545,8 @@ fn move_to_side(id: i64, wait: bool) -> Option<bool> {
         return None;
     }
     let args = [lane.into(), id.into()];
-    let moved = Spi::get_one_with_args::<i32>(READY_TO_SIDE_SQL, &args)
+    let ready_sql = super::dispatch::fit(READY_TO_SIDE_SQL, READY_TO_SIDE_SQL_V07);
+    let moved = Spi::get_one_with_args::<i32>(ready_sql, &args)
         .ok()
         .flatten()
         .unwrap_or(0);

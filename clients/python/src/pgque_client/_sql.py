@@ -134,14 +134,21 @@ def enqueue_many_query(
     return q, params
 
 
-def enqueue_flow_query(f: Features, queue: str, jobs: Iterable[Mapping[str, Any]]) -> Query:
+def enqueue_flow_query(
+    f: Features, queue: str, jobs: Iterable[Mapping[str, Any]], headers: dict[str, str] | None = None
+) -> Query:
+    """``headers``: trace context for every job of the flow that has none of
+    its own (ignored by a server whose flows take no headers)."""
     if not f.flows:
         raise ServerFeatureMissing("this server's pgque has no enqueue_flow (flows need pgque 0.7)")
+    out = list(jobs)
+    if headers is not None and f.headers:
+        out = [j if "headers" in j else {**j, "headers": headers} for j in out]
     return (
         sql.SQL("SELECT flow_id, key, job_id FROM pgque.enqueue_flow({}::text, {}::jsonb)").format(
             sql.Placeholder(), sql.Placeholder()
         ),
-        [queue, Jsonb(list(jobs))],
+        [queue, Jsonb(out)],
     )
 
 

@@ -58,7 +58,10 @@ async def enqueue_many(
 
 async def enqueue_flow(conn: psycopg.AsyncConnection[Any], queue: str, jobs: Iterable[Mapping[str, Any]]) -> list[FlowJob]:
     """As pgque_client.enqueue_flow."""
-    rows = await _all(conn, _sql.enqueue_flow_query(await afeatures(conn), queue, jobs))
+    flow = list(jobs)
+    f = await afeatures(conn)
+    with _otel.send_span(queue, len(flow)) as headers:
+        rows = await _all(conn, _sql.enqueue_flow_query(f, queue, flow, headers))
     return [FlowJob(r[0], r[1], r[2]) for r in rows]
 
 

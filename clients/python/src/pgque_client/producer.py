@@ -77,11 +77,15 @@ def enqueue_many(
 def enqueue_flow(conn: psycopg.Connection[Any], queue: str, jobs: Iterable[Mapping[str, Any]]) -> list[FlowJob]:
     """Enqueues a flow (``pgque.enqueue_flow``): jobs with ``key``, ``kind``,
     ``args``, ``depends_on`` (keys) and enqueue options, all or nothing.
+    In a traced context every job without ``headers`` of its own gets the
+    ``send <queue>`` span's trace context (docs/tracing.md).
     Raises ServerFeatureMissing on a server without flows."""
+    flow = list(jobs)
     f = features(conn)
-    q, params = _sql.enqueue_flow_query(f, queue, jobs)
-    with translated():
-        rows = conn.execute(q, params).fetchall()
+    with _otel.send_span(queue, len(flow)) as headers:
+        q, params = _sql.enqueue_flow_query(f, queue, flow, headers)
+        with translated():
+            rows = conn.execute(q, params).fetchall()
     return [FlowJob(r[0], r[1], r[2]) for r in rows]
 
 
