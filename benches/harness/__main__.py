@@ -25,7 +25,7 @@ from .core import Results, progress
 WORKLOADS = {
     "w1": w_events.w1, "w2": w_events.w2, "w3": w_events.w3, "w4": w_events.w4, "w5": w_events.w5,
     "w6": w_jobs.w6, "w7": w_jobs.w7, "w8": w_jobs.w8, "w9": w_xmin.w9, "w10": w_interval.w10,
-    "w11": w_profile.w11, "w12": w_profile.w12,
+    "w11": w_profile.w11, "w12": w_profile.w12, "w13": w_profile.w13,
 }
 
 

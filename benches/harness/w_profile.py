@@ -33,6 +33,7 @@ import json
 import multiprocessing as mp
 import os
 import random
+import threading
 import time
 
 import psycopg
@@ -136,8 +137,17 @@ def _worker(q, n, idx, ttl_s, stall_after, stop, done, barrier, outq, fail=None)
                     pass
                 continue
             slot = row[0]
-            rows = cur.execute("SELECT batch_id, payload, msg_id FROM pgque.receive_partitioned(%s, 'c', %s, %s, %s, %s)",
-                               (q, slot, n, name, BATCH), prepare=True).fetchall()
+            if slot >= n:
+                n = _current_n(cur, q)  # a slot of a bigger N: the consumer was resized
+            try:
+                rows = cur.execute("SELECT batch_id, payload, msg_id FROM pgque.receive_partitioned(%s, 'c', %s, %s, %s, %s)",
+                                   (q, slot, n, name, BATCH), prepare=True).fetchall()
+            except (psycopg.errors.InvalidParameterValue, psycopg.errors.NumericValueOutOfRange,
+                    psycopg.errors.ObjectNotInPrerequisiteState):
+                # resized under this worker (22023 / 22003 for the old N; 55000
+                # when the cutover ended its lease): follow the server's N
+                n = _current_n(cur, q)
+                continue
             if rows and stall_at is not None and stall is None and time.time() >= stall_at:
                 stall = {"slot": slot, "start": time.time()}
                 time.sleep(ttl_s * 1.5)
@@ -172,12 +182,21 @@ def _worker(q, n, idx, ttl_s, stall_after, stop, done, barrier, outq, fail=None)
                 _record(acked, done_rows, slot, done)
                 empties = 0
             elif rows:
-                cur.execute("SELECT pgque.ack_partitioned(%s, 'c', %s, %s, %s)", (q, slot, n, name), prepare=True)
+                try:
+                    cur.execute("SELECT pgque.ack_partitioned(%s, 'c', %s, %s, %s)", (q, slot, n, name), prepare=True)
+                except (psycopg.errors.InvalidParameterValue, psycopg.errors.ObjectNotInPrerequisiteState):
+                    # not acked (resized, or the lease lapsed): redelivered, not recorded
+                    n = _current_n(cur, q)
+                    continue
                 _record(acked, rows, slot, done)
                 empties = 0
             else:
                 empties += 1
-            cur.execute("SELECT pgque.release_slot(%s, 'c', %s, %s)", (q, slot, name), prepare=True)
+            try:
+                cur.execute("SELECT pgque.release_slot(%s, 'c', %s, %s)", (q, slot, name), prepare=True)
+            except (psycopg.errors.InvalidParameterValue, psycopg.errors.NumericValueOutOfRange,
+                    psycopg.errors.ObjectNotInPrerequisiteState):
+                n = _current_n(cur, q)
             if empties >= max(1, n // 4):
                 empties = 0
                 for _ in conn.notifies(timeout=0.02, stop_after=1):
@@ -187,6 +206,41 @@ def _worker(q, n, idx, ttl_s, stall_after, stop, done, barrier, outq, fail=None)
         outq.put(("acked", {"idx": idx, "acked": acked, "stall": stall, "nacked": nacked}))
     except Exception as e:
         outq.put(("error", f"worker {idx}: {e!r}"))
+    conn.close()
+
+
+def _current_n(cur, q):
+    """The consumer's N as the server has it now (after a resize)."""
+    return cur.execute("SELECT n FROM pgque.partition_slot_status WHERE queue_name = %s AND consumer = 'c' LIMIT 1",
+                       (q,)).fetchone()[0]
+
+
+def _resizer(q, plan, t0, log, stop):
+    """Resizes the consumer at the planned times (seconds after t0, new N):
+    begin_resize, poll resize_ready until every old slot is drained, then
+    complete_resize; records each resize's begin and end."""
+    conn = db.connect()
+    try:
+        for at, new_n in plan:
+            while time.time() < t0 + at and not stop.is_set():
+                time.sleep(0.05)
+            if stop.is_set():
+                break
+            begin = time.time()
+            db.execute(conn, "SELECT pgque.begin_resize(%s, 'c', %s)", (q, new_n))
+            ready_at = None
+            while True:
+                if db.scalar(conn, "SELECT bool_and(ready) FROM pgque.resize_ready(%s, 'c')", (q,)):
+                    ready_at = ready_at or time.time()
+                    try:
+                        db.execute(conn, "SELECT pgque.complete_resize(%s, 'c')", (q,))
+                        break
+                    except psycopg.errors.ObjectNotInPrerequisiteState:
+                        pass  # a batch opened since the look: drain on
+                time.sleep(0.02)
+            log.append({"to": new_n, "begin": begin, "ready": ready_at, "done": time.time()})
+    except Exception as e:
+        log.append({"error": repr(e)})
     conn.close()
 
 
@@ -227,7 +281,7 @@ def _blocks(conn):
     return int(db.scalar(conn, "SELECT blks_hit + blks_read FROM pg_stat_database WHERE datname = current_database()"))
 
 
-def profile_cell(conn, q, n, rate, secs, m, ttl_s, stall, zipf_s, seed, fail=None):
+def profile_cell(conn, q, n, rate, secs, m, ttl_s, stall, zipf_s, seed, fail=None, resize=None):
     """Runs one cell; returns a dict of figures (raises on lost / duplicated / reordered events).
 
     With `fail` (see _worker) the consumer has the pause policy; a key
@@ -254,6 +308,11 @@ def profile_cell(conn, q, n, rate, secs, m, ttl_s, stall, zipf_s, seed, fail=Non
     cpu0, blk0 = _cluster_cpu_ticks(), _blocks(conn)
     barrier.wait()
     t0 = time.time()
+    resizes, rstop = [], threading.Event()
+    rthread = None
+    if resize:
+        rthread = threading.Thread(target=_resizer, args=(q, resize, t0, resizes, rstop), daemon=True)
+        rthread.start()
     try:
         kind, sent = outq.get(timeout=secs + 120)
         if kind == "error":
@@ -283,6 +342,9 @@ def profile_cell(conn, q, n, rate, secs, m, ttl_s, stall, zipf_s, seed, fail=Non
             results.append(r)
     finally:
         stop.set()
+        rstop.set()
+        if rthread:
+            rthread.join(timeout=60)
         for p in procs:
             p.join(timeout=30)
             if p.is_alive():
@@ -291,6 +353,9 @@ def profile_cell(conn, q, n, rate, secs, m, ttl_s, stall, zipf_s, seed, fail=Non
     top = db.pgss_top(conn, 8)
     db.execute(conn, "SELECT pgque.drop_queue(%s, true)", (q,))
 
+    bad = [r["error"] for r in resizes if "error" in r]
+    if bad or (resize and len(resizes) != len(resize)):
+        raise RuntimeError(f"{q}: resize failed or did not finish: {bad or resizes}")
     acked = [e for r in results for e in r["acked"]]
     stalls = [r["stall"] for r in results if r["stall"]]
     # exactly once, in order, per tenant
@@ -338,6 +403,7 @@ def profile_cell(conn, q, n, rate, secs, m, ttl_s, stall, zipf_s, seed, fail=Non
         "buf_per": (blk1 - blk0) / total if total else None,
         "clean_p50": pct(clean, 50) if clean else None, "clean_p99": pct(clean, 99) if clean else None,
         "nacked_keys": len(nacked) if fail else None, "held_at_release": blocked,
+        "resize_s": ", ".join(f"{r['done'] - r['begin']:.1f}" for r in resizes if "done" in r) if resize else None,
         "top": top,
     }
 
@@ -429,3 +495,40 @@ def w12(res, cfg, conn):
     for label, rs in ratios.items():
         w.note(f"{label} / skip in the same round, per round (never-failed keys' p50, p99; CPU per event): "
                + "; ".join(f"{a:.2f}, {b:.2f}; {c:.2f}" if c else f"{a:.2f}, {b:.2f}; -" for a, b, c in rs))
+
+
+def w13(res, cfg, conn):
+    """The seed's profile with an online resize 16 -> 32 -> 16 under load
+    (issue 34 item 2), beside the same cell without a resize, in one run."""
+    w = res.workload(
+        "w13", "The seed's profile with an online resize 16 -> 32 -> 16 under load, vs no resize",
+        [("acked_rate", "acked ev/s"), ("p50", "lag p50 ms"), ("p99", "lag p99 ms"), ("max", "lag max ms"),
+         ("cpu_us", "server CPU us/event"), ("buf_per", "buffers/event"), ("resize_s", "resizes took s (begin to complete)")],
+        about=f"{cfg.w11_secs} s cells of w11's profile ({cfg.w11_rate:,} events/s, zipfian keys over 2,000 tenants, "
+              "4 claim_next_slot workers, no stalled worker). resize: the consumer starts with N = 16; a third into "
+              "the cell begin_resize(q, c, 32), resize_ready polled every 20 ms until every old slot is drained to "
+              "the seal, complete_resize; two thirds in, the same back to 16. The workers follow N: a claim of a "
+              "slot beyond their N, or a call refused for the old N (22023 / 22003) or the lease the cutover ended "
+              "(55000), re-reads N from partition_slot_status; a batch not acked is redelivered. Every cell checks "
+              "that each event was acked exactly once and each tenant's events in send order, across both cutovers.")
+    miss = db.missing_functions(conn, FUNCS + ["pgque.begin_resize(text,text,integer)",
+                                               "pgque.complete_resize(text,text)", "pgque.resize_ready(text,text)"])
+    if miss:
+        w.skip(f"function {', '.join(miss)} not installed")
+        return
+    secs = cfg.w11_secs
+    ratios = []
+    for r in range(1, cfg.rounds + 1):
+        ref = None
+        for label, plan in (("no resize", None), ("resize 16 -> 32 -> 16", [(secs / 3.0, 32), (2 * secs / 3.0, 16)])):
+            q = f"w13_{'r' if plan else 'n'}_r{r}"
+            progress(f"w13 {label} round {r}")
+            m = profile_cell(conn, q, 16, cfg.w11_rate, secs, 4, cfg.w11_ttl, False, cfg.w11_zipf, seed=r, resize=plan)
+            w.profile(label, "pgque", r, m.pop("top"))
+            w.add(label, "pgque", r, m)
+            if plan is None:
+                ref = m
+            elif ref and ref["p50"] and ref["p99"]:
+                ratios.append((m["p50"] / ref["p50"], m["p99"] / ref["p99"]))
+    w.note("resize / no resize in the same round, lag p50, p99 per round: "
+           + "; ".join(f"{a:.2f}, {b:.2f}" for a, b in ratios))
