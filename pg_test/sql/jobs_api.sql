@@ -35,7 +35,7 @@ SELECT * FROM pgque.dispatch(ARRAY['mail'], 0, 'w');
 SELECT pgque.cancel(12345);
 SELECT pgque.retry_job(3);
 SELECT pgque.drop_job_queue('mail');
-SELECT pgque.create_job_queue('bad name');
+SELECT pgque.create_job_queue(E'bad\nname');
 \set VERBOSITY default
 SELECT count(*) AS jobs FROM pgque.jobs;
 -- cancel and retry

@@ -45,7 +45,7 @@ fn bad_inputs_get_specific_sqlstates_and_change_nothing() {
             "22P02",
         ),
         ("SELECT pgque.create_queue(NULL)".into(), "22004"),
-        ("SELECT pgque.create_queue('a b')".into(), "42602"),
+        ("SELECT pgque.create_queue(E'a\\nb')".into(), "42602"),
         (format!("SELECT pgque.create_queue('{long}')"), "42622"),
         ("SELECT pgque.subscribe('q', 'a#b')".into(), "42602"),
         ("SELECT pgque.subscribe('q', '')".into(), "42602"),
