@@ -145,8 +145,14 @@ def _worker(q, n, idx, ttl_s, stall_after, stop, done, barrier, outq, fail=None)
             except (psycopg.errors.InvalidParameterValue, psycopg.errors.NumericValueOutOfRange,
                     psycopg.errors.ObjectNotInPrerequisiteState):
                 # resized under this worker (22023 / 22003 for the old N; 55000
-                # when the cutover ended its lease): follow the server's N
+                # when the cutover ended its lease): follow the server's N, and
+                # give the slot back, or it stays leased to this worker (which
+                # claim_next_slot does not hand its own lease) until the ttl
                 n = _current_n(cur, q)
+                try:
+                    cur.execute("SELECT pgque.release_slot(%s, 'c', %s, %s)", (q, slot, name))
+                except psycopg.Error:
+                    pass  # not ours any more (the cutover ended every lease)
                 continue
             if rows and stall_at is not None and stall is None and time.time() >= stall_at:
                 stall = {"slot": slot, "start": time.time()}
