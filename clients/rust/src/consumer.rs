@@ -600,6 +600,16 @@ impl PartitionedConsumer {
                     if self.refresh_n(&c).await? == n {
                         return Err(e);
                     }
+                    // Give the slot back (when no batch is open):
+                    // claim_next_slot never hands a task its own lease, so a
+                    // kept one would hold the slot's keys back until its ttl.
+                    // An error means it is not ours any more.
+                    let _ = c
+                        .execute(
+                            "SELECT pgque.release_slot($1::text, $2::text, $3::int4, $4::text)",
+                            &[&self.queue, &self.consumer, &slot, &wid],
+                        )
+                        .await;
                     self.stats.lost_slots.fetch_add(1, Ordering::Relaxed);
                     continue;
                 }

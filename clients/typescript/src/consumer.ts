@@ -573,7 +573,7 @@ export class PartitionedConsumer extends Runner {
         ));
       } catch (err) {
         if (err instanceof WrongState) throw new SlotLost(`slot ${slot}: lease lost before receive (${err.message})`, { cause: err });
-        throw await this.resized(conn, slot, err, args[3] as number);
+        throw await this.resized(conn, slot, err, args[3] as number, wid);
       }
       renewed = Date.now();
       if (rows.length === 0) break;
@@ -615,7 +615,7 @@ export class PartitionedConsumer extends Runner {
         );
       } catch (err) {
         if (err instanceof WrongState) throw new SlotLost(`slot ${slot}: lease lost before ack (${err.message})`, { cause: err });
-        throw await this.resized(conn, slot, err, args[3] as number);
+        throw await this.resized(conn, slot, err, args[3] as number, wid);
       }
       renewed = Date.now();
       total += msgs.length;
@@ -641,11 +641,18 @@ export class PartitionedConsumer extends Runner {
    * consumer was resized (the batch, not acked, is redelivered on the keys'
    * new slots): SlotLost, and the loop goes on with the new N. Otherwise the
    * error itself. `used` is the N the call passed, not `this.n`: another
-   * loop may have refreshed N already. */
-  private async resized(conn: pg.Client, slot: number, err: unknown, used: number): Promise<unknown> {
+   * loop may have refreshed N already. The slot is given back (when no
+   * batch is open): claimNextSlot never hands a loop its own lease, so a
+   * kept one would hold the slot's keys back until its ttl. */
+  private async resized(conn: pg.Client, slot: number, err: unknown, used: number, wid: string): Promise<unknown> {
     if (!(err instanceof InvalidParameterValue || err instanceof NumericValueOutOfRange)) return err;
     const before = used;
     if ((await this.refreshN(conn)) === before) return err;
+    try {
+      await this.releaseQuietly(conn, slot, wid);
+    } catch {
+      // not ours any more: the cutover ended every lease
+    }
     return new SlotLost(`slot ${slot}: consumer resized from ${before} to ${this.n} slots`, { cause: err });
   }
 

@@ -39,7 +39,7 @@ import psycopg
 
 from ._listen import Listener
 from .worker import wants_transaction
-from .errors import InvalidParameterValue, NumericValueOutOfRange, SlotLost, WrongState, translated
+from .errors import InvalidParameterValue, NumericValueOutOfRange, PgqueError, SlotLost, WrongState, translated
 
 log = logging.getLogger("pgque_client")
 
@@ -442,7 +442,7 @@ class PartitionedConsumer(_Runner):
             except WrongState as e:
                 raise SlotLost(f"slot {slot}: lease lost before receive ({e})") from e
             except (InvalidParameterValue, NumericValueOutOfRange) as e:
-                raise self._resized(conn, slot, e, args[3]) from e
+                raise self._resized(conn, slot, e, args[3], wid) from e
             renewed = time.monotonic()
             if not rows:
                 break
@@ -480,7 +480,7 @@ class PartitionedConsumer(_Runner):
             except WrongState as e:
                 raise SlotLost(f"slot {slot}: lease lost before ack ({e})") from e
             except (InvalidParameterValue, NumericValueOutOfRange) as e:
-                raise self._resized(conn, slot, e, args[3]) from e
+                raise self._resized(conn, slot, e, args[3], wid) from e
             renewed = time.monotonic()
             total += len(rows)
             with self._lock:
@@ -502,16 +502,23 @@ class PartitionedConsumer(_Runner):
                 self.n = int(row[0])
         return self.n
 
-    def _resized(self, conn: psycopg.Connection[Any], slot: int, e: Exception, used: int) -> Exception:
+    def _resized(self, conn: psycopg.Connection[Any], slot: int, e: Exception, used: int, wid: str) -> Exception:
         """A fenced call refused for the N it passed (``used``): when the
         server's N differs, the consumer was resized (the batch, not acked,
         is redelivered on the key's new slot); SlotLost, and the worker goes
         on with the new N. Otherwise the error itself. ``used``, not
-        ``self.n``: another worker thread may have refreshed N already."""
+        ``self.n``: another worker thread may have refreshed N already. The
+        slot is given back (when no batch is open): claim_next_slot does not
+        hand a worker its own lease, so a kept one would hold the slot's keys
+        back until its ttl."""
         before = used
         if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
             conn.rollback()
         if self._refresh_n(conn) != before:
+            try:
+                self._release_quietly(conn, slot, wid)
+            except PgqueError:
+                pass  # not ours any more: the cutover ended every lease
             return SlotLost(f"slot {slot}: consumer resized from {before} to {self.n} slots")
         return e
 
