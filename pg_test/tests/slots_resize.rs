@@ -509,49 +509,23 @@ fn resize_refuses_what_would_lose_or_reorder_and_changes_nothing() {
     };
     let before = state(&mut c);
     let q = |c: &mut Client, sql: &str| sqlstate(c.query_one(sql, &[]).map(|_| ()));
-    assert_eq!(
-        q(&mut c, "SELECT pgque.begin_resize('rr', 'c', 4)"),
-        "22023",
-        "new_n = N"
-    );
-    assert_eq!(
-        q(&mut c, "SELECT pgque.begin_resize('rr', 'c', 0)"),
-        "22003"
-    );
-    assert_eq!(
-        q(&mut c, "SELECT pgque.begin_resize('rr', 'c', 257)"),
-        "22003"
-    );
-    assert_eq!(
-        q(&mut c, "SELECT pgque.begin_resize('rr', 'c', NULL)"),
-        "22004"
-    );
-    assert_eq!(
-        q(&mut c, "SELECT pgque.begin_resize('rr', 'plain', 8)"),
-        "42704"
-    );
-    assert_eq!(
-        q(&mut c, "SELECT pgque.begin_resize('rr', 'nobody', 8)"),
-        "42704"
-    );
-    assert_eq!(
-        q(&mut c, "SELECT pgque.begin_resize('nope', 'c', 8)"),
-        "42704"
-    );
-    assert_eq!(
-        q(&mut c, "SELECT pgque.complete_resize('rr', 'c')"),
-        "55000",
-        "nothing to complete"
-    );
-    assert_eq!(
-        q(&mut c, "SELECT pgque.abort_resize('rr', 'c')"),
-        "55000",
-        "nothing to abort"
-    );
-    assert_eq!(
-        q(&mut c, "SELECT * FROM pgque.resize_ready('rr', 'c')"),
-        "55000"
-    );
+    for (sql, want) in [
+        // new_n = N
+        ("SELECT pgque.begin_resize('rr', 'c', 4)", "22023"),
+        ("SELECT pgque.begin_resize('rr', 'c', 0)", "22003"),
+        ("SELECT pgque.begin_resize('rr', 'c', 257)", "22003"),
+        ("SELECT pgque.begin_resize('rr', 'c', NULL)", "22004"),
+        ("SELECT pgque.begin_resize('rr', 'plain', 8)", "42704"),
+        ("SELECT pgque.begin_resize('rr', 'nobody', 8)", "42704"),
+        ("SELECT pgque.begin_resize('nope', 'c', 8)", "42704"),
+        // nothing to complete
+        ("SELECT pgque.complete_resize('rr', 'c')", "55000"),
+        // nothing to abort
+        ("SELECT pgque.abort_resize('rr', 'c')", "55000"),
+        ("SELECT * FROM pgque.resize_ready('rr', 'c')", "55000"),
+    ] {
+        assert_eq!(q(&mut c, sql), want, "{sql}");
+    }
     assert_eq!(before, state(&mut c), "refusals change nothing");
 
     // Events before the seal, one slot behind.
@@ -568,21 +542,16 @@ fn resize_refuses_what_would_lose_or_reorder_and_changes_nothing() {
         .unwrap()
         .get(0);
     let during = state(&mut c);
-    assert_eq!(
-        q(&mut c, "SELECT pgque.begin_resize('rr', 'c', 2)"),
-        "55000",
-        "a second begin"
-    );
-    assert_eq!(
-        q(&mut c, "SELECT pgque.complete_resize('rr', 'c')"),
-        "55000",
-        "complete before ready"
-    );
-    assert_eq!(
-        q(&mut c, "SELECT pgque.unsubscribe_slot('rr', 'c', 1, 4)"),
-        "55000",
-        "repair of an old slot under the drain"
-    );
+    for (sql, want) in [
+        // a second begin
+        ("SELECT pgque.begin_resize('rr', 'c', 2)", "55000"),
+        // complete before ready
+        ("SELECT pgque.complete_resize('rr', 'c')", "55000"),
+        // repair of an old slot under the drain
+        ("SELECT pgque.unsubscribe_slot('rr', 'c', 1, 4)", "55000"),
+    ] {
+        assert_eq!(q(&mut c, sql), want, "{sql}");
+    }
     assert_eq!(
         during,
         state(&mut c),
