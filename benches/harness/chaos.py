@@ -1,16 +1,21 @@
 """Worker kills for the seed's-profile cells (w12, w13; issue 34's proofs).
 
-Two kinds, at random times of a cell, each aimed at a worker holding a
-received batch it has not acked yet (it waits up to 2 s for one, and records
-whether the kill landed mid-batch):
+Two kinds, at random times of a cell, each landing inside a worker's ack
+transaction, alternately after the batch's effects were written and after
+ack_partitioned ran, before the commit: the killer arms a worker, which holds
+0.3 s at that point of its next batch (the windows between statements are far
+shorter than a kill takes to arrive on a loaded machine), and kills it there:
 
   sigkill    the worker process is killed with SIGKILL (its backend sees the
-             socket close and rolls back whatever the worker had in flight) and
-             a new process is started in its place, alternately under the same
-             worker name and under a new one: either way the killed worker's
-             lease must lapse and be taken over, and its open batch redelivered;
+             socket close and rolls back the transaction) and a new process is
+             started in its place, alternately under the same worker name and
+             under a new one: either way the killed worker's lease must lapse
+             and be taken over, and its open batch redelivered;
   terminate  pg_terminate_backend of the worker's backend; the worker
              reconnects under its name and goes on.
+
+A kill counts as mid-batch when the batch the worker had in hand was received
+again after it (bench_pk_recv): it was not acked, and was redelivered.
 
 Workers publish their state in shared arrays without locks (a process killed
 while holding a multiprocessing lock would leave it locked for every other):
@@ -25,7 +30,10 @@ import time
 
 from . import db
 
-IDLE, CLAIMED, IN_BATCH = 0, 1, 2
+IDLE, CLAIMED, IN_BATCH, IN_ACK = 0, 1, 2, 3
+# where an armed worker holds inside its ack transaction
+HOLD_AFTER_EFFECTS, HOLD_AFTER_ACK = 1, 2
+HOLD_S = 0.3
 
 
 class Ctl:
@@ -36,6 +44,8 @@ class Ctl:
         self.state = mp.RawArray("i", m)  # IDLE / CLAIMED / IN_BATCH
         self.slot = mp.RawArray("i", m)  # the slot claimed (valid unless IDLE)
         self.reconnects = mp.RawArray("i", m)
+        self.batch = mp.RawArray("q", m)  # the batch in hand (valid when IN_BATCH / IN_ACK)
+        self.arm = mp.RawArray("i", m)  # HOLD_* : hold in the next ack transaction
 
     def set(self, idx, state, slot=-1):
         self.slot[idx] = slot
@@ -62,6 +72,7 @@ class Killer:
         self.t0 = t0
         self.names = {i: f"w{i}" for i in candidates}
         self.sigkills = 0
+        self.terminates = 0
         self.log = []
         self.errors = []
         self._now = queue.Queue()
@@ -97,16 +108,22 @@ class Killer:
 
     def _kill(self, conn, kind):
         idx = self.rnd.choice(self.candidates)
-        deadline = time.time() + 2.0
-        while self.ctl.state[idx] != IN_BATCH and time.time() < deadline and not self._stop.is_set():
+        self.terminates += kind == "terminate"
+        nth = self.terminates if kind == "terminate" else self.sigkills + 1
+        point = HOLD_AFTER_EFFECTS if nth % 2 else HOLD_AFTER_ACK
+        self.ctl.arm[idx] = point
+        deadline = time.time() + 3.0
+        while self.ctl.state[idx] != IN_ACK and time.time() < deadline and not self._stop.is_set():
             time.sleep(0.0005)
+        self.ctl.arm[idx] = 0
         state, slot = self.ctl.state[idx], self.ctl.slot[idx]
         at = time.time()
         entry = {"kind": kind, "at": at, "idx": idx, "worker": self.names[idx],
-                 "slot": slot if state != IDLE else None, "mid_batch": state == IN_BATCH}
+                 "slot": slot if state != IDLE else None,
+                 "batch": self.ctl.batch[idx] if state in (IN_BATCH, IN_ACK) else None}
+        entry["point"] = ("after effects" if point == HOLD_AFTER_EFFECTS else "after ack") if state == IN_ACK else "missed"
         if kind == "terminate":
-            pid = self.ctl.pid[idx]
-            entry["done"] = bool(db.scalar(conn, "SELECT pg_terminate_backend(%s)", (pid,)))
+            db.scalar(conn, "SELECT pg_terminate_backend(%s)", (self.ctl.pid[idx],))
         else:
             p = self.procs[idx + 1]
             os.kill(p.pid, signal.SIGKILL)
@@ -118,7 +135,6 @@ class Killer:
             name = f"w{idx}" if self.sigkills % 2 == 0 else f"w{idx}k{self.sigkills}"
             self.names[idx] = name
             self.procs[idx + 1] = self.spawn(idx, name)
-            entry["done"] = True
             entry["restarted_as"] = name
         self.log.append(entry)
 
@@ -137,5 +153,6 @@ def summary(kills, acked):
             after = [at for *_, slot, _lag, at in acked if slot == k["slot"] and at > k["at"]]
             if after:
                 served.append(min(after) - k["at"])
-        out[kind] = {"n": len(ks), "mid_batch": sum(1 for k in ks if k["mid_batch"]), "served": served}
+        out[kind] = {"n": len(ks), "mid_batch": sum(1 for k in ks if k.get("mid_batch")), "served": served,
+                     "after_ack": sum(1 for k in ks if k.get("mid_batch") and k.get("point") == "after ack")}
     return out

@@ -165,6 +165,7 @@ def _worker(q, n, idx, ttl_s, stall_after, stop, barrier, outq, fail=None, ctl=N
                     n = _give_back(cur, q, slot, name)
                     continue
                 if rows:
+                    ctl.batch[idx] = rows[0][0]
                     ctl.set(idx, chaos.IN_BATCH, slot)
                     cur.execute("INSERT INTO public.bench_pk_recv VALUES (%s, %s, %s, %s)",
                                 (q, rows[0][0], len(rows), time.time()), prepare=True)
@@ -182,7 +183,7 @@ def _worker(q, n, idx, ttl_s, stall_after, stop, barrier, outq, fail=None, ctl=N
                     if fail:
                         done_rows, nacks = _fail_some(rows, fail, rnd)
                     try:
-                        _ack(conn, cur, q, slot, n, name, done_rows, nacks)
+                        _ack(conn, cur, q, slot, n, name, done_rows, nacks, ctl, idx)
                     except RESIZED:
                         # not acked (resized, or the lease lapsed): redelivered, not recorded
                         n = _give_back(cur, q, slot, name)
@@ -258,9 +259,14 @@ def _fail_some(rows, fail, rnd):
     return done_rows, nacks
 
 
-def _ack(conn, cur, q, slot, n, name, rows, nacks):
+def _ack(conn, cur, q, slot, n, name, rows, nacks, ctl=None, idx=0):
     """In one transaction: the nacks, the batch's effects, the ack. Raises the
-    server's refusal (and then nothing of it is committed)."""
+    server's refusal (and then nothing of it is committed). A worker armed by
+    the killer (ctl.arm) holds inside the transaction, after the effects or
+    after the ack, to be terminated there."""
+    hold = 0
+    if ctl is not None and ctl.arm[idx]:
+        hold, ctl.arm[idx] = ctl.arm[idx], 0
     now = time.time()
     tenants, seqs, sent = [], [], []
     for r in rows:
@@ -277,7 +283,16 @@ def _ack(conn, cur, q, slot, n, name, rows, nacks):
             cur.execute("INSERT INTO public.bench_pk_effects VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
                         (q, name, slot, rows[0][0] if rows else nacks[0][1], tenants, seqs, sent, now,
                          [t for *_, t in nacks]), prepare=True)
+        if hold == chaos.HOLD_AFTER_EFFECTS:
+            _hold(ctl, idx)
         cur.execute("SELECT pgque.ack_partitioned(%s, 'c', %s, %s, %s)", (q, slot, n, name), prepare=True)
+        if hold == chaos.HOLD_AFTER_ACK:
+            _hold(ctl, idx)
+
+
+def _hold(ctl, idx):
+    ctl.state[idx] = chaos.IN_ACK
+    time.sleep(chaos.HOLD_S)
 
 
 def _current_n(cur, q):
@@ -486,6 +501,12 @@ def profile_cell(conn, q, n, rate, secs, m, ttl_s, stall, zipf_s, seed, fail=Non
     redeliveries = db.one(conn, "SELECT count(*), coalesce(sum(events), 0) FROM (SELECT batch_id, "
                                 "unnest((array_agg(events ORDER BY at))[2:]) AS events FROM public.bench_pk_recv "
                                 "WHERE q = %s GROUP BY batch_id) r", (q,))
+    if killer:
+        # mid-batch: the batch in hand was received again after the kill (not acked, redelivered)
+        for k in killer.log:
+            k["mid_batch"] = k["batch"] is not None and bool(db.scalar(
+                conn, "SELECT count(*) FROM public.bench_pk_recv WHERE q = %s AND batch_id = %s AND at > %s",
+                (q, k["batch"], k["at"])))
     db.execute(conn, "SELECT pgque.drop_queue(%s, true)", (q,))
 
     if killer and killer.errors:
@@ -553,7 +574,7 @@ def profile_cell(conn, q, n, rate, secs, m, ttl_s, stall, zipf_s, seed, fail=Non
         s = chaos.summary(killer.log, acked)
         for kind in ("sigkill", "terminate"):
             k = s[kind]
-            out[kind] = f"{k['n']} ({k['mid_batch']} mid-batch)"
+            out[kind] = f"{k['n']} ({k['mid_batch']} mid-batch, {k['after_ack']} of them after the ack)"
             out[f"{kind}_served"] = ", ".join(f"{x:.1f}" for x in k["served"]) or None
     aborts = [r for r in resizes if r.get("aborted")]
     if aborts:
