@@ -16,6 +16,13 @@ and one worker stalled past its lease in the middle of the run. Here:
              1.5 x ttl without acking; its next call is refused (55000, the lease
              was taken over) and it goes on. The takeover time is from the stall's
              start to the first ack of that slot by another worker;
+  effects    each batch's processed events (tenant, sequence, send time) are
+             written to bench_pk_effects in the ack's transaction, one row per
+             batch, and each non-empty receive to bench_pk_recv: what the checks
+             read, so a worker killed at any point (w12 / w13, benches/harness/
+             chaos.py) loses nothing of the record, and an effect committed twice
+             shows (both tables are unlogged; their two inserts per batch are
+             part of every cell's CPU and buffers);
   checks     every event sent is acked exactly once, and each tenant's acked
              sequence (ordered by batch id, then position in the batch) is exactly
              1, 2, 3, ... : none lost, none twice, per-key order kept;
