@@ -378,6 +378,14 @@ def _cluster_cpu_ticks():
     return total
 
 
+def _parkings(conn):
+    """Rows ever inserted into pgque.partition_held (the pause policy's parked
+    events; a row per parking, so an event parked twice counts twice)."""
+    db.execute(conn, "SELECT pg_stat_clear_snapshot()")
+    return int(db.scalar(conn, "SELECT coalesce(sum(n_tup_ins), 0) FROM pg_stat_user_tables "
+                               "WHERE schemaname = 'pgque' AND relname = 'partition_held'"))
+
+
 def _blocks(conn):
     db.execute(conn, "SELECT pg_stat_clear_snapshot()")
     return int(db.scalar(conn, "SELECT blks_hit + blks_read FROM pg_stat_database WHERE datname = current_database()"))
@@ -448,7 +456,7 @@ def profile_cell(conn, q, n, rate, secs, m, ttl_s, stall, zipf_s, seed, fail=Non
     for p in procs:
         p.start()
     db.pgss_reset(conn)
-    cpu0, blk0 = _cluster_cpu_ticks(), _blocks(conn)
+    cpu0, blk0, park0 = _cluster_cpu_ticks(), _blocks(conn), _parkings(conn)
     barrier.wait()
     t0 = time.time()
     killer = None
@@ -502,7 +510,7 @@ def profile_cell(conn, q, n, rate, secs, m, ttl_s, stall, zipf_s, seed, fail=Non
             p.join(timeout=30)
             if p.is_alive():
                 p.kill()
-    blk1 = _blocks(conn)
+    blk1, park1 = _blocks(conn), _parkings(conn)
     top = db.pgss_top(conn, 8)
     acked, nacked = _effects(conn, q)
     redeliveries = db.one(conn, "SELECT count(*), coalesce(sum(events), 0) FROM (SELECT batch_id, "
@@ -567,6 +575,9 @@ def profile_cell(conn, q, n, rate, secs, m, ttl_s, stall, zipf_s, seed, fail=Non
         "buf_per": (blk1 - blk0) / total if total else None,
         "clean_p50": pct(clean, 50) if clean else None, "clean_p99": pct(clean, 99) if clean else None,
         "nacked_keys": len(nacked) if fail else None, "held_at_release": blocked,
+        # parkings per event of the keys that failed: 1 if each was parked once
+        "parked_per": (park1 - park0) / sum(c for t, c in sent["per_tenant"].items() if t in nacked)
+        if fail and nacked else None,
         "resize_s": ", ".join(f"{r['done'] - r['begin']:.1f}" for r in resizes if "done" in r) if resize else None,
         "redelivered": f"{redeliveries[0]} / {redeliveries[1]}",
         "reconnects": sum(ctl.reconnects),
@@ -665,7 +676,8 @@ def w12(res, cfg, conn):
         [("acked_rate", "acked ev/s"), ("p50", "lag p50 ms"), ("p99", "lag p99 ms"),
          ("clean_p50", "never-failed keys p50 ms"), ("clean_p99", "never-failed keys p99 ms"),
          ("cpu_us", "server CPU us/event"), ("buf_per", "buffers/event"), ("nacked_keys", "keys that failed"),
-         ("held_at_release", "held events of the blocked key at its release"), ("takeover_s", "stalled slot taken over after s")]
+         ("held_at_release", "held events of the blocked key at its release"),
+         ("parked_per", "parkings per event of the failed keys"), ("takeover_s", "stalled slot taken over after s")]
         + KILL_METRICS,
         about=f"{cfg.w11_secs} s cells of w11's profile ({cfg.w11_rate:,} events/s, zipfian keys over 2,000 tenants, "
               f"N = 16, 4 claim_next_slot workers, lease ttl {cfg.w11_ttl} s, worker 0 stalled past its lease a third "
