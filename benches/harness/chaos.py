@@ -19,7 +19,8 @@ again after it (bench_pk_recv): it was not acked, and was redelivered.
 
 Workers publish their state in shared arrays without locks (a process killed
 while holding a multiprocessing lock would leave it locked for every other):
-their backend's pid, the slot they hold and whether a batch is in hand.
+their backend's pid, the slot they hold, the batch in hand and where they are
+in it.
 """
 import os
 import queue
@@ -41,7 +42,7 @@ class Ctl:
 
     def __init__(self, mp, m):
         self.pid = mp.RawArray("q", m)  # the worker's backend pid
-        self.state = mp.RawArray("i", m)  # IDLE / CLAIMED / IN_BATCH
+        self.state = mp.RawArray("i", m)  # IDLE / CLAIMED / IN_BATCH / IN_ACK (holding, armed)
         self.slot = mp.RawArray("i", m)  # the slot claimed (valid unless IDLE)
         self.reconnects = mp.RawArray("i", m)
         self.batch = mp.RawArray("q", m)  # the batch in hand (valid when IN_BATCH / IN_ACK)
