@@ -26,6 +26,11 @@
 #                      whether PgQ's two systems run
 #   W4_RATES=500 W4_IDLE_SECS=60  w4's paced rates, and the idle spell before its
 #                      first-send cells (0: no such cells)
+#   W11_RATE W11_SECS W11_TTL  the seed's-profile cells (w11-w13): rate, seconds, lease ttl
+#   W11_KILLS=4        w12/w13: worker kills of each kind (SIGKILL, pg_terminate_backend) per kill cell
+#   W12_CELLS=skip,nacks,nacks_kills,hot  W13_CELLS=none,resize,resize_kills,abort_kills
+#                      run only these cells of w12 / w13 (default all)
+#   W11_DEBUG_DIR=dir  w11-w13: write each cell's kills, resizes and first-ack timeline there
 #   CELL_SCALE=0.5     timed cells (sends, latency, enqueue, end-to-end, held xmin)
 #                      scaled by this factor; rounds, backlogs and depths unchanged
 #   BENCH_NO_BUILD=1   skip the cargo build/install (use what is installed)

@@ -71,6 +71,8 @@ class Config:
         self.w11_search_secs = int(os.environ.get("W11_SEARCH_SECS", "10" if quick else "20"))
         # w12: w11's profile under the pause policy; probability that a delivery fails
         self.w12_nack_p = float(os.environ.get("W12_NACK_P", "0.002"))
+        # w12 / w13: worker kills of each kind (SIGKILL, pg_terminate_backend) per kill cell
+        self.w11_kills = int(os.environ.get("W11_KILLS", "4"))
         # CELL_SCALE=0.5: every timed cell (sends, latency, enqueue, end-to-end,
         # held-xmin phases) half as long; rounds, backlogs and depths unchanged.
         scale = float(os.environ.get("CELL_SCALE", "1"))
@@ -149,7 +151,7 @@ def main():
     elif report.has_history(out):
         progress(f"WARNING: {out} has a ## History section that is not its last section; "
                  "the run rewrites the whole file: carry the history over by hand (git diff)")
-    env = " ".join(f"{k}={os.environ[k]}" for k in ("QUICK", "ROUNDS", "ONLY", "W7_DEPTHS", "W10_SIZES", "W10_BATCH", "W10_PGQ", "CELL_SCALE", "W11_RATE", "W11_SECS", "W11_TTL", "W11_SEARCH", "W11_SEARCH_SECS") if os.environ.get(k))
+    env = " ".join(f"{k}={os.environ[k]}" for k in ("QUICK", "ROUNDS", "ONLY", "W7_DEPTHS", "W10_SIZES", "W10_BATCH", "W10_PGQ", "CELL_SCALE", "W11_RATE", "W11_SECS", "W11_TTL", "W11_SEARCH", "W11_SEARCH_SECS", "W11_KILLS", "W12_CELLS", "W13_CELLS") if os.environ.get(k))
     cmdline = (env + " " if env else "") + "make bench" + (" -- " + " ".join(sys.argv[1:]) if sys.argv[1:] else "")
     only = [x.strip() for x in args.only.split(",") if x.strip()] or list(WORKLOADS)
 

@@ -45,6 +45,13 @@ def scalar(conn, sql, params=None):
         return None if row is None else row[0]
 
 
+def one(conn, sql, params=None):
+    """The first row of a query (a tuple), or None."""
+    with conn.cursor() as cur:
+        cur.execute(sql, params)
+        return cur.fetchone()
+
+
 def execute(conn, sql, params=None):
     with conn.cursor() as cur:
         cur.execute(sql, params)
