@@ -539,10 +539,16 @@ fn the_queue_lookup_below_sql_sees_what_the_sql_lookup_saw() {
         .get(0);
     tx.commit().unwrap();
     let qid: i32 = c
-        .query_one("SELECT queue_id FROM pgque.queue WHERE queue_name = 'q1'", &[])
+        .query_one(
+            "SELECT queue_id FROM pgque.queue WHERE queue_name = 'q1'",
+            &[],
+        )
         .unwrap()
         .get(0);
-    assert_eq!(table_of_last(&mut c, "q1", in_tx), format!("pgque.event_{qid}_1"));
+    assert_eq!(
+        table_of_last(&mut c, "q1", in_tx),
+        format!("pgque.event_{qid}_1")
+    );
     // switched and committed by another session after this transaction's
     // first statement: the next statement's send sees it (READ COMMITTED)
     let mut tx = c.transaction().unwrap();
@@ -559,5 +565,8 @@ fn the_queue_lookup_below_sql_sees_what_the_sql_lookup_saw() {
         .unwrap()
         .get(0);
     tx.commit().unwrap();
-    assert_eq!(table_of_last(&mut c, "q1", after), format!("pgque.event_{qid}_2"));
+    assert_eq!(
+        table_of_last(&mut c, "q1", after),
+        format!("pgque.event_{qid}_2")
+    );
 }
