@@ -363,7 +363,7 @@ mod tests {
                         x ^= x >> 7;
                         x ^= x << 17;
                         // mostly plain bytes, as payloads are
-                        if x % 4 == 0 {
+                        if x.is_multiple_of(4) {
                             alphabet[(x >> 8) as usize % alphabet.len()]
                         } else {
                             b'a' + (x >> 16) as u8 % 26
