@@ -7,7 +7,7 @@ prepared statement), so what is compared is the storing, not the building.
   BATCH=1000 CALLS=60 ROUNDS=7 python3 benches/cpu/send_batch_cpu.py
 
 Systems (one connection each, prepared statements, autocommit, interleaved
-in every round):
+within every round: SUB passes of CALLS/SUB calls each):
   pgque_jsonb  SELECT cardinality(pgque.send_batch(q, array_fill(P::jsonb, ARRAY[B])))
   plain_jsonb  INSERT INTO bench.plain_events(payload) SELECT P::jsonb FROM generate_series(1, B)
   pgque_text   SELECT cardinality(pgque.send_batch(q, array_fill(P::text, ARRAY[B])))
@@ -26,6 +26,7 @@ from backend import CONNINFO, cpu_ns
 BATCH = int(os.environ.get("BATCH", "100"))
 CALLS = int(os.environ.get("CALLS", str(max(30, 30000 // BATCH))))
 ROUNDS = int(os.environ.get("ROUNDS", "7"))
+SUB = int(os.environ.get("SUB", "5"))
 # the w1/w2 payload (benches/harness/db.py) with id 1 and a fixed time
 PAYLOAD = ('{"id": 1, "ts": "2026-12-03T10:00:00.123456+00:00", "kind": "order.created", '
            '"customer": "cust-000042", "amount": 129.95, "currency": "EUR", "items": 3, '
@@ -64,13 +65,21 @@ def main():
         for _ in range(10):
             c.execute(sql[s])
     per = {s: [] for s in sql}
+    loads = []
     for _ in range(ROUNDS):
-        for s, c in conns.items():
-            t0 = cpu_ns(pids[s])
-            for _ in range(CALLS):
-                c.execute(sql[s])
-            per[s].append((cpu_ns(pids[s]) - t0) / 1000 / (CALLS * BATCH))
-    print(f"batch={BATCH} calls/round={CALLS} rounds={ROUNDS}: backend CPU us per event (constant payload)")
+        ns = dict.fromkeys(conns, 0)
+        # SUB passes over the systems per round: a change of the machine's
+        # load within a round falls on every system alike
+        for _ in range(SUB):
+            for s, c in conns.items():
+                t0 = cpu_ns(pids[s])
+                for _ in range(max(1, CALLS // SUB)):
+                    c.execute(sql[s])
+                ns[s] += cpu_ns(pids[s]) - t0
+        for s in conns:
+            per[s].append(ns[s] / 1000 / (max(1, CALLS // SUB) * SUB * BATCH))
+        loads.append(os.getloadavg()[0])
+    print(f"batch={BATCH} calls/round={CALLS} rounds={ROUNDS} passes/round={SUB}: backend CPU us per event (constant payload)")
     for s, v in per.items():
         print(f"  {s:11} median {statistics.median(v):7.2f}  rounds {' '.join(f'{x:.2f}' for x in v)}")
     for kind in ("jsonb", "text"):
@@ -78,6 +87,7 @@ def main():
         print(f"  {kind}: plain/pgque CPU per round {' '.join(f'{x:.2f}' for x in r)}  median {statistics.median(r):.2f}")
     r = [p / q for p, q in zip(per["pgq"], per["pgque_text"])]
     print(f"  pgq/pgque_text CPU median {statistics.median(r):.2f}")
+    print(f"  load average (1 min) per round: {' '.join(f'{x:.1f}' for x in loads)}")
     for q in ("cpu_bj", "cpu_bt"):
         admin.execute("SELECT pgque.drop_queue(%s, true)", (q,))
     admin.execute("SELECT pgq.drop_queue('cpu_bp', true)")

@@ -471,3 +471,102 @@ fn direct_jsonb_payloads_are_stored_as_jsonb_out_writes_them() {
         .get(0);
     assert_eq!(n as usize, total);
 }
+
+/// The table a send of `q` wrote its last row to: the `n` of event_<id>_<n>.
+fn table_of_last(c: &mut pgque_pg_test::postgres::Client, q: &str, id: i64) -> String {
+    let qid: i32 = c
+        .query_one(
+            "SELECT queue_id FROM pgque.queue WHERE queue_name = $1",
+            &[&q],
+        )
+        .unwrap()
+        .get(0);
+    c.query_one(
+        &format!("SELECT tableoid::regclass::text FROM pgque.event_{qid} WHERE ev_id = $1"),
+        &[&id],
+    )
+    .unwrap()
+    .get(0)
+}
+
+/// The send path finds its queue below SQL (src/log/qlookup.rs): it must see
+/// what the SQL lookup saw. A queue made or dropped earlier in the same
+/// transaction or statement, a current table switched by this transaction or
+/// committed by another session since the transaction began, an unknown name.
+#[test]
+fn the_queue_lookup_below_sql_sees_what_the_sql_lookup_saw() {
+    let db = manual_db("ev_direct_lookup");
+    let mut c = db.connect();
+    // made in the same statement, and in the same transaction
+    let id: i64 = c
+        .query_one(
+            "SELECT pgque.create_queue('q1'), pgque.send('q1', '{\"a\": 1}'::jsonb)",
+            &[],
+        )
+        .unwrap()
+        .get(1);
+    assert!(id > 0);
+    let mut tx = c.transaction().unwrap();
+    tx.execute("SELECT pgque.create_queue('q2')", &[]).unwrap();
+    let ids: Vec<i64> = tx
+        .query_one("SELECT pgque.send_batch('q2', ARRAY['a', 'b'])", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(ids.len(), 2);
+    tx.commit().unwrap();
+    // unknown, and dropped earlier in the same transaction: 42704, nothing written
+    assert_eq!(
+        sqlstate(c.execute("SELECT pgque.send('nope', 'x'::text)", &[])),
+        "42704"
+    );
+    let mut tx = c.transaction().unwrap();
+    tx.execute("SELECT pgque.drop_queue('q2')", &[]).unwrap();
+    assert_eq!(
+        sqlstate(tx.execute("SELECT pgque.send_batch('q2', ARRAY['c'])", &[])),
+        "42704"
+    );
+    tx.rollback().unwrap();
+    // the current table switched by this transaction: the send follows it
+    let mut tx = c.transaction().unwrap();
+    tx.execute(
+        "UPDATE pgque.queue SET queue_cur_table = 1 WHERE queue_name = 'q1'",
+        &[],
+    )
+    .unwrap();
+    let in_tx: i64 = tx
+        .query_one("SELECT pgque.send('q1', 'y'::text)", &[])
+        .unwrap()
+        .get(0);
+    tx.commit().unwrap();
+    let qid: i32 = c
+        .query_one(
+            "SELECT queue_id FROM pgque.queue WHERE queue_name = 'q1'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        table_of_last(&mut c, "q1", in_tx),
+        format!("pgque.event_{qid}_1")
+    );
+    // switched and committed by another session after this transaction's
+    // first statement: the next statement's send sees it (READ COMMITTED)
+    let mut tx = c.transaction().unwrap();
+    tx.execute("SELECT 1", &[]).unwrap();
+    let mut other = db.connect();
+    other
+        .execute(
+            "UPDATE pgque.queue SET queue_cur_table = 2 WHERE queue_name = 'q1'",
+            &[],
+        )
+        .unwrap();
+    let after: i64 = tx
+        .query_one("SELECT pgque.send('q1', 'z'::text)", &[])
+        .unwrap()
+        .get(0);
+    tx.commit().unwrap();
+    assert_eq!(
+        table_of_last(&mut c, "q1", after),
+        format!("pgque.event_{qid}_2")
+    );
+}

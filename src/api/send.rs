@@ -15,18 +15,14 @@ fn send_one(
     extra: [Option<&str>; 4],
 ) -> i64 {
     owner::as_owner(|| {
-        Spi::connect_mut(|c| {
-            let q = log::queue_by_name(c, queue_name);
-            log::insert_event(
-                c,
-                &q,
-                &NewEvent {
-                    ev_type: type_name,
-                    ev_data: payload,
-                    extra,
-                },
-            )
-        })
+        log::send_event(
+            queue_name,
+            &NewEvent {
+                ev_type: type_name,
+                ev_data: payload,
+                extra,
+            },
+        )
     })
 }
 
@@ -93,10 +89,7 @@ fn send_many(
         }
     }
     owner::as_owner(|| {
-        Spi::connect_mut(|c| {
-            let q = log::queue_by_name(c, queue_name);
-            log::insert_events(c, &q, type_name, &payloads, keys.map(|k| k.0).as_ref())
-        })
+        log::send_events(queue_name, type_name, &payloads, keys.map(|k| k.0).as_ref())
     })
 }
 

@@ -56,6 +56,7 @@ pub struct Target {
     estate: *mut pg_sys::EState,
     rri: *mut pg_sys::ResultRelInfo,
     slots: Vec<*mut pg_sys::TupleTableSlot>,
+    desc: pg_sys::TupleDesc,
     used: usize,
     /// Where a chunk's values are built (reset after each chunk) and the
     /// context to return to.
@@ -96,6 +97,7 @@ impl Target {
                 estate,
                 rri,
                 slots: Vec::new(),
+                desc: std::ptr::null_mut(),
                 used: 0,
                 rows_cxt: std::ptr::null_mut(),
                 outer_cxt: std::ptr::null_mut(),
@@ -115,9 +117,15 @@ impl Target {
             t.time = pg_sys::Datum::from(pg_sys::GetCurrentTransactionStartTimestamp());
             t.txid = pg_sys::Datum::from(pg_sys::GetTopFullTransactionId().value);
             t.cid = pg_sys::GetCurrentCommandId(true);
+            // The slots share a copy of the descriptor that is not
+            // reference-counted: on the relation's own, each slot pinned it
+            // in the resource owner and unpinned it when dropped (2% of a
+            // 100-row call's CPU).
             let k = n.clamp(1, CHUNK);
+            t.desc = pg_sys::CreateTupleDescCopy((*rel).rd_att);
+            let ops = pg_sys::table_slot_callbacks(rel);
             t.slots = (0..k)
-                .map(|_| pg_sys::table_slot_create(rel, std::ptr::null_mut()))
+                .map(|_| pg_sys::MakeSingleTupleTableSlot(t.desc, ops))
                 .collect();
             t.rows_cxt = pg_sys::AllocSetContextCreateInternal(
                 pg_sys::CurrentMemoryContext,
@@ -221,6 +229,10 @@ impl Target {
                 pg_sys::ExecDropSingleTupleTableSlot(slot);
             }
             self.slots.clear();
+            if !self.desc.is_null() {
+                pg_sys::FreeTupleDesc(self.desc);
+                self.desc = std::ptr::null_mut();
+            }
             pg_sys::ExecCloseIndices(self.rri);
             pg_sys::FreeExecutorState(self.estate);
             pg_sys::table_close(self.rel, pg_sys::NoLock as pg_sys::LOCKMODE);

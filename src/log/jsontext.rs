@@ -148,35 +148,66 @@ unsafe fn put_value(out: &mut Vec<u8>, e: u32, base: *const u8, start: usize, en
 }
 
 /// escape_json: `"`, `\` and the control characters escaped, the rest as it is.
+///
+/// Payload strings are mostly plain bytes: they are scanned 8 at a time
+/// ([`plain8`]) and copied in runs; only a group of 8 holding a byte to
+/// escape is looked at byte by byte.
 fn put_string(out: &mut Vec<u8>, s: &[u8]) {
     out.reserve(s.len() + 2);
     out.push(b'"');
     let mut run = 0;
-    for (i, &b) in s.iter().enumerate() {
-        let esc: &[u8] = match b {
-            b'"' => b"\\\"",
-            b'\\' => b"\\\\",
-            0x08 => b"\\b",
-            0x0c => b"\\f",
-            b'\n' => b"\\n",
-            b'\r' => b"\\r",
-            b'\t' => b"\\t",
-            0..=0x1f => b"",
-            _ => continue,
-        };
-        out.extend_from_slice(&s[run..i]);
-        run = i + 1;
-        if esc.is_empty() {
-            const HEX: &[u8; 16] = b"0123456789abcdef";
-            out.extend_from_slice(b"\\u00");
-            out.push(HEX[(b >> 4) as usize]);
-            out.push(HEX[(b & 15) as usize]);
-        } else {
-            out.extend_from_slice(esc);
+    let mut i = 0;
+    while i < s.len() {
+        if i + 8 <= s.len() && plain8(u64::from_le_bytes(s[i..i + 8].try_into().unwrap())) {
+            i += 8;
+            continue;
+        }
+        let end = (i + 8).min(s.len());
+        while i < end {
+            let b = s[i];
+            let esc: &[u8] = match b {
+                b'"' => b"\\\"",
+                b'\\' => b"\\\\",
+                0x08 => b"\\b",
+                0x0c => b"\\f",
+                b'\n' => b"\\n",
+                b'\r' => b"\\r",
+                b'\t' => b"\\t",
+                0..=0x1f => b"",
+                _ => {
+                    i += 1;
+                    continue;
+                }
+            };
+            out.extend_from_slice(&s[run..i]);
+            run = i + 1;
+            if esc.is_empty() {
+                const HEX: &[u8; 16] = b"0123456789abcdef";
+                out.extend_from_slice(b"\\u00");
+                out.push(HEX[(b >> 4) as usize]);
+                out.push(HEX[(b & 15) as usize]);
+            } else {
+                out.extend_from_slice(esc);
+            }
+            i += 1;
         }
     }
     out.extend_from_slice(&s[run..]);
     out.push(b'"');
+}
+
+/// True when none of the 8 bytes of `x` is `"`, `\` or below 0x20 (the
+/// bytes escape_json changes). The zero-byte tests are exact as a yes/no
+/// answer; bytes of 0x80 and above never match.
+#[inline]
+fn plain8(x: u64) -> bool {
+    const LO: u64 = 0x0101_0101_0101_0101;
+    const HI: u64 = 0x8080_8080_8080_8080;
+    let has_zero = |v: u64| v.wrapping_sub(LO) & !v & HI;
+    let quote = has_zero(x ^ (LO * b'"' as u64));
+    let backslash = has_zero(x ^ (LO * b'\\' as u64));
+    let control = x.wrapping_sub(LO * 0x20) & !x & HI;
+    (quote | backslash | control) == 0
 }
 
 /// numeric_out of the numeric at `n`: its base-10000 digits written as
@@ -282,7 +313,69 @@ unsafe fn numeric_out(out: &mut Vec<u8>, n: *const u8) {
 
 #[cfg(test)]
 mod tests {
-    use super::put_string;
+    use super::{plain8, put_string};
+
+    /// escape_json byte by byte, the reference for put_string's fast scan.
+    fn escape_slow(s: &[u8]) -> Vec<u8> {
+        let mut out = vec![b'"'];
+        for &b in s {
+            match b {
+                b'"' => out.extend_from_slice(b"\\\""),
+                b'\\' => out.extend_from_slice(b"\\\\"),
+                0x08 => out.extend_from_slice(b"\\b"),
+                0x0c => out.extend_from_slice(b"\\f"),
+                b'\n' => out.extend_from_slice(b"\\n"),
+                b'\r' => out.extend_from_slice(b"\\r"),
+                b'\t' => out.extend_from_slice(b"\\t"),
+                0..=0x1f => out.extend_from_slice(format!("\\u{:04x}", b).as_bytes()),
+                _ => out.push(b),
+            }
+        }
+        out.push(b'"');
+        out
+    }
+
+    #[test]
+    fn plain8_finds_every_byte_to_escape_at_every_position() {
+        for pos in 0..8 {
+            for b in 0..=255u8 {
+                for fill in [b'a', 0x7f, 0x80, 0xff, 0x21, 0x5d] {
+                    let mut bytes = [fill; 8];
+                    bytes[pos] = b;
+                    let needs = bytes.iter().any(|&c| c < 0x20 || c == b'"' || c == b'\\');
+                    assert_eq!(plain8(u64::from_le_bytes(bytes)), !needs, "{bytes:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn fast_scan_matches_bytewise_escaping() {
+        // a fixed-seed generator: strings of every length up to 40 mixing
+        // plain ASCII, UTF-8 bytes and bytes to escape, at every offset
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let alphabet: &[u8] = b"abcxyz \"\\\n\t\x01\x1f\x7f\xc3\xa9{}:,0123456789";
+        for len in 0..40 {
+            for _ in 0..200 {
+                let s: Vec<u8> = (0..len)
+                    .map(|_| {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        // mostly plain bytes, as payloads are
+                        if x.is_multiple_of(4) {
+                            alphabet[(x >> 8) as usize % alphabet.len()]
+                        } else {
+                            b'a' + (x >> 16) as u8 % 26
+                        }
+                    })
+                    .collect();
+                let mut out = Vec::new();
+                put_string(&mut out, &s);
+                assert_eq!(out, escape_slow(&s), "{s:?}");
+            }
+        }
+    }
 
     #[test]
     fn escapes_as_escape_json() {
