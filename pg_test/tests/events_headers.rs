@@ -181,6 +181,20 @@ fn every_producer_stores_headers_and_receive_with_headers_returns_them() {
         .collect();
     assert_eq!(a, b);
     assert_eq!(a.len(), want.len());
+    // the event browser's page shows them too
+    let browsed: Vec<(i64, Option<String>)> = c
+        .query(
+            "SELECT ev_id, headers::text FROM pgque.browse_events('h', 'plain', max_events => 1000)",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert!(!browsed.is_empty());
+    for (i, h) in &browsed {
+        assert_eq!(want.get(i), Some(h), "browse_events, event {i}");
+    }
     // one batch for both functions: receive after receive_with_headers
     // returns the open batch, and ack finishes it
     let bid = got[0].1;
@@ -284,6 +298,13 @@ fn headers_survive_retry_dead_letter_and_replay() {
         one_text(
             &mut c,
             "SELECT ev_headers::text FROM pgque.dead_letter_store"
+        ),
+        Some(h.clone())
+    );
+    assert_eq!(
+        one_text(
+            &mut c,
+            "SELECT headers::text FROM pgque.browse_dead_letters('r')"
         ),
         Some(h.clone())
     );
