@@ -1577,8 +1577,8 @@ ALTER FUNCTION pgque.get_job(bigint) SET jit = off;
 -- as they are; the *_with_headers twins return the headers as a last column.
 -- handled: table retry_queue 8eee707686
 -- handled: table dead_letter_store ab3abbf683
--- handled: table delayed_event
--- handled: table partition_held
+-- handled: table delayed_event c190aad909
+-- handled: table partition_held 9eaf9e274d
 ALTER TABLE pgque.retry_queue ADD COLUMN ev_headers jsonb;
 ALTER TABLE pgque.dead_letter_store ADD COLUMN ev_headers jsonb;
 ALTER TABLE pgque.partition_held ADD COLUMN ev_headers jsonb;
