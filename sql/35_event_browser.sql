@@ -28,7 +28,7 @@ CREATE FUNCTION pgque.browse_events(queue_name text, consumer text DEFAULT NULL,
                                     after_txid bigint DEFAULT NULL, after_id bigint DEFAULT NULL,
                                     max_events int DEFAULT 50)
 RETURNS TABLE (ev_id bigint, ev_txid bigint, ev_time timestamptz, ev_type text, ev_data text,
-               partition_key text, ev_retry int, for_consumer text)
+               partition_key text, ev_retry int, for_consumer text, headers jsonb)
 LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pgque, pg_temp
 SET jit = off
@@ -84,7 +84,7 @@ BEGIN
     -- (the table's name is made of the queue's integer id)
     RETURN QUERY EXECUTE pg_catalog.format(
         'SELECT e.ev_id, e.ev_txid::text::int8, e.ev_time, e.ev_type, e.ev_data, e.ev_extra1,
-                e.ev_retry, s.sub_consumer
+                e.ev_retry, s.sub_consumer, e.ev_headers
            FROM pgque.%I e
            LEFT JOIN pgque.subscription s ON s.sub_id OPERATOR(pg_catalog.=) e.ev_owner
           WHERE e.ev_txid OPERATOR(pg_catalog.>=) $1
@@ -108,7 +108,8 @@ $browse_events$;
 CREATE FUNCTION pgque.browse_dead_letters(queue_name text, before_id bigint DEFAULT NULL,
                                           max_letters int DEFAULT 50)
 RETURNS TABLE (dl_id bigint, consumer text, dl_time timestamptz, dl_reason text, ev_id bigint,
-               ev_time timestamptz, ev_retry int, ev_type text, ev_data text, partition_key text)
+               ev_time timestamptz, ev_retry int, ev_type text, ev_data text, partition_key text,
+               headers jsonb)
 LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pgque, pg_temp
 SET jit = off
@@ -130,7 +131,7 @@ BEGIN
     END IF;
     RETURN QUERY
     SELECT d.dl_id, d.dl_consumer, d.dl_time, d.dl_reason, d.ev_id, d.ev_time, d.ev_retry,
-           d.ev_type, d.ev_data, d.ev_extra1
+           d.ev_type, d.ev_data, d.ev_extra1, d.ev_headers
       FROM pgque.dead_letter_store d
      WHERE d.dl_queue OPERATOR(pg_catalog.=) v_q
        AND d.dl_id OPERATOR(pg_catalog.<) COALESCE($2, 9223372036854775807)

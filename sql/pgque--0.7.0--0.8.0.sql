@@ -1567,3 +1567,357 @@ WHERE NOT EXISTS (SELECT 1 FROM pgque.jobs s WHERE s.id = $1)
 $get_job$;
 ALTER FUNCTION pgque.get_job(bigint) SET jit = off;
 -- ==== end of trace context II: headers in the job log ====
+
+-- ==== trace context III: headers on events (issue 31 item 3, evtrace; docs/tracing.md) ====
+-- An event's headers (W3C traceparent / tracestate) live in a new last
+-- column ev_headers of every queue's event tables, and move with the event
+-- through retries, dead letters, held events of paused keys and delayed
+-- delivery: each of those tables gets the column too. pgque.message and
+-- receive / receive_coop / receive_partitioned are PgQue's contract and stay
+-- as they are; the *_with_headers twins return the headers as a last column.
+-- handled: table retry_queue 8eee707686
+-- handled: table dead_letter_store ab3abbf683
+-- handled: table delayed_event c190aad909
+-- handled: table partition_held 9eaf9e274d
+ALTER TABLE pgque.retry_queue ADD COLUMN ev_headers jsonb;
+ALTER TABLE pgque.dead_letter_store ADD COLUMN ev_headers jsonb;
+ALTER TABLE pgque.partition_held ADD COLUMN ev_headers jsonb;
+-- (a partitioned table: its pieces get the column with it)
+ALTER TABLE pgque.delayed_event ADD COLUMN ev_headers jsonb;
+
+-- Every existing queue's event tables: the column added to the parent
+-- reaches its children (inheritance), and the children made later by
+-- rotation (TRUNCATE keeps columns) or a new queue (create_queue) have it.
+-- IF NOT EXISTS: a queue created by a 0.8.0 library before this update
+-- already has it.
+DO $evheaders$
+DECLARE q int4;
+BEGIN
+    FOR q IN SELECT queue_id FROM pgque.queue LOOP
+        IF pg_catalog.to_regclass(pg_catalog.format('pgque.event_%s', q)) IS NOT NULL THEN
+            EXECUTE pg_catalog.format('ALTER TABLE pgque.%I ADD COLUMN IF NOT EXISTS ev_headers jsonb',
+                                      'event_' || q);
+        END IF;
+    END LOOP;
+END
+$evheaders$;
+
+-- send_idem and send_at take headers as a last argument with a default
+-- (new C symbols: 0.7.0's stay in the library for a database not updated).
+-- handled: function send_idem(text, text, jsonb, text, interval, text) gone
+-- handled: function send_idem(text, text, text, text, interval, text) gone
+-- handled: function send_at(text, text, jsonb, timestamp with time zone, text) gone
+-- handled: function send_at(text, text, text, timestamp with time zone, text) gone
+DROP FUNCTION pgque.send_idem(text, text, jsonb, text, interval, text);
+DROP FUNCTION pgque.send_idem(text, text, text, text, interval, text);
+DROP FUNCTION pgque.send_at(text, text, jsonb, timestamptz, text);
+DROP FUNCTION pgque.send_at(text, text, text, timestamptz, text);
+
+CREATE FUNCTION pgque."send_idem"(
+	"queue_name" TEXT,
+	"type_name" TEXT,
+	"payload" jsonb,
+	"idem_key" TEXT,
+	"ttl" interval DEFAULT '1 hour',
+	"partition_key" TEXT DEFAULT NULL,
+	"headers" jsonb DEFAULT NULL
+) RETURNS TABLE (
+	"event_id" bigint,
+	"deduped" bool
+)
+SECURITY DEFINER
+SET search_path TO pg_catalog, pgque, pg_temp
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'send_idem_headers_jsonb_wrapper';
+
+CREATE FUNCTION pgque."send_idem"(
+	"queue_name" TEXT,
+	"type_name" TEXT,
+	"payload" TEXT,
+	"idem_key" TEXT,
+	"ttl" interval DEFAULT '1 hour',
+	"partition_key" TEXT DEFAULT NULL,
+	"headers" jsonb DEFAULT NULL
+) RETURNS TABLE (
+	"event_id" bigint,
+	"deduped" bool
+)
+SECURITY DEFINER
+SET search_path TO pg_catalog, pgque, pg_temp
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'send_idem_headers_text_wrapper';
+
+CREATE FUNCTION pgque."send_at"(
+	"queue_name" TEXT,
+	"type_name" TEXT,
+	"payload" jsonb,
+	"deliver_at" timestamp with time zone,
+	"partition_key" TEXT DEFAULT NULL,
+	"headers" jsonb DEFAULT NULL
+) RETURNS bigint
+SECURITY DEFINER
+SET search_path TO pg_catalog, pgque, pg_temp
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'send_at_headers_jsonb_wrapper';
+
+CREATE FUNCTION pgque."send_at"(
+	"queue_name" TEXT,
+	"type_name" TEXT,
+	"payload" TEXT,
+	"deliver_at" timestamp with time zone,
+	"partition_key" TEXT DEFAULT NULL,
+	"headers" jsonb DEFAULT NULL
+) RETURNS bigint
+SECURITY DEFINER
+SET search_path TO pg_catalog, pgque, pg_temp
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'send_at_headers_text_wrapper';
+
+-- The traced producers: send and send_batch with partition key(s) and
+-- headers, five arguments without defaults (no 0.7.0 call resolves to them).
+-- Invoker's rights and no settings, as every send (src/api/owner.rs).
+CREATE FUNCTION pgque."send"(
+	"queue_name" TEXT,
+	"type_name" TEXT,
+	"payload" jsonb,
+	"partition_key" TEXT,
+	"headers" jsonb
+) RETURNS bigint
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'send_headers_jsonb_wrapper';
+
+CREATE FUNCTION pgque."send"(
+	"queue_name" TEXT,
+	"type_name" TEXT,
+	"payload" TEXT,
+	"partition_key" TEXT,
+	"headers" jsonb
+) RETURNS bigint
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'send_headers_text_wrapper';
+
+CREATE FUNCTION pgque."send_batch"(
+	"queue_name" TEXT,
+	"type_name" TEXT,
+	"payloads" jsonb[],
+	"partition_keys" TEXT[],
+	"headers" jsonb
+) RETURNS bigint[]
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'send_batch_headers_jsonb_wrapper';
+
+CREATE FUNCTION pgque."send_batch"(
+	"queue_name" TEXT,
+	"type_name" TEXT,
+	"payloads" TEXT[],
+	"partition_keys" TEXT[],
+	"headers" jsonb
+) RETURNS bigint[]
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'send_batch_headers_text_wrapper';
+
+-- The receive twins with the headers as a last column.
+CREATE FUNCTION pgque."receive_with_headers"(
+	"queue_name" TEXT,
+	"consumer" TEXT,
+	"max_return" INT DEFAULT 100
+) RETURNS TABLE (msg_id bigint, batch_id bigint, type text, payload text, retry_count int4, created_at timestamptz, extra1 text, extra2 text, extra3 text, extra4 text, headers jsonb)
+SECURITY DEFINER
+SET search_path TO pg_catalog, pgque, pg_temp
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'receive_with_headers_wrapper';
+
+CREATE FUNCTION pgque."receive_coop_with_headers"(
+	"queue_name" TEXT,
+	"consumer" TEXT,
+	"subconsumer" TEXT,
+	"max_return" INT DEFAULT 100,
+	"dead_interval" interval DEFAULT NULL
+) RETURNS TABLE (msg_id bigint, batch_id bigint, type text, payload text, retry_count int4, created_at timestamptz, extra1 text, extra2 text, extra3 text, extra4 text, headers jsonb)
+SECURITY DEFINER
+SET search_path TO pg_catalog, pgque, pg_temp
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'receive_coop_with_headers_wrapper';
+
+CREATE FUNCTION pgque."receive_partitioned_with_headers"(
+	"queue_name" TEXT,
+	"consumer" TEXT,
+	"slot" INT,
+	"n" INT,
+	"worker" TEXT,
+	"max_return" INT DEFAULT 100
+) RETURNS TABLE (msg_id bigint, batch_id bigint, type text, payload text, retry_count int4, created_at timestamptz, extra1 text, extra2 text, extra3 text, extra4 text, headers jsonb)
+SECURITY DEFINER
+SET search_path TO pg_catalog, pgque, pg_temp
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'receive_partitioned_with_headers_wrapper';
+
+-- Grants and settings as sql/99_finalize.sql gives them.
+REVOKE ALL ON FUNCTION
+    pgque.send_idem(text, text, jsonb, text, interval, text, jsonb),
+    pgque.send_idem(text, text, text, text, interval, text, jsonb),
+    pgque.send_at(text, text, jsonb, timestamptz, text, jsonb),
+    pgque.send_at(text, text, text, timestamptz, text, jsonb),
+    pgque.send(text, text, jsonb, text, jsonb), pgque.send(text, text, text, text, jsonb),
+    pgque.send_batch(text, text, jsonb[], text[], jsonb),
+    pgque.send_batch(text, text, text[], text[], jsonb),
+    pgque.receive_with_headers(text, text, int4),
+    pgque.receive_coop_with_headers(text, text, text, int4, interval),
+    pgque.receive_partitioned_with_headers(text, text, int4, int4, text, int4)
+  FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION
+    pgque.send_idem(text, text, jsonb, text, interval, text, jsonb),
+    pgque.send_idem(text, text, text, text, interval, text, jsonb)
+  TO pgque_writer;
+GRANT EXECUTE ON FUNCTION
+    pgque.send_at(text, text, jsonb, timestamptz, text, jsonb),
+    pgque.send_at(text, text, text, timestamptz, text, jsonb)
+  TO pgque_writer;
+GRANT EXECUTE ON FUNCTION
+    pgque.send(text, text, jsonb, text, jsonb), pgque.send(text, text, text, text, jsonb),
+    pgque.send_batch(text, text, jsonb[], text[], jsonb),
+    pgque.send_batch(text, text, text[], text[], jsonb)
+  TO pgque_writer;
+GRANT EXECUTE ON FUNCTION
+    pgque.receive_with_headers(text, text, int4),
+    pgque.receive_coop_with_headers(text, text, text, int4, interval),
+    pgque.receive_partitioned_with_headers(text, text, int4, int4, text, int4)
+  TO pgque_reader;
+ALTER FUNCTION pgque.send_idem(text, text, jsonb, text, interval, text, jsonb) SET enable_seqscan = off;
+ALTER FUNCTION pgque.send_idem(text, text, text, text, interval, text, jsonb) SET enable_seqscan = off;
+ALTER FUNCTION pgque.send_at(text, text, jsonb, timestamptz, text, jsonb) SET enable_seqscan = off;
+ALTER FUNCTION pgque.send_at(text, text, text, timestamptz, text, jsonb) SET enable_seqscan = off;
+ALTER FUNCTION pgque.send_idem(text, text, jsonb, text, interval, text, jsonb) SET jit = off;
+ALTER FUNCTION pgque.send_idem(text, text, text, text, interval, text, jsonb) SET jit = off;
+ALTER FUNCTION pgque.send_at(text, text, jsonb, timestamptz, text, jsonb) SET jit = off;
+ALTER FUNCTION pgque.send_at(text, text, text, timestamptz, text, jsonb) SET jit = off;
+ALTER FUNCTION pgque.receive_with_headers(text, text, int4) SET enable_seqscan = off;
+ALTER FUNCTION pgque.receive_coop_with_headers(text, text, text, int4, interval) SET enable_seqscan = off;
+ALTER FUNCTION pgque.receive_partitioned_with_headers(text, text, int4, int4, text, int4) SET enable_seqscan = off;
+ALTER FUNCTION pgque.receive_with_headers(text, text, int4) SET plan_cache_mode = force_generic_plan;
+ALTER FUNCTION pgque.receive_coop_with_headers(text, text, text, int4, interval) SET plan_cache_mode = force_generic_plan;
+ALTER FUNCTION pgque.receive_partitioned_with_headers(text, text, int4, int4, text, int4) SET plan_cache_mode = force_generic_plan;
+ALTER FUNCTION pgque.receive_with_headers(text, text, int4) SET jit = off;
+ALTER FUNCTION pgque.receive_coop_with_headers(text, text, text, int4, interval) SET jit = off;
+ALTER FUNCTION pgque.receive_partitioned_with_headers(text, text, int4, int4, text, int4) SET jit = off;
+
+-- The event browser's pages (sql/35_event_browser.sql) show the headers as
+-- a last column: new result columns, so dropped and made again.
+DROP FUNCTION pgque.browse_events(text, text, bigint, bigint, int);
+DROP FUNCTION pgque.browse_dead_letters(text, bigint, int);
+CREATE FUNCTION pgque.browse_events(queue_name text, consumer text DEFAULT NULL,
+                                    after_txid bigint DEFAULT NULL, after_id bigint DEFAULT NULL,
+                                    max_events int DEFAULT 50)
+RETURNS TABLE (ev_id bigint, ev_txid bigint, ev_time timestamptz, ev_type text, ev_data text,
+               partition_key text, ev_retry int, for_consumer text, headers jsonb)
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pgque, pg_temp
+SET jit = off
+SET enable_seqscan = off
+AS $browse_events$
+DECLARE
+    v_q int4;
+    v_sub int4;
+    v_pos bigint;
+    v_snap pg_catalog.pg_snapshot;
+    v_lim int := COALESCE($5, 50);
+    v_from pg_catalog.xid8;
+BEGIN
+    IF $1 IS NULL THEN
+        RAISE EXCEPTION 'queue_name must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    IF v_lim < 1 OR v_lim > 1000 THEN
+        RAISE EXCEPTION 'max_events % is outside 1..1000', v_lim USING ERRCODE = '22003';
+    END IF;
+    IF $3 < 0 OR $4 < 0 THEN
+        RAISE EXCEPTION 'after_txid and after_id must not be negative' USING ERRCODE = '22003';
+    END IF;
+    SELECT q.queue_id INTO v_q FROM pgque.queue q WHERE q.queue_name OPERATOR(pg_catalog.=) $1;
+    IF v_q IS NULL THEN
+        RAISE EXCEPTION 'queue not found: %', $1 USING ERRCODE = '42704';
+    END IF;
+    IF $2 IS NOT NULL THEN
+        SELECT s.sub_id INTO v_sub FROM pgque.subscription s
+         WHERE s.sub_queue OPERATOR(pg_catalog.=) v_q AND s.sub_parent IS NULL
+           AND s.sub_consumer OPERATOR(pg_catalog.=) $2;
+        IF v_sub IS NULL THEN
+            RAISE EXCEPTION 'consumer not registered: % on queue %', $2, $1 USING ERRCODE = '42704';
+        END IF;
+        SELECT p.pos_tick INTO v_pos FROM pgque.consumer_position p
+         WHERE p.sub_id OPERATOR(pg_catalog.=) v_sub;
+    ELSE
+        SELECT pg_catalog.min(p.pos_tick) INTO v_pos FROM pgque.consumer_position p
+         WHERE p.sub_queue OPERATOR(pg_catalog.=) v_q;
+    END IF;
+    IF v_pos IS NULL THEN
+        RETURN;
+    END IF;
+    SELECT t.tick_snapshot INTO v_snap FROM pgque.tick t
+     WHERE t.tick_queue OPERATOR(pg_catalog.=) v_q AND t.tick_id OPERATOR(pg_catalog.=) v_pos
+     LIMIT 1;
+    IF v_snap IS NULL THEN
+        RETURN;
+    END IF;
+    v_from := pg_catalog.pg_snapshot_xmin(v_snap);
+    IF $3 IS NOT NULL AND ($3::text)::pg_catalog.xid8 OPERATOR(pg_catalog.>) v_from THEN
+        v_from := ($3::text)::pg_catalog.xid8;
+    END IF;
+    -- (the table's name is made of the queue's integer id)
+    RETURN QUERY EXECUTE pg_catalog.format(
+        'SELECT e.ev_id, e.ev_txid::text::int8, e.ev_time, e.ev_type, e.ev_data, e.ev_extra1,
+                e.ev_retry, s.sub_consumer, e.ev_headers
+           FROM pgque.%I e
+           LEFT JOIN pgque.subscription s ON s.sub_id OPERATOR(pg_catalog.=) e.ev_owner
+          WHERE e.ev_txid OPERATOR(pg_catalog.>=) $1
+            AND NOT pg_catalog.pg_visible_in_snapshot(e.ev_txid, $2)
+            AND ($3::int8 IS NULL
+                 OR (e.ev_txid::text::int8, e.ev_id) OPERATOR(pg_catalog.>) ($3::int8, COALESCE($4, -1)))
+            AND ($5::int4 IS NULL OR e.ev_owner IS NULL OR e.ev_owner OPERATOR(pg_catalog.=) $5)
+          ORDER BY e.ev_txid, e.ev_id
+          LIMIT $6', 'event_' || v_q::text)
+    USING v_from, v_snap, $3, $4, v_sub, v_lim;
+END
+$browse_events$;
+
+CREATE FUNCTION pgque.browse_dead_letters(queue_name text, before_id bigint DEFAULT NULL,
+                                          max_letters int DEFAULT 50)
+RETURNS TABLE (dl_id bigint, consumer text, dl_time timestamptz, dl_reason text, ev_id bigint,
+               ev_time timestamptz, ev_retry int, ev_type text, ev_data text, partition_key text,
+               headers jsonb)
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pgque, pg_temp
+SET jit = off
+SET enable_seqscan = off
+AS $browse_dead_letters$
+DECLARE
+    v_q int4;
+    v_lim int := COALESCE($3, 50);
+BEGIN
+    IF $1 IS NULL THEN
+        RAISE EXCEPTION 'queue_name must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    IF v_lim < 1 OR v_lim > 1000 THEN
+        RAISE EXCEPTION 'max_letters % is outside 1..1000', v_lim USING ERRCODE = '22003';
+    END IF;
+    SELECT q.queue_id INTO v_q FROM pgque.queue q WHERE q.queue_name OPERATOR(pg_catalog.=) $1;
+    IF v_q IS NULL THEN
+        RAISE EXCEPTION 'queue not found: %', $1 USING ERRCODE = '42704';
+    END IF;
+    RETURN QUERY
+    SELECT d.dl_id, d.dl_consumer, d.dl_time, d.dl_reason, d.ev_id, d.ev_time, d.ev_retry,
+           d.ev_type, d.ev_data, d.ev_extra1, d.ev_headers
+      FROM pgque.dead_letter_store d
+     WHERE d.dl_queue OPERATOR(pg_catalog.=) v_q
+       AND d.dl_id OPERATOR(pg_catalog.<) COALESCE($2, 9223372036854775807)
+     ORDER BY d.dl_id DESC
+     LIMIT v_lim;
+END
+$browse_dead_letters$;
+
+REVOKE ALL ON FUNCTION pgque.browse_events(text, text, bigint, bigint, int),
+    pgque.browse_dead_letters(text, bigint, int)
+  FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION pgque.browse_events(text, text, bigint, bigint, int),
+    pgque.browse_dead_letters(text, bigint, int)
+  TO pgque_reader, pgque_admin;
+-- ==== end of trace context III ====
