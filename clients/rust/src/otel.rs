@@ -15,9 +15,9 @@
 //! Events (docs/tracing.md, "Events"): the producers use [`start_send`] as
 //! well, and the consumers open one CONSUMER span `process <queue>` per
 //! event ([`start_event`]) with the same rules: linked to the producer, its
-//! child on the first delivery, a new trace on a redelivery (`retry_count`
-//! > 0); attributes `messaging.consumer.group.name` (the consumer),
-//! `pgque.event.type`, `pgque.event.retry_count`.
+//! child on the first delivery, a new trace on a redelivery (a positive
+//! `retry_count`); attributes `messaging.consumer.group.name` (the
+//! consumer), `pgque.event.type`, `pgque.event.retry_count`.
 //!
 //! Only the API crate is used: the W3C header format is written and read
 //! here (the propagator lives in the SDK), so the headers do not depend on
