@@ -149,6 +149,7 @@ CREATE TABLE pgque.retry_queue (
     ev_extra3      text,
     ev_extra4      text,
     ev_txid        xid8,
+    ev_headers     jsonb,        -- trace context (traceparent, ...), as on the event
     PRIMARY KEY (ev_owner, ev_id)
 );
 CREATE INDEX retry_queue_due_idx ON pgque.retry_queue (ev_retry_after);
@@ -172,7 +173,8 @@ CREATE TABLE pgque.dead_letter_store (
     ev_extra2     text,
     ev_extra3     text,
     ev_extra4     text,
-    ev_txid       xid8
+    ev_txid       xid8,
+    ev_headers    jsonb          -- trace context, as on the event
 );
 CREATE INDEX dead_letter_queue_idx ON pgque.dead_letter_store (dl_queue, dl_time);
 -- One dead letter per (consumer, event): nack's insert probes this.

@@ -58,6 +58,7 @@ CREATE TABLE pgque.partition_held (
     ev_extra2 text,
     ev_extra3 text,
     ev_extra4 text,
+    ev_headers jsonb,
     PRIMARY KEY (ph_sub, ev_id),
     FOREIGN KEY (ph_sub, ph_key)
         REFERENCES pgque.partition_blocked (pb_sub, pb_key) ON DELETE CASCADE

@@ -30,7 +30,8 @@ CREATE TABLE pgque.delayed_event (
     ev_extra2  text,
     ev_extra3  text,
     ev_extra4  text,
-    piece      int2 NOT NULL
+    piece      int2 NOT NULL,
+    ev_headers jsonb              -- trace context, carried into the event table
 ) PARTITION BY LIST (piece);
 CREATE TABLE pgque.delayed_event_p0 PARTITION OF pgque.delayed_event FOR VALUES IN (0);
 CREATE TABLE pgque.delayed_event_p1 PARTITION OF pgque.delayed_event FOR VALUES IN (1);

@@ -82,12 +82,12 @@ GRANT EXECUTE ON FUNCTION pgque.job_channel(text) TO pgque_reader, pgque_writer;
 
 -- ---- idempotent and delayed publishing ------------------------------------------------
 GRANT EXECUTE ON FUNCTION
-    pgque.send_idem(text, text, jsonb, text, interval, text),
-    pgque.send_idem(text, text, text, text, interval, text)
+    pgque.send_idem(text, text, jsonb, text, interval, text, jsonb),
+    pgque.send_idem(text, text, text, text, interval, text, jsonb)
   TO pgque_writer;
 GRANT EXECUTE ON FUNCTION
-    pgque.send_at(text, text, jsonb, timestamptz, text),
-    pgque.send_at(text, text, text, timestamptz, text)
+    pgque.send_at(text, text, jsonb, timestamptz, text, jsonb),
+    pgque.send_at(text, text, text, timestamptz, text, jsonb)
   TO pgque_writer;
 GRANT EXECUTE ON FUNCTION pgque.maint_idem(), pgque.maint_delayed() TO pgque_admin;
 
@@ -136,6 +136,17 @@ GRANT EXECUTE ON FUNCTION
   TO pgque_reader;
 GRANT EXECUTE ON FUNCTION pgque.partition_slot(text, int4)
   TO pgque_reader, pgque_writer, pgque_admin;
+-- ---- trace context on events (docs/tracing.md) ---------------------------------
+GRANT EXECUTE ON FUNCTION
+    pgque.send(text, text, jsonb, text, jsonb), pgque.send(text, text, text, text, jsonb),
+    pgque.send_batch(text, text, jsonb[], text[], jsonb),
+    pgque.send_batch(text, text, text[], text[], jsonb)
+  TO pgque_writer;
+GRANT EXECUTE ON FUNCTION
+    pgque.receive_with_headers(text, text, int4),
+    pgque.receive_coop_with_headers(text, text, text, int4, interval),
+    pgque.receive_partitioned_with_headers(text, text, int4, int4, text, int4)
+  TO pgque_reader;
 GRANT SELECT ON pgque.partition_slot_status TO pgque_reader;
 -- The pause failure policy (src/log/pause.rs): a consumer chooses it at
 -- subscribe; releasing a blocked key is an administrator's call.
@@ -183,7 +194,8 @@ BEGIN
                     'begin_resize', 'resize_ready', 'complete_resize', 'abort_resize',
                     'pause_queue', 'resume_queue', 'queue_stats', 'consumer_stats',
                     'queue_health', 'otel_metrics', 'stuck_consumers', 'in_flight', 'throughput',
-                    'error_rate'])
+                    'error_rate', 'receive_with_headers', 'receive_coop_with_headers',
+                    'receive_partitioned_with_headers'])
     LOOP
         EXECUTE format('ALTER FUNCTION %s SET enable_seqscan = off', f);
     END LOOP;
@@ -203,7 +215,8 @@ BEGIN
                 AND p.proname = ANY (ARRAY[
                     'receive', 'receive_coop', 'next_batch', 'next_batch_info',
                     'next_batch_custom', 'get_batch_events', 'get_batch_cursor',
-                    'receive_partitioned'])
+                    'receive_partitioned', 'receive_with_headers', 'receive_coop_with_headers',
+                    'receive_partitioned_with_headers'])
     LOOP
         EXECUTE format('ALTER FUNCTION %s SET plan_cache_mode = force_generic_plan', f);
     END LOOP;

@@ -1567,3 +1567,237 @@ WHERE NOT EXISTS (SELECT 1 FROM pgque.jobs s WHERE s.id = $1)
 $get_job$;
 ALTER FUNCTION pgque.get_job(bigint) SET jit = off;
 -- ==== end of trace context II: headers in the job log ====
+
+-- ==== trace context III: headers on events (issue 31 item 3, evtrace; docs/tracing.md) ====
+-- An event's headers (W3C traceparent / tracestate) live in a new last
+-- column ev_headers of every queue's event tables, and move with the event
+-- through retries, dead letters, held events of paused keys and delayed
+-- delivery: each of those tables gets the column too. pgque.message and
+-- receive / receive_coop / receive_partitioned are PgQue's contract and stay
+-- as they are; the *_with_headers twins return the headers as a last column.
+-- handled: table retry_queue 8eee707686
+-- handled: table dead_letter_store ab3abbf683
+-- handled: table delayed_event
+-- handled: table partition_held
+ALTER TABLE pgque.retry_queue ADD COLUMN ev_headers jsonb;
+ALTER TABLE pgque.dead_letter_store ADD COLUMN ev_headers jsonb;
+ALTER TABLE pgque.partition_held ADD COLUMN ev_headers jsonb;
+-- (a partitioned table: its pieces get the column with it)
+ALTER TABLE pgque.delayed_event ADD COLUMN ev_headers jsonb;
+
+-- Every existing queue's event tables: the column added to the parent
+-- reaches its children (inheritance), and the children made later by
+-- rotation (TRUNCATE keeps columns) or a new queue (create_queue) have it.
+-- IF NOT EXISTS: a queue created by a 0.8.0 library before this update
+-- already has it.
+DO $evheaders$
+DECLARE q int4;
+BEGIN
+    FOR q IN SELECT queue_id FROM pgque.queue LOOP
+        IF pg_catalog.to_regclass(pg_catalog.format('pgque.event_%s', q)) IS NOT NULL THEN
+            EXECUTE pg_catalog.format('ALTER TABLE pgque.%I ADD COLUMN IF NOT EXISTS ev_headers jsonb',
+                                      'event_' || q);
+        END IF;
+    END LOOP;
+END
+$evheaders$;
+
+-- send_idem and send_at take headers as a last argument with a default
+-- (new C symbols: 0.7.0's stay in the library for a database not updated).
+-- handled: function send_idem(text, text, jsonb, text, interval, text) gone
+-- handled: function send_idem(text, text, text, text, interval, text) gone
+-- handled: function send_at(text, text, jsonb, timestamp with time zone, text) gone
+-- handled: function send_at(text, text, text, timestamp with time zone, text) gone
+DROP FUNCTION pgque.send_idem(text, text, jsonb, text, interval, text);
+DROP FUNCTION pgque.send_idem(text, text, text, text, interval, text);
+DROP FUNCTION pgque.send_at(text, text, jsonb, timestamptz, text);
+DROP FUNCTION pgque.send_at(text, text, text, timestamptz, text);
+
+CREATE FUNCTION pgque."send_idem"(
+	"queue_name" TEXT,
+	"type_name" TEXT,
+	"payload" jsonb,
+	"idem_key" TEXT,
+	"ttl" interval DEFAULT '1 hour',
+	"partition_key" TEXT DEFAULT NULL,
+	"headers" jsonb DEFAULT NULL
+) RETURNS TABLE (
+	"event_id" bigint,
+	"deduped" bool
+)
+SECURITY DEFINER
+SET search_path TO pg_catalog, pgque, pg_temp
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'send_idem_headers_jsonb_wrapper';
+
+CREATE FUNCTION pgque."send_idem"(
+	"queue_name" TEXT,
+	"type_name" TEXT,
+	"payload" TEXT,
+	"idem_key" TEXT,
+	"ttl" interval DEFAULT '1 hour',
+	"partition_key" TEXT DEFAULT NULL,
+	"headers" jsonb DEFAULT NULL
+) RETURNS TABLE (
+	"event_id" bigint,
+	"deduped" bool
+)
+SECURITY DEFINER
+SET search_path TO pg_catalog, pgque, pg_temp
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'send_idem_headers_text_wrapper';
+
+CREATE FUNCTION pgque."send_at"(
+	"queue_name" TEXT,
+	"type_name" TEXT,
+	"payload" jsonb,
+	"deliver_at" timestamp with time zone,
+	"partition_key" TEXT DEFAULT NULL,
+	"headers" jsonb DEFAULT NULL
+) RETURNS bigint
+SECURITY DEFINER
+SET search_path TO pg_catalog, pgque, pg_temp
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'send_at_headers_jsonb_wrapper';
+
+CREATE FUNCTION pgque."send_at"(
+	"queue_name" TEXT,
+	"type_name" TEXT,
+	"payload" TEXT,
+	"deliver_at" timestamp with time zone,
+	"partition_key" TEXT DEFAULT NULL,
+	"headers" jsonb DEFAULT NULL
+) RETURNS bigint
+SECURITY DEFINER
+SET search_path TO pg_catalog, pgque, pg_temp
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'send_at_headers_text_wrapper';
+
+-- The traced producers: send and send_batch with partition key(s) and
+-- headers, five arguments without defaults (no 0.7.0 call resolves to them).
+-- Invoker's rights and no settings, as every send (src/api/owner.rs).
+CREATE FUNCTION pgque."send"(
+	"queue_name" TEXT,
+	"type_name" TEXT,
+	"payload" jsonb,
+	"partition_key" TEXT,
+	"headers" jsonb
+) RETURNS bigint
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'send_headers_jsonb_wrapper';
+
+CREATE FUNCTION pgque."send"(
+	"queue_name" TEXT,
+	"type_name" TEXT,
+	"payload" TEXT,
+	"partition_key" TEXT,
+	"headers" jsonb
+) RETURNS bigint
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'send_headers_text_wrapper';
+
+CREATE FUNCTION pgque."send_batch"(
+	"queue_name" TEXT,
+	"type_name" TEXT,
+	"payloads" jsonb[],
+	"partition_keys" TEXT[],
+	"headers" jsonb
+) RETURNS bigint[]
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'send_batch_headers_jsonb_wrapper';
+
+CREATE FUNCTION pgque."send_batch"(
+	"queue_name" TEXT,
+	"type_name" TEXT,
+	"payloads" TEXT[],
+	"partition_keys" TEXT[],
+	"headers" jsonb
+) RETURNS bigint[]
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'send_batch_headers_text_wrapper';
+
+-- The receive twins with the headers as a last column.
+CREATE FUNCTION pgque."receive_with_headers"(
+	"queue_name" TEXT,
+	"consumer" TEXT,
+	"max_return" INT DEFAULT 100
+) RETURNS TABLE (msg_id bigint, batch_id bigint, type text, payload text, retry_count int4, created_at timestamptz, extra1 text, extra2 text, extra3 text, extra4 text, headers jsonb)
+SECURITY DEFINER
+SET search_path TO pg_catalog, pgque, pg_temp
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'receive_with_headers_wrapper';
+
+CREATE FUNCTION pgque."receive_coop_with_headers"(
+	"queue_name" TEXT,
+	"consumer" TEXT,
+	"subconsumer" TEXT,
+	"max_return" INT DEFAULT 100,
+	"dead_interval" interval DEFAULT NULL
+) RETURNS TABLE (msg_id bigint, batch_id bigint, type text, payload text, retry_count int4, created_at timestamptz, extra1 text, extra2 text, extra3 text, extra4 text, headers jsonb)
+SECURITY DEFINER
+SET search_path TO pg_catalog, pgque, pg_temp
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'receive_coop_with_headers_wrapper';
+
+CREATE FUNCTION pgque."receive_partitioned_with_headers"(
+	"queue_name" TEXT,
+	"consumer" TEXT,
+	"slot" INT,
+	"n" INT,
+	"worker" TEXT,
+	"max_return" INT DEFAULT 100
+) RETURNS TABLE (msg_id bigint, batch_id bigint, type text, payload text, retry_count int4, created_at timestamptz, extra1 text, extra2 text, extra3 text, extra4 text, headers jsonb)
+SECURITY DEFINER
+SET search_path TO pg_catalog, pgque, pg_temp
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'receive_partitioned_with_headers_wrapper';
+
+-- Grants and settings as sql/99_finalize.sql gives them.
+REVOKE ALL ON FUNCTION
+    pgque.send_idem(text, text, jsonb, text, interval, text, jsonb),
+    pgque.send_idem(text, text, text, text, interval, text, jsonb),
+    pgque.send_at(text, text, jsonb, timestamptz, text, jsonb),
+    pgque.send_at(text, text, text, timestamptz, text, jsonb),
+    pgque.send(text, text, jsonb, text, jsonb), pgque.send(text, text, text, text, jsonb),
+    pgque.send_batch(text, text, jsonb[], text[], jsonb),
+    pgque.send_batch(text, text, text[], text[], jsonb),
+    pgque.receive_with_headers(text, text, int4),
+    pgque.receive_coop_with_headers(text, text, text, int4, interval),
+    pgque.receive_partitioned_with_headers(text, text, int4, int4, text, int4)
+  FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION
+    pgque.send_idem(text, text, jsonb, text, interval, text, jsonb),
+    pgque.send_idem(text, text, text, text, interval, text, jsonb)
+  TO pgque_writer;
+GRANT EXECUTE ON FUNCTION
+    pgque.send_at(text, text, jsonb, timestamptz, text, jsonb),
+    pgque.send_at(text, text, text, timestamptz, text, jsonb)
+  TO pgque_writer;
+GRANT EXECUTE ON FUNCTION
+    pgque.send(text, text, jsonb, text, jsonb), pgque.send(text, text, text, text, jsonb),
+    pgque.send_batch(text, text, jsonb[], text[], jsonb),
+    pgque.send_batch(text, text, text[], text[], jsonb)
+  TO pgque_writer;
+GRANT EXECUTE ON FUNCTION
+    pgque.receive_with_headers(text, text, int4),
+    pgque.receive_coop_with_headers(text, text, text, int4, interval),
+    pgque.receive_partitioned_with_headers(text, text, int4, int4, text, int4)
+  TO pgque_reader;
+ALTER FUNCTION pgque.send_idem(text, text, jsonb, text, interval, text, jsonb) SET enable_seqscan = off;
+ALTER FUNCTION pgque.send_idem(text, text, text, text, interval, text, jsonb) SET enable_seqscan = off;
+ALTER FUNCTION pgque.send_at(text, text, jsonb, timestamptz, text, jsonb) SET enable_seqscan = off;
+ALTER FUNCTION pgque.send_at(text, text, text, timestamptz, text, jsonb) SET enable_seqscan = off;
+ALTER FUNCTION pgque.send_idem(text, text, jsonb, text, interval, text, jsonb) SET jit = off;
+ALTER FUNCTION pgque.send_idem(text, text, text, text, interval, text, jsonb) SET jit = off;
+ALTER FUNCTION pgque.send_at(text, text, jsonb, timestamptz, text, jsonb) SET jit = off;
+ALTER FUNCTION pgque.send_at(text, text, text, timestamptz, text, jsonb) SET jit = off;
+ALTER FUNCTION pgque.receive_with_headers(text, text, int4) SET enable_seqscan = off;
+ALTER FUNCTION pgque.receive_coop_with_headers(text, text, text, int4, interval) SET enable_seqscan = off;
+ALTER FUNCTION pgque.receive_partitioned_with_headers(text, text, int4, int4, text, int4) SET enable_seqscan = off;
+ALTER FUNCTION pgque.receive_with_headers(text, text, int4) SET plan_cache_mode = force_generic_plan;
+ALTER FUNCTION pgque.receive_coop_with_headers(text, text, text, int4, interval) SET plan_cache_mode = force_generic_plan;
+ALTER FUNCTION pgque.receive_partitioned_with_headers(text, text, int4, int4, text, int4) SET plan_cache_mode = force_generic_plan;
+ALTER FUNCTION pgque.receive_with_headers(text, text, int4) SET jit = off;
+ALTER FUNCTION pgque.receive_coop_with_headers(text, text, text, int4, interval) SET jit = off;
+ALTER FUNCTION pgque.receive_partitioned_with_headers(text, text, int4, int4, text, int4) SET jit = off;
+-- ==== end of trace context III ====

@@ -3,6 +3,7 @@
 //! Module map (one concern each):
 //! - `gucs`    every `pgque.*` setting with typed accessors
 //! - `error`   errors with SQLSTATEs, name validation
+//! - `headers` trace-context headers of jobs and events: the check, the schema probes
 //! - `shmem`   shared state of the background workers (status, wake-ups)
 //! - `locks`   pgque's own transaction locks, which other roles cannot take
 //! - `worker`  the launcher and the per-database worker loop (thin: calls duty functions)
@@ -32,6 +33,7 @@ pub mod api;
 pub mod error;
 pub mod explorer;
 pub mod gucs;
+pub mod headers;
 pub mod jobs;
 pub mod locks;
 pub mod log;

@@ -342,7 +342,7 @@ fn matrix() -> Vec<Row> {
             Q,
         ),
         row(
-            "pgque.send_idem(text,text,jsonb,text,interval,text)",
+            "pgque.send_idem(text,text,jsonb,text,interval,text,jsonb)",
             "SELECT * FROM pgque.send_idem({Q}::text, 't', '{}'::jsonb, 'k1')",
             Q,
         )
@@ -353,17 +353,20 @@ fn matrix() -> Vec<Row> {
         .with("infinite TTL", "SELECT * FROM pgque.send_idem('q', 't', '{}'::jsonb, 'k', 'infinity')", inf_interval())
         .with("NULL TTL", "SELECT * FROM pgque.send_idem('q', 't', '{}'::jsonb, 'k', NULL)", St("22004"))
         .with("TTL not an interval", "SELECT * FROM pgque.send_idem('q', 't', '{}'::jsonb, 'k', 'soon')", St("22007"))
-        .with("not JSON", "SELECT * FROM pgque.send_idem('q', 't', '{'::jsonb, 'k')", bad_json),
+        .with("not JSON", "SELECT * FROM pgque.send_idem('q', 't', '{'::jsonb, 'k')", bad_json)
+        .with("headers not an object", "SELECT * FROM pgque.send_idem('q', 't', '{}'::jsonb, 'k', headers => '[]')", St("22023"))
+        .with("headers over 1 kB", format!("SELECT * FROM pgque.send_idem('q', 't', '{{}}'::jsonb, 'k', headers => '{{\"tracestate\": \"{}\"}}')", "x".repeat(1100)), St("54000")),
         row(
-            "pgque.send_idem(text,text,text,text,interval,text)",
+            "pgque.send_idem(text,text,text,text,interval,text,jsonb)",
             "SELECT * FROM pgque.send_idem({Q}::text, 't', 'x'::text, 'k1')",
             Q,
         )
         .with("NULL key", "SELECT * FROM pgque.send_idem('q', 't', 'x'::text, NULL)", St("22004"))
         .with("zero TTL", "SELECT * FROM pgque.send_idem('q', 't', 'x'::text, 'k', '0')", St("22023"))
-        .with("infinite TTL", "SELECT * FROM pgque.send_idem('q', 't', 'x'::text, 'k', 'infinity')", inf_interval()),
+        .with("infinite TTL", "SELECT * FROM pgque.send_idem('q', 't', 'x'::text, 'k', 'infinity')", inf_interval())
+        .with("headers value not a string", "SELECT * FROM pgque.send_idem('q', 't', 'x'::text, 'k', headers => '{\"a\": 1}')", St("22023")),
         row(
-            "pgque.send_at(text,text,jsonb,timestamp with time zone,text)",
+            "pgque.send_at(text,text,jsonb,timestamp with time zone,text,jsonb)",
             "SELECT pgque.send_at({Q}::text, 't', '{}'::jsonb, now() + interval '1 hour')",
             Q,
         )
@@ -371,14 +374,16 @@ fn matrix() -> Vec<Row> {
         .with("infinite time", "SELECT pgque.send_at('q', 't', '{}'::jsonb, 'infinity')", St("22023"))
         .with("-infinity", "SELECT pgque.send_at('q', 't', '{}'::jsonb, '-infinity')", St("22023"))
         .with("not a time", "SELECT pgque.send_at('q', 't', '{}'::jsonb, 'tomorrow-ish')", St("22007"))
-        .with("not JSON", "SELECT pgque.send_at('q', 't', 'x'::jsonb, now())", bad_json),
+        .with("not JSON", "SELECT pgque.send_at('q', 't', 'x'::jsonb, now())", bad_json)
+        .with("headers not an object", "SELECT pgque.send_at('q', 't', '{}'::jsonb, now() + interval '1 hour', headers => '1')", St("22023")),
         row(
-            "pgque.send_at(text,text,text,timestamp with time zone,text)",
+            "pgque.send_at(text,text,text,timestamp with time zone,text,jsonb)",
             "SELECT pgque.send_at({Q}::text, 't', 'x'::text, now() + interval '1 hour')",
             Q,
         )
         .with("NULL time", "SELECT pgque.send_at('q', 't', 'x'::text, NULL)", St("22004"))
-        .with("infinite time", "SELECT pgque.send_at('q', 't', 'x'::text, 'infinity')", St("22023")),
+        .with("infinite time", "SELECT pgque.send_at('q', 't', 'x'::text, 'infinity')", St("22023"))
+        .with("headers over 1 kB", format!("SELECT pgque.send_at('q', 't', 'x'::text, now(), headers => '{{\"tracestate\": \"{}\"}}')", "x".repeat(1100)), St("54000")),
         // ---- consumers -------------------------------------------------------
         row("pgque.subscribe(text,text)", "SELECT pgque.subscribe({Q}::text, 'newc')", Q)
             .with("NULL consumer", "SELECT pgque.subscribe('q', NULL)", St("22004"))
@@ -545,6 +550,53 @@ fn matrix() -> Vec<Row> {
             Q,
         )
         .with("keys not aligned", "SELECT pgque.send_batch('q', 't', ARRAY['x']::text[], ARRAY['k', 'l'])", St("22023")),
+        // ---- trace-context headers on events (docs/tracing.md) ----------------
+        row(
+            "pgque.send(text,text,jsonb,text,jsonb)",
+            "SELECT pgque.send({Q}::text, 't'::text, '{}'::jsonb, 'k'::text, '{\"traceparent\": \"00-x\"}'::jsonb)",
+            Q,
+        )
+        .with("NULL type", "SELECT pgque.send('q', NULL::text, '{}'::jsonb, 'k', '{}'::jsonb)", St("22004"))
+        .with("headers not an object", "SELECT pgque.send('q', 't', '{}'::jsonb, 'k', '[\"00-x\"]'::jsonb)", St("22023"))
+        .with("headers value not a string", "SELECT pgque.send('q', 't', '{}'::jsonb, NULL, '{\"traceparent\": 1}'::jsonb)", St("22023"))
+        .with("headers over 1 kB", format!("SELECT pgque.send('q', 't', '{{}}'::jsonb, NULL, '{{\"tracestate\": \"{}\"}}'::jsonb)", "x".repeat(1100)), St("54000"))
+        .with("headers not JSON", "SELECT pgque.send('q', 't', '{}'::jsonb, NULL, '{x'::jsonb)", bad_json),
+        row(
+            "pgque.send(text,text,text,text,jsonb)",
+            "SELECT pgque.send({Q}::text, 't'::text, 'x'::text, 'k'::text, '{\"traceparent\": \"00-x\"}'::jsonb)",
+            Q,
+        )
+        .with("empty type", "SELECT pgque.send('q', ''::text, 'x'::text, 'k', NULL::jsonb)", St("42602"))
+        .with("headers a string", "SELECT pgque.send('q', 't', 'x'::text, 'k', '\"00-x\"'::jsonb)", St("22023")),
+        row(
+            "pgque.send_batch(text,text,jsonb[],text[],jsonb)",
+            "SELECT pgque.send_batch({Q}::text, 't'::text, ARRAY['{}']::jsonb[], ARRAY['k'], '{\"traceparent\": \"00-x\"}'::jsonb)",
+            Q,
+        )
+        .with("NULL payloads", "SELECT pgque.send_batch('q', 't', NULL::jsonb[], NULL, '{}'::jsonb)", St("22004"))
+        .with("keys not aligned", "SELECT pgque.send_batch('q', 't', ARRAY['{}', '{}']::jsonb[], ARRAY['k'], NULL::jsonb)", St("22023"))
+        .with("headers value null", "SELECT pgque.send_batch('q', 't', ARRAY['{}']::jsonb[], NULL, '{\"a\": null}'::jsonb)", St("22023")),
+        row(
+            "pgque.send_batch(text,text,text[],text[],jsonb)",
+            "SELECT pgque.send_batch({Q}::text, 't'::text, ARRAY['x']::text[], NULL::text[], '{\"traceparent\": \"00-x\"}'::jsonb)",
+            Q,
+        )
+        .with("headers over 1 kB", format!("SELECT pgque.send_batch('q', 't', ARRAY['x']::text[], NULL, '{{\"tracestate\": \"{}\"}}'::jsonb)", "x".repeat(1100)), St("54000")),
+        row(
+            "pgque.receive_with_headers(text,text,integer)",
+            "SELECT * FROM pgque.receive_with_headers({Q}::text, {C}::text, 10)",
+            QC,
+        )
+        .with("zero", "SELECT * FROM pgque.receive_with_headers('q', 'c', 0)", St("22023"))
+        .with("NULL max", "SELECT * FROM pgque.receive_with_headers('q', 'c', NULL)", St("22004")),
+        row(
+            "pgque.receive_partitioned_with_headers(text,text,integer,integer,text,integer)",
+            "SELECT * FROM pgque.receive_partitioned_with_headers({Q}::text, {C}::text, 0, 4, 'w1')",
+            QC,
+        )
+        .with("not the lease holder", "SELECT * FROM pgque.receive_partitioned_with_headers('q', 'pc', 0, 4, 'w2')", St("55000"))
+        .with("different n", "SELECT * FROM pgque.receive_partitioned_with_headers('q', 'pc', 0, 8, 'w1')", St("22023"))
+        .with("zero max_return", "SELECT * FROM pgque.receive_partitioned_with_headers('q', 'pc', 0, 4, 'w1', 0)", St("22023")),
         row(
             "pgque.subscribe_partitioned(text,text,integer)",
             "SELECT pgque.subscribe_partitioned({Q}::text, 'newpc', 4)",
@@ -743,6 +795,14 @@ fn matrix() -> Vec<Row> {
         .with("zero", "SELECT * FROM pgque.receive_coop('q', 'grp', 'm1', 0)", St("22023"))
         .with("NULL max", "SELECT * FROM pgque.receive_coop('q', 'grp', 'm1', NULL)", St("22004"))
         .with("negative dead interval", "SELECT * FROM pgque.receive_coop('q', 'grp', 'm1', 10, '-1 s')", St("22023")),
+        row(
+            "pgque.receive_coop_with_headers(text,text,text,integer,interval)",
+            "SELECT * FROM pgque.receive_coop_with_headers({Q}::text, {G}::text, {M}::text, 10)",
+            QGM,
+        )
+        .unknown_member(Creates)
+        .with("zero", "SELECT * FROM pgque.receive_coop_with_headers('q', 'grp', 'm1', 0)", St("22023"))
+        .with("negative dead interval", "SELECT * FROM pgque.receive_coop_with_headers('q', 'grp', 'm1', 10, '-1 s')", St("22023")),
         row(
             "pgque.touch_subconsumer(text,text,text)",
             "SELECT pgque.touch_subconsumer({Q}::text, {G}::text, {M}::text)",

@@ -122,6 +122,8 @@ fn exercise(c: &mut Client) {
         "SELECT pgque.insert_event('hq', 't', 'p5b', 'x1', NULL, NULL, NULL)",
         "SELECT pgque.send('hq', 't', 'p5c'::pg_catalog.text, 'key1')",
         "SELECT pgque.send_batch('hq', 't', ARRAY['p5d']::pg_catalog.text[], ARRAY['key2'])",
+        "SELECT pgque.send('hq', 't', 'p5e'::pg_catalog.text, 'key3', '{\"traceparent\": \"00-x\"}'::pg_catalog.jsonb)",
+        "SELECT pgque.send_batch('hq', 't', ARRAY['p5f']::pg_catalog.text[], NULL, '{\"traceparent\": \"00-y\"}'::pg_catalog.jsonb)",
         "SELECT * FROM pgque.send_idem('hq', 't', 'p6', 'k1', '1 hour')",
         "SELECT * FROM pgque.send_idem('hq', 't', 'p6-again', 'k1', '1 hour')",
         "SELECT pgque.send_at('hq', 't', 'p7', pg_catalog.now() - interval '1 second')",
@@ -151,6 +153,8 @@ fn exercise(c: &mut Client) {
             "p5b",
             "p5c",
             "p5d",
+            "p5e",
+            "p5f",
             "p6",
             "p7"
         ],
@@ -179,9 +183,20 @@ fn exercise(c: &mut Client) {
         .unwrap();
     assert_eq!(
         coop.len(),
-        11,
+        13,
         "the cooperative consumer gets the batch too"
     );
+    let traced: Vec<String> = c
+        .query(
+            "SELECT headers OPERATOR(pg_catalog.->>) 'traceparent' FROM pgque.receive_coop_with_headers('hq', 'coop', 'm1', 100) \
+              WHERE headers IS NOT NULL ORDER BY msg_id",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(traced, ["00-x", "00-y"], "the traced events' headers");
     let info: i64 = c
         .query_one("SELECT count(*) FROM pgque.get_consumer_info('hq')", &[])
         .unwrap()

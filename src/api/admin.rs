@@ -1,7 +1,7 @@
 #![allow(clippy::type_complexity)] // pgrx needs TableIterator row types spelled out inline
 //! Administration (queues, config, ticker, maintenance), cooperative
 //! consumers and dead letters.
-use super::srf::Messages;
+use super::srf::{Messages, MessagesWithHeaders};
 use super::types::interval_ms;
 use super::{deliver, max_return_arg};
 use crate::error::{self, raise, required};
@@ -547,8 +547,46 @@ fn receive_coop(
     max_return: default!(Option<i32>, 100),
     dead_interval: default!(Option<Interval>, "NULL"),
 ) -> Messages {
+    Messages::new(coop_batch(
+        queue_name,
+        consumer,
+        subconsumer,
+        max_return,
+        dead_interval,
+    ))
+}
+
+/// receive_coop_with_headers(queue_name, consumer, subconsumer, max_return
+/// default 100, dead_interval default NULL) → receive_coop's rows with the
+/// events' trace-context headers as a last column (`headers jsonb`).
+#[pg_extern(security_definer)]
+#[search_path(pg_catalog, pgque, pg_temp)]
+fn receive_coop_with_headers(
+    queue_name: Option<&str>,
+    consumer: Option<&str>,
+    subconsumer: Option<&str>,
+    max_return: default!(Option<i32>, 100),
+    dead_interval: default!(Option<Interval>, "NULL"),
+) -> MessagesWithHeaders {
+    MessagesWithHeaders(Messages::new(coop_batch(
+        queue_name,
+        consumer,
+        subconsumer,
+        max_return,
+        dead_interval,
+    )))
+}
+
+/// What receive_coop returns: the member's open or next batch and its events.
+fn coop_batch(
+    queue_name: Option<&str>,
+    consumer: Option<&str>,
+    subconsumer: Option<&str>,
+    max_return: Option<i32>,
+    dead_interval: Option<Interval>,
+) -> Option<(i64, Vec<batch::Event>)> {
     let limit = max_return_arg(max_return);
-    Messages::new(Spi::connect_mut(|c| {
+    Spi::connect_mut(|c| {
         let (q, o) = coop_open(
             c,
             queue_name,
@@ -558,13 +596,13 @@ fn receive_coop(
             limit,
         );
         deliver(c, &q, o)
-    }))
+    })
 }
 
 // ---- dead letters -----------------------------------------------------------
 
 /// Puts dead letters back: each is redelivered to its consumer (retry_count
-/// restarts at 0) by the next maint_retry_events() and tick.
+/// restarts at 0, headers kept) by the next maint_retry_events() and tick.
 fn replay(c: &mut SpiClient<'_>, filter_id: Option<i64>, filter_queue: Option<i32>) -> i64 {
     crate::worker::wake::recheck_at_commit();
     let sql = format!(
@@ -573,12 +611,13 @@ fn replay(c: &mut SpiClient<'_>, filter_id: Option<i64>, filter_queue: Option<i3
                        AND EXISTS (SELECT 1 FROM pgque.subscription s WHERE s.sub_id = dl.dl_owner) \
                     RETURNING *), \
               i AS (INSERT INTO pgque.retry_queue (ev_retry_after, ev_queue, ev_owner, ev_id, ev_time, ev_retry, \
-                                                   ev_type, ev_data, ev_extra1, ev_extra2, ev_extra3, ev_extra4) \
+                                                   ev_type, ev_data, ev_extra1, ev_extra2, ev_extra3, ev_extra4{h}) \
                     SELECT now(), dl_queue, dl_owner, ev_id, ev_time, 0, ev_type, ev_data, \
-                           ev_extra1, ev_extra2, ev_extra3, ev_extra4 FROM d \
+                           ev_extra1, ev_extra2, ev_extra3, ev_extra4{h} FROM d \
                     ON CONFLICT (ev_owner, ev_id) DO NOTHING RETURNING 1) \
          SELECT count(*) FROM d",
-        log::dead_letter_table()
+        log::dead_letter_table(),
+        h = log::headers_col()
     );
     let t = log::exec(c, &sql, &[filter_id.into(), filter_queue.into()]);
     log::col(&log::first_row(t).unwrap(), 1).unwrap()

@@ -1,7 +1,7 @@
 //! Consuming events: subscribing consumers, receive and ack, and giving
 //! events back (nack, event_retry, batch_retry).
 #![allow(clippy::type_complexity)] // pgrx needs TableIterator row types spelled out inline
-use super::srf::Messages;
+use super::srf::{Messages, MessagesWithHeaders};
 use super::types;
 use crate::error::{self, raise, required};
 use crate::log::{self, batch, Queue};
@@ -120,11 +120,36 @@ fn receive(
     consumer: Option<&str>,
     max_return: default!(Option<i32>, 100),
 ) -> Messages {
+    Messages::new(receive_batch(queue_name, consumer, max_return))
+}
+
+/// receive_with_headers(queue_name, consumer, max_return default 100) →
+/// receive's rows with the events' trace-context headers as a last column
+/// (`headers jsonb`, NULL for an event sent without). The same batch as
+/// receive: the two may be mixed for one consumer.
+#[pg_extern(security_definer)]
+#[search_path(pg_catalog, pgque, pg_temp)]
+fn receive_with_headers(
+    queue_name: Option<&str>,
+    consumer: Option<&str>,
+    max_return: default!(Option<i32>, 100),
+) -> MessagesWithHeaders {
+    MessagesWithHeaders(Messages::new(receive_batch(
+        queue_name, consumer, max_return,
+    )))
+}
+
+/// What receive returns: the consumer's open or next batch and its events.
+fn receive_batch(
+    queue_name: Option<&str>,
+    consumer: Option<&str>,
+    max_return: Option<i32>,
+) -> Option<(i64, Vec<batch::Event>)> {
     let limit = max_return_arg(max_return);
-    Messages::new(Spi::connect_mut(|c| {
+    Spi::connect_mut(|c| {
         let (q, opened) = log::look::plain_next(c, queue_name, consumer, limit);
         deliver(c, &q, opened)
-    }))
+    })
 }
 
 /// ack(batch_id) → 1: finishes the batch; 0 (and a WARNING) when the batch
@@ -163,10 +188,18 @@ pub(crate) fn retry_event(
     // not read: 0); an older schema, between a library install and ALTER
     // EXTENSION UPDATE, has no such column.
     let with_txid = log::dead_letter_store_installed();
+    // 0.8.0 on, the event's headers go along (ev_headers, the last argument)
+    let with_headers = crate::headers::events_have_headers();
     if dead_letter && count >= q.max_retries {
         // Once per (consumer, event): a repeated nack of a dead-lettered
         // event adds no second row (PgQue's contract), and still returns 1.
-        let sql = if with_txid {
+        let sql = if with_headers {
+            "INSERT INTO pgque.dead_letter_store (dl_queue, dl_consumer, dl_owner, dl_reason, ev_id, ev_time, ev_retry, \
+                                                  ev_type, ev_data, ev_extra1, ev_extra2, ev_extra3, ev_extra4, ev_txid, \
+                                                  ev_headers) \
+             SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, nullif($14, 0)::text::xid8, $15 \
+              WHERE NOT EXISTS (SELECT 1 FROM pgque.dead_letter_store d WHERE d.dl_owner = $3 AND d.ev_id = $5)"
+        } else if with_txid {
             "INSERT INTO pgque.dead_letter_store (dl_queue, dl_consumer, dl_owner, dl_reason, ev_id, ev_time, ev_retry, \
                                                   ev_type, ev_data, ev_extra1, ev_extra2, ev_extra3, ev_extra4, ev_txid) \
              SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, nullif($14, 0)::text::xid8 \
@@ -178,29 +211,35 @@ pub(crate) fn retry_event(
               WHERE $14::int8 IS NOT NULL \
                 AND NOT EXISTS (SELECT 1 FROM pgque.dead_letter d WHERE d.dl_owner = $3 AND d.ev_id = $5)"
         };
-        log::exec(
-            c,
-            sql,
-            &[
-                q.id.into(),
-                consumer.into(),
-                b.sub_id.into(),
-                reason.into(),
-                ev.id.into(),
-                ev.time.into(),
-                ev.retry.into(),
-                ev.ev_type.into(),
-                ev.data.into(),
-                (*e1).into(),
-                (*e2).into(),
-                (*e3).into(),
-                (*e4).into(),
-                ev.txid.into(),
-            ],
-        );
+        let mut args = vec![
+            q.id.into(),
+            consumer.into(),
+            b.sub_id.into(),
+            reason.into(),
+            ev.id.into(),
+            ev.time.into(),
+            ev.retry.into(),
+            ev.ev_type.into(),
+            ev.data.into(),
+            (*e1).into(),
+            (*e2).into(),
+            (*e3).into(),
+            (*e4).into(),
+            ev.txid.into(),
+        ];
+        if with_headers {
+            args.push(headers_arg(ev));
+        }
+        log::exec(c, sql, &args);
         return 1;
     }
-    let sql = if with_txid {
+    let sql = if with_headers {
+        "INSERT INTO pgque.retry_queue (ev_retry_after, ev_queue, ev_owner, ev_id, ev_time, ev_retry, \
+                                        ev_type, ev_data, ev_extra1, ev_extra2, ev_extra3, ev_extra4, ev_txid, \
+                                        ev_headers) \
+         VALUES (now() + $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, nullif($13, 0)::text::xid8, $14) \
+         ON CONFLICT (ev_owner, ev_id) DO NOTHING RETURNING 1"
+    } else if with_txid {
         "INSERT INTO pgque.retry_queue (ev_retry_after, ev_queue, ev_owner, ev_id, ev_time, ev_retry, \
                                         ev_type, ev_data, ev_extra1, ev_extra2, ev_extra3, ev_extra4, ev_txid) \
          VALUES (now() + $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, nullif($13, 0)::text::xid8) \
@@ -211,26 +250,34 @@ pub(crate) fn retry_event(
          SELECT now() + $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12 WHERE $13::int8 IS NOT NULL \
          ON CONFLICT (ev_owner, ev_id) DO NOTHING RETURNING 1"
     };
-    let t = log::exec(
-        c,
-        sql,
-        &[
-            (*retry_after).into(),
-            q.id.into(),
-            b.sub_id.into(),
-            ev.id.into(),
-            ev.time.into(),
-            (count + 1).into(),
-            ev.ev_type.into(),
-            ev.data.into(),
-            (*e1).into(),
-            (*e2).into(),
-            (*e3).into(),
-            (*e4).into(),
-            ev.txid.into(),
-        ],
-    );
+    let mut args = vec![
+        (*retry_after).into(),
+        q.id.into(),
+        b.sub_id.into(),
+        ev.id.into(),
+        ev.time.into(),
+        (count + 1).into(),
+        ev.ev_type.into(),
+        ev.data.into(),
+        (*e1).into(),
+        (*e2).into(),
+        (*e3).into(),
+        (*e4).into(),
+        ev.txid.into(),
+    ];
+    if with_headers {
+        args.push(headers_arg(ev));
+    }
+    let t = log::exec(c, sql, &args);
     t.len() as i32
+}
+
+/// An event's headers as a statement argument (jsonb, NULL when none).
+fn headers_arg(ev: &batch::Event) -> pgrx::datum::DatumWithOid<'static> {
+    match ev.headers {
+        Some(h) => h.into(),
+        None => pgrx::datum::DatumWithOid::null_oid(pgrx::pg_sys::JSONBOID),
+    }
 }
 
 pub(crate) fn find_in_batch(

@@ -13,6 +13,7 @@ use crate::log::{self, col, exec, first_row};
 use pgrx::datum::TimestampWithTimeZone;
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
+use pgrx::JsonB;
 
 extension_sql_file!(
     "../../sql/21_delayed.sql",
@@ -26,6 +27,7 @@ fn send_at_impl(
     payload: Option<&str>,
     deliver_at: Option<TimestampWithTimeZone>,
     partition_key: Option<&str>,
+    headers: Option<JsonB>,
 ) -> i64 {
     let deliver_at = required(deliver_at, "deliver_at");
     if deliver_at.is_infinity() || deliver_at.is_neg_infinity() {
@@ -35,6 +37,7 @@ fn send_at_impl(
         );
     }
     let ev_type = super::send::type_arg(type_name);
+    let headers = super::send::headers_arg(headers);
     Spi::connect_mut(|c| {
         let q = log::queue_by_name(c, queue_name);
         let t = exec(
@@ -54,44 +57,53 @@ fn send_at_impl(
                     ev_type: Some(ev_type),
                     ev_data: payload,
                     extra: [partition_key, None, None, None],
+                    headers,
                 },
             );
         }
         // An idle worker must learn when it comes due (it does not wake for it).
         crate::worker::wake::recheck_at_commit();
+        let mut args = vec![
+            q.id.into(),
+            deliver_at.into(),
+            ev_type.into(),
+            payload.into(),
+            partition_key.into(),
+        ];
+        // an untraced send_at runs the statement it ran before headers existed
+        let (hcol, hval) = match headers {
+            Some(h) => {
+                args.push(h.into());
+                (", ev_headers", ", $6")
+            }
+            None => ("", ""),
+        };
         let sql = format!(
             "INSERT INTO pgque.delayed_event_p{piece} \
-                    (ev_queue, ev_id, deliver_at, ev_type, ev_data, ev_extra1, piece) \
-             VALUES ($1, nextval('{}'), $2, $3, $4, $5, {piece}) RETURNING ev_id",
+                    (ev_queue, ev_id, deliver_at, ev_type, ev_data, ev_extra1, piece{hcol}) \
+             VALUES ($1, nextval('{}'), $2, $3, $4, $5, {piece}{hval}) RETURNING ev_id",
             log::event_seq(q.id)
         );
-        let t = exec(
-            c,
-            &sql,
-            &[
-                q.id.into(),
-                deliver_at.into(),
-                ev_type.into(),
-                payload.into(),
-                partition_key.into(),
-            ],
-        );
+        let t = exec(c, &sql, &args);
         col(&first_row(t).expect("INSERT RETURNING"), 1).unwrap()
     })
 }
 
 /// send_at(queue_name, type_name, payload jsonb, deliver_at, partition_key
-/// default NULL) → the event id. The event reaches consumers at or after
-/// deliver_at (within pgque.delayed_period_ms plus a tick); a past deliver_at
-/// sends at once. Writes one row of pgque.delayed_event (or the event table).
+/// default NULL, headers default NULL) → the event id. The event reaches
+/// consumers at or after deliver_at (within pgque.delayed_period_ms plus a
+/// tick); a past deliver_at sends at once. Writes one row of
+/// pgque.delayed_event (or the event table), with the trace-context headers
+/// (checked as send's), which promotion carries into the event table.
 #[pg_extern(name = "send_at", security_definer)]
 #[search_path(pg_catalog, pgque, pg_temp)]
-fn send_at_jsonb(
+fn send_at_headers_jsonb(
     queue_name: Option<&str>,
     type_name: Option<&str>,
     payload: Option<JsonbText>,
     deliver_at: Option<TimestampWithTimeZone>,
     partition_key: default!(Option<&str>, "NULL"),
+    headers: default!(Option<JsonB>, "NULL"),
 ) -> i64 {
     let payload = payload.map(|p| p.0);
     send_at_impl(
@@ -100,20 +112,71 @@ fn send_at_jsonb(
         payload.as_deref(),
         deliver_at,
         partition_key,
+        headers,
     )
 }
 
 /// send_at with a text payload; otherwise as the jsonb form.
 #[pg_extern(name = "send_at", security_definer)]
 #[search_path(pg_catalog, pgque, pg_temp)]
-fn send_at_text(
+fn send_at_headers_text(
     queue_name: Option<&str>,
     type_name: Option<&str>,
     payload: Option<&str>,
     deliver_at: Option<TimestampWithTimeZone>,
     partition_key: default!(Option<&str>, "NULL"),
+    headers: default!(Option<JsonB>, "NULL"),
 ) -> i64 {
-    send_at_impl(queue_name, type_name, payload, deliver_at, partition_key)
+    send_at_impl(
+        queue_name,
+        type_name,
+        payload,
+        deliver_at,
+        partition_key,
+        headers,
+    )
+}
+
+/// The entry point of 0.7.0's `send_at(..., partition_key)` with a jsonb
+/// payload (C symbol send_at_jsonb_wrapper, no headers), kept out of this
+/// version's SQL: a database still at 0.7.0 runs this library's send_at
+/// through it until ALTER EXTENSION pgque UPDATE.
+#[pg_extern(sql = false, security_definer)]
+fn send_at_jsonb(
+    queue_name: Option<&str>,
+    type_name: Option<&str>,
+    payload: Option<JsonbText>,
+    deliver_at: Option<TimestampWithTimeZone>,
+    partition_key: Option<&str>,
+) -> i64 {
+    send_at_headers_jsonb(
+        queue_name,
+        type_name,
+        payload,
+        deliver_at,
+        partition_key,
+        None,
+    )
+}
+
+/// 0.7.0's text-payload send_at (C symbol send_at_text_wrapper), as
+/// send_at_jsonb above.
+#[pg_extern(sql = false, security_definer)]
+fn send_at_text(
+    queue_name: Option<&str>,
+    type_name: Option<&str>,
+    payload: Option<&str>,
+    deliver_at: Option<TimestampWithTimeZone>,
+    partition_key: Option<&str>,
+) -> i64 {
+    send_at_headers_text(
+        queue_name,
+        type_name,
+        payload,
+        deliver_at,
+        partition_key,
+        None,
+    )
 }
 
 /// Rows a run with snapshot $1 and horizon $2 promotes, given the last run's
@@ -205,12 +268,13 @@ pub fn promote(c: &mut SpiClient<'_>, period_s: i32) -> i64 {
         .collect();
     for &(qid, cur_table) in &queues {
         let sql = format!(
-            "WITH ins AS (INSERT INTO {} (ev_id, ev_time, ev_type, ev_data, ev_extra1, ev_extra2, ev_extra3, ev_extra4) \
-               SELECT ev_id, ev_time, ev_type, ev_data, ev_extra1, ev_extra2, ev_extra3, ev_extra4 \
+            "WITH ins AS (INSERT INTO {} (ev_id, ev_time, ev_type, ev_data, ev_extra1, ev_extra2, ev_extra3, ev_extra4{h}) \
+               SELECT ev_id, ev_time, ev_type, ev_data, ev_extra1, ev_extra2, ev_extra3, ev_extra4{h} \
                  FROM pgque.delayed_event d WHERE d.ev_queue = {qid} AND {PROMOTABLE} \
                 ORDER BY d.deliver_at, d.ev_id RETURNING 1) \
              SELECT count(*) FROM ins",
-            log::event_table(qid, cur_table)
+            log::event_table(qid, cur_table),
+            h = log::headers_col()
         );
         let t = exec(c, &sql, &args(&s));
         promoted += first_row(t).and_then(|r| col::<i64>(&r, 1)).unwrap_or(0);
@@ -277,10 +341,11 @@ fn gc_old_piece(c: &mut SpiClient<'_>, s: &State, old: i16) {
                 &format!(
                     "INSERT INTO pgque.delayed_event_p{cur} \
                             (ev_queue, ev_id, deliver_at, ev_time, ev_type, ev_data, \
-                             ev_extra1, ev_extra2, ev_extra3, ev_extra4, piece) \
+                             ev_extra1, ev_extra2, ev_extra3, ev_extra4, piece{h}) \
                      SELECT ev_queue, ev_id, deliver_at, ev_time, ev_type, ev_data, \
-                            ev_extra1, ev_extra2, ev_extra3, ev_extra4, {cur} \
-                       FROM pgque.delayed_event_p{old} WHERE deliver_at > $1"
+                            ev_extra1, ev_extra2, ev_extra3, ev_extra4, {cur}{h} \
+                       FROM pgque.delayed_event_p{old} WHERE deliver_at > $1",
+                    h = log::headers_col()
                 ),
                 &[s.horizon.into()],
             );

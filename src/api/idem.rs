@@ -15,6 +15,7 @@ use crate::log::{self, col, exec, first_row, Queue};
 use pgrx::datum::Interval;
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
+use pgrx::JsonB;
 
 extension_sql_file!(
     "../../sql/20_idempotency.sql",
@@ -95,10 +96,12 @@ fn send_idem_impl(
     idem_key: Option<&str>,
     ttl: Option<Interval>,
     partition_key: Option<&str>,
+    headers: Option<JsonB>,
 ) -> (i64, bool) {
     let key = valid_key(idem_key);
     let ttl = valid_ttl(ttl);
     let ev_type = super::send::type_arg(type_name);
+    let headers = super::send::headers_arg(headers);
     Spi::connect_mut(|c| {
         let q = log::queue_by_name(c, queue_name);
         // Pins the current piece until commit: a switch waits for us.
@@ -142,38 +145,49 @@ fn send_idem_impl(
             });
             return (existing, true);
         }
-        let ins = format!(
-            "INSERT INTO {} (ev_id, ev_type, ev_data, ev_extra1) VALUES ($1, $2, $3, $4)",
-            q.current_table()
-        );
-        exec(
-            c,
-            &ins,
-            &[
-                id.into(),
-                ev_type.into(),
-                payload.into(),
-                partition_key.into(),
-            ],
-        );
+        let mut args = vec![
+            id.into(),
+            ev_type.into(),
+            payload.into(),
+            partition_key.into(),
+        ];
+        // an untraced send runs the statement it ran before headers existed
+        let ins = match headers {
+            Some(h) => {
+                args.push(h.into());
+                format!(
+                    "INSERT INTO {} (ev_id, ev_type, ev_data, ev_extra1, ev_headers) \
+                     VALUES ($1, $2, $3, $4, $5)",
+                    q.current_table()
+                )
+            }
+            None => format!(
+                "INSERT INTO {} (ev_id, ev_type, ev_data, ev_extra1) VALUES ($1, $2, $3, $4)",
+                q.current_table()
+            ),
+        };
+        exec(c, &ins, &args);
         crate::worker::wake::at_commit();
         (id, false)
     })
 }
 
 /// send_idem(queue_name, type_name, payload jsonb, idem_key, ttl default
-/// '1 hour', partition_key default NULL) → (event_id, deduped): sends once per
-/// live key; a duplicate gets the original event id and deduped = true.
-/// Writes the event and its claim in the key ledger, atomically.
+/// '1 hour', partition_key default NULL, headers default NULL) → (event_id,
+/// deduped): sends once per live key; a duplicate gets the original event id
+/// and deduped = true (its headers are the original's). Writes the event
+/// (with its trace-context headers, checked as send's) and its claim in the
+/// key ledger, atomically.
 #[pg_extern(name = "send_idem", security_definer)]
 #[search_path(pg_catalog, pgque, pg_temp)]
-fn send_idem_jsonb(
+fn send_idem_headers_jsonb(
     queue_name: Option<&str>,
     type_name: Option<&str>,
     payload: Option<JsonbText>,
     idem_key: Option<&str>,
     ttl: default!(Option<Interval>, "'1 hour'"),
     partition_key: default!(Option<&str>, "NULL"),
+    headers: default!(Option<JsonB>, "NULL"),
 ) -> TableIterator<'static, (name!(event_id, i64), name!(deduped, bool))> {
     let payload = payload.map(|p| p.0);
     let r = send_idem_impl(
@@ -183,6 +197,7 @@ fn send_idem_jsonb(
         idem_key,
         ttl,
         partition_key,
+        headers,
     );
     TableIterator::once(r)
 }
@@ -190,13 +205,14 @@ fn send_idem_jsonb(
 /// send_idem with a text payload; otherwise as the jsonb form.
 #[pg_extern(name = "send_idem", security_definer)]
 #[search_path(pg_catalog, pgque, pg_temp)]
-fn send_idem_text(
+fn send_idem_headers_text(
     queue_name: Option<&str>,
     type_name: Option<&str>,
     payload: Option<&str>,
     idem_key: Option<&str>,
     ttl: default!(Option<Interval>, "'1 hour'"),
     partition_key: default!(Option<&str>, "NULL"),
+    headers: default!(Option<JsonB>, "NULL"),
 ) -> TableIterator<'static, (name!(event_id, i64), name!(deduped, bool))> {
     TableIterator::once(send_idem_impl(
         queue_name,
@@ -205,7 +221,54 @@ fn send_idem_text(
         idem_key,
         ttl,
         partition_key,
+        headers,
     ))
+}
+
+/// The entry point of 0.7.0's `send_idem(..., partition_key)` with a jsonb
+/// payload (C symbol send_idem_jsonb_wrapper, no headers), kept out of this
+/// version's SQL: a database still at 0.7.0 runs this library's send_idem
+/// through it until ALTER EXTENSION pgque UPDATE.
+#[pg_extern(sql = false, security_definer)]
+fn send_idem_jsonb(
+    queue_name: Option<&str>,
+    type_name: Option<&str>,
+    payload: Option<JsonbText>,
+    idem_key: Option<&str>,
+    ttl: Option<Interval>,
+    partition_key: Option<&str>,
+) -> TableIterator<'static, (name!(event_id, i64), name!(deduped, bool))> {
+    send_idem_headers_jsonb(
+        queue_name,
+        type_name,
+        payload,
+        idem_key,
+        ttl,
+        partition_key,
+        None,
+    )
+}
+
+/// 0.7.0's text-payload send_idem (C symbol send_idem_text_wrapper), as
+/// send_idem_jsonb above.
+#[pg_extern(sql = false, security_definer)]
+fn send_idem_text(
+    queue_name: Option<&str>,
+    type_name: Option<&str>,
+    payload: Option<&str>,
+    idem_key: Option<&str>,
+    ttl: Option<Interval>,
+    partition_key: Option<&str>,
+) -> TableIterator<'static, (name!(event_id, i64), name!(deduped, bool))> {
+    send_idem_headers_text(
+        queue_name,
+        type_name,
+        payload,
+        idem_key,
+        ttl,
+        partition_key,
+        None,
+    )
 }
 
 /// Garbage-collects the key ledger without DELETEs: TRUNCATEs the piece that

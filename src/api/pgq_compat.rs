@@ -130,7 +130,7 @@ fn insert_event_bulk(
     let list = required(ev_data_list, "ev_data_list").0;
     Spi::connect_mut(|c| {
         let q = log::queue_by_name(c, queue_name);
-        log::insert_events(c, &q, ev_type, &list, None)
+        log::insert_events(c, &q, ev_type, &list, None, None)
     })
 }
 

@@ -5,8 +5,10 @@
 use super::owner;
 use super::types::{ArrayDatum, JsonbArray, JsonbText, TextArray};
 use crate::error::{self, raise, required};
+use crate::log::batch::PgJsonb;
 use crate::log::{self, NewEvent};
 use pgrx::prelude::*;
+use pgrx::JsonB;
 
 fn send_one(
     queue_name: Option<&str>,
@@ -14,6 +16,18 @@ fn send_one(
     payload: Option<&str>,
     extra: [Option<&str>; 4],
 ) -> i64 {
+    send_one_with(queue_name, type_name, payload, extra, None)
+}
+
+/// send_one with headers (checked first: 22023 / 54000, nothing stored).
+fn send_one_with(
+    queue_name: Option<&str>,
+    type_name: Option<&str>,
+    payload: Option<&str>,
+    extra: [Option<&str>; 4],
+    headers: Option<JsonB>,
+) -> i64 {
+    let headers = headers_arg(headers);
     owner::as_owner(|| {
         Spi::connect_mut(|c| {
             let q = log::queue_by_name(c, queue_name);
@@ -24,9 +38,19 @@ fn send_one(
                     ev_type: type_name,
                     ev_data: payload,
                     extra,
+                    headers,
                 },
             )
         })
+    })
+}
+
+/// An event's `headers` argument checked (crate::headers::check_headers)
+/// and made a jsonb datum; NULL stays None.
+pub(crate) fn headers_arg(headers: Option<JsonB>) -> Option<PgJsonb> {
+    headers.map(|h| {
+        crate::headers::check_headers(&h, "headers");
+        PgJsonb::new(h)
     })
 }
 
@@ -81,6 +105,17 @@ fn send_many(
     payloads: ArrayDatum,
     keys: Option<TextArray>,
 ) -> Vec<i64> {
+    send_many_with(queue_name, type_name, payloads, keys, None)
+}
+
+/// send_many with one headers object for every event of the call.
+fn send_many_with(
+    queue_name: Option<&str>,
+    type_name: &str,
+    payloads: ArrayDatum,
+    keys: Option<TextArray>,
+    headers: Option<JsonB>,
+) -> Vec<i64> {
     if let Some(k) = &keys {
         if k.0.len != payloads.len {
             raise(
@@ -92,10 +127,18 @@ fn send_many(
             );
         }
     }
+    let headers = headers_arg(headers);
     owner::as_owner(|| {
         Spi::connect_mut(|c| {
             let q = log::queue_by_name(c, queue_name);
-            log::insert_events(c, &q, type_name, &payloads, keys.map(|k| k.0).as_ref())
+            log::insert_events(
+                c,
+                &q,
+                type_name,
+                &payloads,
+                keys.map(|k| k.0).as_ref(),
+                headers,
+            )
         })
     })
 }
@@ -202,6 +245,79 @@ fn send_batch_keyed_text(
     let p = required(payloads, "payloads").0;
     let k = required(partition_keys, "partition_keys");
     send_many(queue_name, &t, p, Some(k))
+}
+
+/// send(queue_name, type_name, payload jsonb, partition_key, headers jsonb):
+/// a keyed event (partition_key may be NULL) with trace-context headers, a
+/// JSON object of strings (`traceparent`, `tracestate`; 22023 otherwise,
+/// 54000 over 1 kB), stored in ev_headers (NULL: none).
+#[pg_extern(name = "send")]
+fn send_headers_jsonb(
+    queue_name: Option<&str>,
+    type_name: Option<&str>,
+    payload: Option<JsonbText>,
+    partition_key: Option<&str>,
+    headers: Option<JsonB>,
+) -> i64 {
+    let t = type_arg(type_name);
+    let p = payload.map(|p| p.0);
+    send_one_with(
+        queue_name,
+        Some(t),
+        p.as_deref(),
+        [partition_key, None, None, None],
+        headers,
+    )
+}
+
+/// send(queue_name, type_name, payload text, partition_key, headers jsonb).
+#[pg_extern(name = "send")]
+fn send_headers_text(
+    queue_name: Option<&str>,
+    type_name: Option<&str>,
+    payload: Option<&str>,
+    partition_key: Option<&str>,
+    headers: Option<JsonB>,
+) -> i64 {
+    let t = type_arg(type_name);
+    send_one_with(
+        queue_name,
+        Some(t),
+        payload,
+        [partition_key, None, None, None],
+        headers,
+    )
+}
+
+/// send_batch(queue_name, type_name, payloads jsonb[], partition_keys
+/// text[], headers jsonb): as the keyed form (partition_keys may be NULL:
+/// no keys), with one headers object for every event of the call.
+#[pg_extern(name = "send_batch")]
+fn send_batch_headers_jsonb(
+    queue_name: Option<&str>,
+    type_name: Option<&str>,
+    payloads: Option<JsonbArray>,
+    partition_keys: Option<TextArray>,
+    headers: Option<JsonB>,
+) -> Vec<i64> {
+    let t = type_arg(type_name).to_string();
+    let p = required(payloads, "payloads").0;
+    send_many_with(queue_name, &t, p, partition_keys, headers)
+}
+
+/// send_batch(queue_name, type_name, payloads text[], partition_keys text[],
+/// headers jsonb).
+#[pg_extern(name = "send_batch")]
+fn send_batch_headers_text(
+    queue_name: Option<&str>,
+    type_name: Option<&str>,
+    payloads: Option<TextArray>,
+    partition_keys: Option<TextArray>,
+    headers: Option<JsonB>,
+) -> Vec<i64> {
+    let t = type_arg(type_name).to_string();
+    let p = required(payloads, "payloads").0;
+    send_many_with(queue_name, &t, p, partition_keys, headers)
 }
 
 /// insert_event(queue_name, ev_type, ev_data): PgQ's raw entry point.

@@ -10,7 +10,7 @@
 //! the slot's lease gets 55000 from receive / ack / nack_partitioned, and
 //! nothing is changed.
 #![allow(clippy::type_complexity)] // pgrx needs TableIterator row types spelled out inline
-use super::srf::Messages;
+use super::srf::{Messages, MessagesWithHeaders};
 use super::{deliver, max_return_arg};
 use crate::error::{self, raise, required};
 use crate::log::slots::{self, Slot, MAX_SLOTS};
@@ -374,8 +374,40 @@ fn receive_partitioned(
     worker: Option<&str>,
     max_return: default!(Option<i32>, 100),
 ) -> Messages {
+    Messages::new(partitioned_batch(
+        queue_name, consumer, slot, n, worker, max_return,
+    ))
+}
+
+/// receive_partitioned_with_headers(queue_name, consumer, slot, n, worker,
+/// max_return default 100) → receive_partitioned's rows with the events'
+/// trace-context headers as a last column (`headers jsonb`).
+#[pg_extern(security_definer)]
+#[search_path(pg_catalog, pgque, pg_temp)]
+fn receive_partitioned_with_headers(
+    queue_name: Option<&str>,
+    consumer: Option<&str>,
+    slot: Option<i32>,
+    n: Option<i32>,
+    worker: Option<&str>,
+    max_return: default!(Option<i32>, 100),
+) -> MessagesWithHeaders {
+    MessagesWithHeaders(Messages::new(partitioned_batch(
+        queue_name, consumer, slot, n, worker, max_return,
+    )))
+}
+
+/// What receive_partitioned returns: the slot's open or next batch.
+fn partitioned_batch(
+    queue_name: Option<&str>,
+    consumer: Option<&str>,
+    slot: Option<i32>,
+    n: Option<i32>,
+    worker: Option<&str>,
+    max_return: Option<i32>,
+) -> Option<(i64, Vec<batch::Event>)> {
     let limit = max_return_arg(max_return);
-    Messages::new(Spi::connect_mut(|c| {
+    Spi::connect_mut(|c| {
         let (q, consumer, worker, s, f) = fenced(c, queue_name, consumer, slot, n, worker, false);
         let (locked, seal) = (f.locked, f.seal);
         // The seal as read under the lease row lock: a resize begun since
@@ -403,7 +435,7 @@ fn receive_partitioned(
             }
         }
         None
-    }))
+    })
 }
 
 /// How many batches whose events were all held back one receive_partitioned

@@ -34,6 +34,75 @@ impl Messages {
     }
 }
 
+/// The same rows with the events' headers as an 11th column (`headers
+/// jsonb`): what the `*_with_headers` receive functions return. A table
+/// type of its own, so pgque.message (PgQue's contract) stays as it is.
+pub struct MessagesWithHeaders(pub Messages);
+
+unsafe impl SqlTranslatable for MessagesWithHeaders {
+    const TYPE_IDENT: &'static str = pgrx::pgrx_resolved_type!(MessagesWithHeaders);
+    const TYPE_ORIGIN: TypeOrigin = TypeOrigin::External;
+    const ARGUMENT_SQL: Result<SqlMappingRef, ArgumentError> = Err(ArgumentError::SetOf);
+    const RETURN_SQL: Result<ReturnsRef, ReturnsError> =
+        Ok(ReturnsRef::One(SqlMappingRef::literal(
+            "TABLE (msg_id bigint, batch_id bigint, type text, payload text, retry_count int4, \
+             created_at timestamptz, extra1 text, extra2 text, extra3 text, extra4 text, headers jsonb)",
+        )));
+}
+
+unsafe impl RetAbi for MessagesWithHeaders {
+    type Item = MessagesWithHeaders;
+    type Ret = MessagesWithHeaders;
+
+    fn to_ret(self) -> Self::Ret {
+        self
+    }
+
+    unsafe fn box_ret_in_fcinfo(fcinfo: pg_sys::FunctionCallInfo, ret: Self::Ret) -> pg_sys::Datum {
+        unsafe { put_rows(fcinfo, ret.0, true) }
+    }
+
+    unsafe fn move_into_fcinfo_fcx(self, _fcinfo: pg_sys::FunctionCallInfo) {}
+
+    unsafe fn fill_fcinfo_fcx(&self, _fcinfo: pg_sys::FunctionCallInfo) {}
+}
+
+/// Puts a batch's events into the call's materialized result: the
+/// pgque.message columns, and `headers` last when `with_headers`.
+unsafe fn put_rows(
+    fcinfo: pg_sys::FunctionCallInfo,
+    ret: Messages,
+    with_headers: bool,
+) -> pg_sys::Datum {
+    unsafe {
+        let (store, desc) = materialize_target(fcinfo);
+        let batch_id = ret.batch_id;
+        for e in ret.events {
+            let [a, b, c, d] = e.extra;
+            let cols = [
+                e.id.into_datum(),
+                batch_id.into_datum(),
+                e.ev_type.into_datum(),
+                e.data.into_datum(),
+                e.retry.into_datum(),
+                e.time.into_datum(),
+                a.into_datum(),
+                b.into_datum(),
+                c.into_datum(),
+                d.into_datum(),
+                e.headers.and_then(|h| h.into_datum()),
+            ];
+            let mut nulls = cols.map(|c| c.is_none());
+            let mut datums = cols.map(|c| c.unwrap_or(pg_sys::Datum::from(0)));
+            // The plain row type has 10 columns: the descriptor decides
+            // how many of these the store reads.
+            debug_assert_eq!((*desc).natts as usize, if with_headers { 11 } else { 10 });
+            pg_sys::tuplestore_putvalues(store, desc, datums.as_mut_ptr(), nulls.as_mut_ptr());
+        }
+        pg_sys::Datum::from(0)
+    }
+}
+
 unsafe impl SqlTranslatable for Messages {
     const TYPE_IDENT: &'static str = pgrx::pgrx_resolved_type!(Messages);
     const TYPE_ORIGIN: TypeOrigin = TypeOrigin::External;
@@ -54,29 +123,7 @@ unsafe impl RetAbi for Messages {
     }
 
     unsafe fn box_ret_in_fcinfo(fcinfo: pg_sys::FunctionCallInfo, ret: Self::Ret) -> pg_sys::Datum {
-        unsafe {
-            let (store, desc) = materialize_target(fcinfo);
-            let batch_id = ret.batch_id;
-            for e in ret.events {
-                let [a, b, c, d] = e.extra;
-                let cols = [
-                    e.id.into_datum(),
-                    batch_id.into_datum(),
-                    e.ev_type.into_datum(),
-                    e.data.into_datum(),
-                    e.retry.into_datum(),
-                    e.time.into_datum(),
-                    a.into_datum(),
-                    b.into_datum(),
-                    c.into_datum(),
-                    d.into_datum(),
-                ];
-                let mut nulls = cols.map(|c| c.is_none());
-                let mut datums = cols.map(|c| c.unwrap_or(pg_sys::Datum::from(0)));
-                pg_sys::tuplestore_putvalues(store, desc, datums.as_mut_ptr(), nulls.as_mut_ptr());
-            }
-            pg_sys::Datum::from(0)
-        }
+        unsafe { put_rows(fcinfo, ret, false) }
     }
 
     unsafe fn move_into_fcinfo_fcx(self, _fcinfo: pg_sys::FunctionCallInfo) {}

@@ -477,7 +477,7 @@ fn enqueue_ready_rows_with_headers<'a>(
     if let Some(h) = &headers {
         for (i, h) in h.iter().enumerate() {
             if let Some(h) = h {
-                super::args::check_headers(&h, &format!("headers[{}]", i + 1));
+                crate::headers::check_headers(&h, &format!("headers[{}]", i + 1));
                 any_headers = true;
             }
         }
@@ -626,7 +626,7 @@ fn enqueue_with_headers(
         check_run_at(r);
     }
     if let Some(h) = &headers {
-        super::args::check_headers(h, "headers");
+        crate::headers::check_headers(h, "headers");
     }
     if let Some(d) = depends_on.as_deref().filter(|d| !d.is_empty()) {
         let parents = super::args::check_depends_on(d);

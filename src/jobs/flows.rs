@@ -407,7 +407,7 @@ const FLOW_HEADERS_SQL: &str = flow_sql!(
 fn check_options(jobs: &[FlowJob]) {
     for j in jobs {
         if let Some(h) = &j.headers {
-            super::args::check_headers(&JsonB(h.clone()), &format!("job {:?}: headers", j.key));
+            crate::headers::check_headers(&JsonB(h.clone()), &format!("job {:?}: headers", j.key));
             if !super::args::schema_has_headers() {
                 raise(
                     error::FEATURE_NOT_SUPPORTED,

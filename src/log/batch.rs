@@ -46,6 +46,9 @@ pub struct Event {
     pub ev_type: Option<PgText>,
     pub data: Option<PgText>,
     pub extra: [Option<PgText>; 4],
+    /// ev_headers (trace context), NULL for most events and on a schema
+    /// without the column.
+    pub headers: Option<PgJsonb>,
 }
 
 /// A text value read from an event table, kept as PostgreSQL's datum: a
@@ -73,6 +76,39 @@ impl pgrx::IntoDatum for PgText {
     }
     fn type_oid() -> pg_sys::Oid {
         pg_sys::TEXTOID
+    }
+}
+
+/// A jsonb value read from an event table (its headers), kept as
+/// PostgreSQL's datum like [`PgText`].
+#[derive(Debug, Clone, Copy)]
+pub struct PgJsonb(pg_sys::Datum);
+
+impl PgJsonb {
+    /// A JSON value as a jsonb datum (made in the current memory context).
+    pub fn new(j: pgrx::JsonB) -> PgJsonb {
+        PgJsonb(pgrx::IntoDatum::into_datum(j).expect("jsonb datum"))
+    }
+
+    /// The datum itself.
+    pub fn datum(self) -> pg_sys::Datum {
+        self.0
+    }
+
+    /// The value as JSON text (a copy).
+    pub fn to_json_string(self) -> String {
+        unsafe { pgrx::JsonB::from_datum(self.0, false) }
+            .map(|j| j.0.to_string())
+            .unwrap_or_default()
+    }
+}
+
+impl pgrx::IntoDatum for PgJsonb {
+    fn into_datum(self) -> Option<pg_sys::Datum> {
+        Some(self.0)
+    }
+    fn type_oid() -> pg_sys::Oid {
+        pg_sys::JSONBOID
     }
 }
 
@@ -324,14 +360,27 @@ pub(super) fn snapshots(
     )
 }
 
-/// The columns an event read selects, in [`take_events`]' order.
+/// The columns an event read selects, in [`take_events`]' order: the
+/// headers last, NULL on a schema without them
+/// ([`crate::headers::events_have_headers`]).
 pub(super) fn event_cols(with_txid: bool) -> &'static str {
-    if with_txid {
-        "ev_id, ev_time, ev_txid::text::int8, ev_retry, ev_type, ev_data, \
-         ev_extra1, ev_extra2, ev_extra3, ev_extra4"
-    } else {
-        "ev_id, ev_time, 0::int8, ev_retry, ev_type, ev_data, \
-         ev_extra1, ev_extra2, ev_extra3, ev_extra4"
+    match (with_txid, crate::headers::events_have_headers()) {
+        (true, true) => {
+            "ev_id, ev_time, ev_txid::text::int8, ev_retry, ev_type, ev_data, \
+             ev_extra1, ev_extra2, ev_extra3, ev_extra4, ev_headers"
+        }
+        (true, false) => {
+            "ev_id, ev_time, ev_txid::text::int8, ev_retry, ev_type, ev_data, \
+             ev_extra1, ev_extra2, ev_extra3, ev_extra4, NULL::jsonb"
+        }
+        (false, true) => {
+            "ev_id, ev_time, 0::int8, ev_retry, ev_type, ev_data, \
+             ev_extra1, ev_extra2, ev_extra3, ev_extra4, ev_headers"
+        }
+        (false, false) => {
+            "ev_id, ev_time, 0::int8, ev_retry, ev_type, ev_data, \
+             ev_extra1, ev_extra2, ev_extra3, ev_extra4, NULL::jsonb"
+        }
     }
 }
 
@@ -411,13 +460,13 @@ pub(super) fn take_events(len: usize) -> Vec<Event> {
     unsafe {
         let tt = pg_sys::SPI_tuptable;
         assert!(!tt.is_null(), "the event read left no result table");
-        assert_eq!((*(*tt).tupdesc).natts, 10, "the event read has 10 columns");
-        let mut values = [pg_sys::Datum::from(0); 10];
-        let mut nulls = [false; 10];
+        assert_eq!((*(*tt).tupdesc).natts, 11, "the event read has 11 columns");
+        let mut values = [pg_sys::Datum::from(0); 11];
+        let mut nulls = [false; 11];
         // A TOASTed value is fetched and decompressed first: the copy must not
         // point into the event table's TOAST relation (a plain value is not
         // copied by the detoast).
-        let text = |i: usize, values: &[pg_sys::Datum; 10], nulls: &[bool; 10]| {
+        let text = |i: usize, values: &[pg_sys::Datum; 11], nulls: &[bool; 11]| {
             (!nulls[i]).then(|| {
                 let plain = pg_sys::pg_detoast_datum_packed(values[i].cast_mut_ptr());
                 PgText(pg_sys::SPI_datumTransfer(
@@ -447,6 +496,15 @@ pub(super) fn take_events(len: usize) -> Vec<Event> {
                     text(8, &values, &nulls),
                     text(9, &values, &nulls),
                 ],
+                // jsonb with a 4-byte header: as its functions take it
+                headers: (!nulls[10]).then(|| {
+                    let full = pg_sys::pg_detoast_datum(values[10].cast_mut_ptr());
+                    PgJsonb(pg_sys::SPI_datumTransfer(
+                        pg_sys::Datum::from(full),
+                        false,
+                        -1,
+                    ))
+                }),
             });
         }
     }

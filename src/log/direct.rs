@@ -15,8 +15,10 @@ use super::Queue;
 use pgrx::pg_sys;
 use std::ffi::CString;
 
-/// The event tables' columns, in order: name and type.
-const LAYOUT: [(&str, pg_sys::Oid); 11] = [
+/// The event tables' columns, in order: name and type. ev_headers came
+/// with 0.8.0: a table without it (a schema not updated yet) is written
+/// too, with the first 11.
+const LAYOUT: [(&str, pg_sys::Oid); 12] = [
     ("ev_id", pg_sys::INT8OID),
     ("ev_time", pg_sys::TIMESTAMPTZOID),
     ("ev_txid", pg_sys::XID8OID),
@@ -28,13 +30,17 @@ const LAYOUT: [(&str, pg_sys::Oid); 11] = [
     ("ev_extra2", pg_sys::TEXTOID),
     ("ev_extra3", pg_sys::TEXTOID),
     ("ev_extra4", pg_sys::TEXTOID),
+    ("ev_headers", pg_sys::JSONBOID),
 ];
+/// Columns of an event table made before ev_headers.
+const LAYOUT_WITHOUT_HEADERS: usize = 11;
 const EV_ID: usize = 0;
 const EV_TIME: usize = 1;
 const EV_TXID: usize = 2;
 const EV_TYPE: usize = 5;
 const EV_DATA: usize = 6;
 const EV_EXTRA1: usize = 7;
+const EV_HEADERS: usize = 11;
 
 /// Rows per heap_multi_insert call: enough to fill several pages per WAL
 /// record, few enough that a chunk's values stay in a small, reused memory
@@ -64,6 +70,8 @@ pub struct Target {
     cid: pg_sys::CommandId,
     time: pg_sys::Datum,
     txid: pg_sys::Datum,
+    /// The table's column count (with or without ev_headers).
+    natts: usize,
 }
 
 impl Target {
@@ -72,7 +80,9 @@ impl Target {
     /// module comment lists when). Until [`Target::finish`], the current
     /// memory context is the target's chunk context, reset after each
     /// chunk: values that must outlive a chunk are made before `open`.
-    pub fn open(q: &Queue, n: usize) -> Option<Target> {
+    /// `headers`: rows will carry headers (None when the table has no
+    /// ev_headers column: the SQL INSERT then says so).
+    pub fn open(q: &Queue, n: usize, headers: bool) -> Option<Target> {
         unsafe {
             if pg_sys::XactReadOnly {
                 return None; // the SQL INSERT raises the read-only error
@@ -82,7 +92,8 @@ impl Target {
             let rv = pg_sys::makeRangeVar(schema.as_ptr() as *mut _, name.as_ptr() as *mut _, -1);
             let lock = pg_sys::RowExclusiveLock as pg_sys::LOCKMODE;
             let rel = pg_sys::table_openrv(rv, lock);
-            if !plain_event_table(rel) {
+            let natts = (*(*rel).rd_att).natts as usize;
+            if !plain_event_table(rel) || (headers && natts <= EV_HEADERS) {
                 pg_sys::table_close(rel, lock);
                 return None;
             }
@@ -102,6 +113,7 @@ impl Target {
                 cid: 0,
                 time: pg_sys::Datum::from(0),
                 txid: pg_sys::Datum::from(0),
+                natts,
             };
             for i in 0..(*rri).ri_NumIndices as usize {
                 let idx = *(*rri).ri_IndexRelationDescs.add(i);
@@ -131,16 +143,28 @@ impl Target {
         }
     }
 
-    /// Adds one event (id, type, payload, ev_extra1..4); rows are written
-    /// CHUNK at a time and by [`Target::finish`]. Values made in the chunk
+    /// Adds one event (id, type, payload, ev_extra1..4, headers: a jsonb
+    /// datum, only on a target opened for headers); rows are written CHUNK
+    /// at a time and by [`Target::finish`]. Values made in the chunk
     /// context must be made after the previous push returned.
-    pub fn push(&mut self, id: i64, ev_type: Val, data: Val, extra: [Val; 4]) {
+    pub fn push(
+        &mut self,
+        id: i64,
+        ev_type: Val,
+        data: Val,
+        extra: [Val; 4],
+        headers: Option<pg_sys::Datum>,
+    ) {
         unsafe {
             let slot = self.slots[self.used];
             pg_sys::ExecClearTuple(slot);
-            let values = std::slice::from_raw_parts_mut((*slot).tts_values, LAYOUT.len());
-            let nulls = std::slice::from_raw_parts_mut((*slot).tts_isnull, LAYOUT.len());
+            let values = std::slice::from_raw_parts_mut((*slot).tts_values, self.natts);
+            let nulls = std::slice::from_raw_parts_mut((*slot).tts_isnull, self.natts);
             nulls.fill(true);
+            if let Some(h) = headers {
+                values[EV_HEADERS] = h;
+                nulls[EV_HEADERS] = false;
+            }
             values[EV_ID] = pg_sys::Datum::from(id);
             values[EV_TIME] = self.time;
             values[EV_TXID] = self.txid;
@@ -274,7 +298,8 @@ unsafe fn plain_event_table(rel: pg_sys::Relation) -> bool {
             return false;
         }
         let desc = (*rel).rd_att;
-        if (*desc).natts as usize != LAYOUT.len() {
+        let natts = (*desc).natts as usize;
+        if natts != LAYOUT.len() && natts != LAYOUT_WITHOUT_HEADERS {
             return false;
         }
         let constr = (*desc).constr;

@@ -8,7 +8,8 @@ use pgrx::pg_sys;
 use pgrx::spi::SpiClient;
 
 /// Moves due retries back into their queues' current event tables (same
-/// event id, ev_owner = the consumer, ev_retry = the count). Returns the count.
+/// event id and headers, ev_owner = the consumer, ev_retry = the count).
+/// Returns the count.
 pub fn retry_events(client: &mut SpiClient<'_>) -> i64 {
     let t = exec(
         client,
@@ -25,12 +26,13 @@ pub fn retry_events(client: &mut SpiClient<'_>) -> i64 {
         let sql = format!(
             "WITH due AS ( \
                DELETE FROM pgque.retry_queue WHERE ev_queue = $1 AND ev_retry_after <= now() \
-               RETURNING ev_id, ev_time, ev_owner, ev_retry, ev_type, ev_data, ev_extra1, ev_extra2, ev_extra3, ev_extra4), \
-             ins AS (INSERT INTO {} (ev_id, ev_time, ev_owner, ev_retry, ev_type, ev_data, ev_extra1, ev_extra2, ev_extra3, ev_extra4) \
-               SELECT ev_id, ev_time, ev_owner, ev_retry, ev_type, ev_data, ev_extra1, ev_extra2, ev_extra3, ev_extra4 FROM due \
+               RETURNING ev_id, ev_time, ev_owner, ev_retry, ev_type, ev_data, ev_extra1, ev_extra2, ev_extra3, ev_extra4{h}), \
+             ins AS (INSERT INTO {} (ev_id, ev_time, ev_owner, ev_retry, ev_type, ev_data, ev_extra1, ev_extra2, ev_extra3, ev_extra4{h}) \
+               SELECT ev_id, ev_time, ev_owner, ev_retry, ev_type, ev_data, ev_extra1, ev_extra2, ev_extra3, ev_extra4{h} FROM due \
                ORDER BY ev_id RETURNING 1) \
              SELECT count(*) FROM ins",
-            event_table(qid, cur)
+            event_table(qid, cur),
+            h = super::headers_col()
         );
         let t = exec(client, &sql, &[qid.into()]);
         let n: i64 = col(&first_row(t).unwrap(), 1).unwrap();

@@ -194,6 +194,19 @@ pub fn dead_letter_table() -> &'static str {
     }
 }
 
+/// `, ev_headers` where the schema has the event headers
+/// ([`crate::headers::events_have_headers`]), else nothing: appended to the
+/// column lists of the statements that move events between the event
+/// tables, retries, dead letters, held and delayed events, so each move
+/// carries an event's headers (and works unchanged on an older schema).
+pub fn headers_col() -> &'static str {
+    if crate::headers::events_have_headers() {
+        ", ev_headers"
+    } else {
+        ""
+    }
+}
+
 /// What the engine knows about a queue for sending and consuming.
 #[derive(Debug, Clone)]
 pub struct Queue {
@@ -261,11 +274,13 @@ pub struct NewEvent<'a> {
     pub ev_type: Option<&'a str>,
     pub ev_data: Option<&'a str>,
     pub extra: [Option<&'a str>; 4],
+    /// ev_headers (checked by the caller: crate::headers::check_headers).
+    pub headers: Option<batch::PgJsonb>,
 }
 
 /// Appends one event to the queue's current table; returns its id.
 pub fn insert_event<'a>(client: &mut SpiClient<'_>, q: &Queue, ev: &NewEvent<'a>) -> i64 {
-    if let Some(mut t) = direct::Target::open(q, 1) {
+    if let Some(mut t) = direct::Target::open(q, 1, ev.headers.is_some()) {
         let id = nextval(q.seq);
         let v = |s: Option<&'a str>| s.map_or(direct::Val::Null, direct::Val::Str);
         t.push(
@@ -278,10 +293,37 @@ pub fn insert_event<'a>(client: &mut SpiClient<'_>, q: &Queue, ev: &NewEvent<'a>
                 v(ev.extra[2]),
                 v(ev.extra[3]),
             ],
+            ev.headers.map(batch::PgJsonb::datum),
         );
         t.finish();
         crate::worker::wake::at_commit();
         return id;
+    }
+    if let Some(h) = ev.headers {
+        // A traced event on a table the direct path does not write: the
+        // statement below with the headers (an untraced one stays as it is).
+        let sql = format!(
+            "INSERT INTO {} (ev_id, ev_type, ev_data, ev_extra1, ev_extra2, ev_extra3, ev_extra4, ev_headers) \
+             VALUES (pg_catalog.nextval('{}'::pg_catalog.regclass), $1, $2, $3, $4, $5, $6, $7) \
+             RETURNING ev_id",
+            q.current_table(),
+            event_seq(q.id)
+        );
+        let t = exec(
+            client,
+            &sql,
+            &[
+                ev.ev_type.into(),
+                ev.ev_data.into(),
+                ev.extra[0].into(),
+                ev.extra[1].into(),
+                ev.extra[2].into(),
+                ev.extra[3].into(),
+                h.into(),
+            ],
+        );
+        crate::worker::wake::at_commit();
+        return col(&first_row(t).expect("INSERT RETURNING"), 1).unwrap();
     }
     let sql = format!(
         "INSERT INTO {} (ev_id, ev_type, ev_data, ev_extra1, ev_extra2, ev_extra3, ev_extra4) \
@@ -309,7 +351,8 @@ pub fn insert_event<'a>(client: &mut SpiClient<'_>, q: &Queue, ev: &NewEvent<'a>
 /// Appends many events of one type in one statement; ids come back aligned
 /// with the input positions. `payloads` is a `jsonb[]` or `text[]` datum
 /// (cast to text by the statement); `keys` (partition keys, into ev_extra1)
-/// must be as long as `payloads` (the caller checks).
+/// must be as long as `payloads` (the caller checks); `headers` go with
+/// every event of the call.
 ///
 /// The ids are drawn from the queue's sequence here, one nextval per event
 /// in input order as the statement would draw them, and handed to the INSERT
@@ -321,11 +364,12 @@ pub fn insert_events(
     ev_type: &str,
     payloads: &crate::api::types::ArrayDatum,
     keys: Option<&crate::api::types::ArrayDatum>,
+    headers: Option<batch::PgJsonb>,
 ) -> Vec<i64> {
     if payloads.len == 0 {
         return vec![];
     }
-    if let Some(ids) = insert_events_direct(q, ev_type, payloads, keys) {
+    if let Some(ids) = insert_events_direct(q, ev_type, payloads, keys, headers) {
         crate::worker::wake::at_commit();
         return ids;
     }
@@ -338,9 +382,16 @@ pub fn insert_events(
     // rows, and ROWS FROM pads the shorter side with NULLs. Every name is
     // schema-qualified: the send path runs with the caller's search_path
     // (crate::api::owner); so is find_queue's and insert_event's.
+    // Headers, when given, are a fifth parameter of another statement: an
+    // untraced call runs the same one as before headers existed.
+    let (hcol, hval) = if headers.is_some() {
+        (", ev_headers", ", $5::pg_catalog.jsonb")
+    } else {
+        ("", "")
+    };
     let sql = format!(
-        "INSERT INTO {tbl} (ev_id, ev_type, ev_data, ev_extra1) \
-         SELECT u.i, $1, u.p::pg_catalog.text, u.k \
+        "INSERT INTO {tbl} (ev_id, ev_type, ev_data, ev_extra1{hcol}) \
+         SELECT u.i, $1, u.p::pg_catalog.text, u.k{hval} \
            FROM ROWS FROM (pg_catalog.unnest($4::pg_catalog.int8[]), \
                            pg_catalog.unnest($2::pg_catalog.{cast}), \
                            pg_catalog.unnest($3::pg_catalog.text[])) AS u(i, p, k)",
@@ -352,11 +403,11 @@ pub fn insert_events(
         |k| k.arg(),
     );
     let id_arg = pgrx::datum::DatumWithOid::from(ids.as_slice());
-    exec(
-        client,
-        &sql,
-        &[ev_type.into(), payloads.arg(), keys, id_arg],
-    );
+    let mut args = vec![ev_type.into(), payloads.arg(), keys, id_arg];
+    if let Some(h) = headers {
+        args.push(h.into());
+    }
+    exec(client, &sql, &args);
     crate::worker::wake::at_commit();
     ids
 }
@@ -368,6 +419,7 @@ fn insert_events_direct(
     ev_type: &str,
     payloads: &crate::api::types::ArrayDatum,
     keys: Option<&crate::api::types::ArrayDatum>,
+    headers: Option<batch::PgJsonb>,
 ) -> Option<Vec<i64>> {
     // made before open: they outlive its chunk context
     let jsonb = payloads.type_oid == pg_sys::JSONBARRAYOID;
@@ -379,7 +431,8 @@ fn insert_events_direct(
     let (p, pn) = unsafe { payloads.elements(elem) };
     let k = keys.map(|k| unsafe { k.elements(pg_sys::TEXTOID) });
     let ty = direct::Val::Datum(direct::text_datum(ev_type));
-    let mut t = direct::Target::open(q, payloads.len)?;
+    let mut t = direct::Target::open(q, payloads.len, headers.is_some())?;
+    let h = headers.map(batch::PgJsonb::datum);
     let mut scratch = Vec::new();
     let mut ids = Vec::with_capacity(p.len());
     for i in 0..p.len() {
@@ -399,6 +452,7 @@ fn insert_events_direct(
             ty,
             data,
             [key, direct::Val::Null, direct::Val::Null, direct::Val::Null],
+            h,
         );
     }
     t.finish();
@@ -457,7 +511,8 @@ pub fn create_queue(client: &mut SpiClient<'_>, name: &str) -> bool {
                 ev_extra1 text,
                 ev_extra2 text,
                 ev_extra3 text,
-                ev_extra4 text)"
+                ev_extra4 text,
+                ev_headers jsonb)"
         ),
     );
     for n in 0..ntables {

@@ -249,31 +249,47 @@ fn park_events(c: &mut SpiClient<'_>, sub: i32, evs: &[(String, Event)]) {
     let x2 = txt(&|e| e.extra[1]);
     let x3 = txt(&|e| e.extra[2]);
     let x4 = txt(&|e| e.extra[3]);
-    exec(
-        c,
+    // The headers as JSON text, cast back to jsonb by the statement (a
+    // parked event is rare; its headers rarer). Without the column (a
+    // schema before 0.8.0) they are NULL and not stored.
+    let with_headers = crate::headers::events_have_headers();
+    let hdrs: Vec<Option<String>> = evs
+        .iter()
+        .map(|(_, e)| e.headers.map(|h| h.to_json_string()))
+        .collect();
+    let (hcol, hval) = if with_headers {
+        (", ev_headers", ", $12::text[]::jsonb[]")
+    } else {
+        ("", "")
+    };
+    let sql = format!(
         "WITH ins AS ( \
            INSERT INTO pgque.partition_held (ph_sub, ph_key, ev_id, ev_time, ev_retry, ev_type, ev_data, \
-                                             ev_extra1, ev_extra2, ev_extra3, ev_extra4) \
+                                             ev_extra1, ev_extra2, ev_extra3, ev_extra4{hcol}) \
            SELECT $1, * FROM unnest($2::text[], $3::int8[], $4::timestamptz[], $5::int4[], $6::text[], \
-                                    $7::text[], $8::text[], $9::text[], $10::text[], $11::text[]) \
+                                    $7::text[], $8::text[], $9::text[], $10::text[], $11::text[]{hval}) \
            ON CONFLICT DO NOTHING RETURNING ph_key), \
               n AS (SELECT ph_key, count(*)::int4 AS n FROM ins GROUP BY ph_key) \
          UPDATE pgque.partition_blocked b SET pb_held = b.pb_held + n.n FROM n \
-          WHERE b.pb_sub = $1 AND b.pb_key = n.ph_key",
-        &[
-            sub.into(),
-            keys.into(),
-            ids.into(),
-            times.into(),
-            retries.into(),
-            types.into(),
-            datas.into(),
-            x1.into(),
-            x2.into(),
-            x3.into(),
-            x4.into(),
-        ],
+          WHERE b.pb_sub = $1 AND b.pb_key = n.ph_key"
     );
+    let mut args = vec![
+        sub.into(),
+        keys.into(),
+        ids.into(),
+        times.into(),
+        retries.into(),
+        types.into(),
+        datas.into(),
+        x1.into(),
+        x2.into(),
+        x3.into(),
+        x4.into(),
+    ];
+    if with_headers {
+        args.push(hdrs.into());
+    }
+    exec(c, &sql, &args);
 }
 
 fn marker(c: &mut SpiClient<'_>, sub: i32, key: &str) -> Option<Marker> {
@@ -387,17 +403,17 @@ pub fn nack(
 /// retry count stays: it did fail). A retry already back in the queue is
 /// parked when it reaches the slot.
 fn pull_back(c: &mut SpiClient<'_>, sub: i32, key: &str, ev_id: i64) {
-    exec(
-        c,
+    let sql = format!(
         "WITH r AS (DELETE FROM pgque.retry_queue WHERE ev_owner = $1 AND ev_id = $3 \
-                    RETURNING ev_id, ev_time, ev_retry, ev_type, ev_data, ev_extra1, ev_extra2, ev_extra3, ev_extra4), \
+                    RETURNING ev_id, ev_time, ev_retry, ev_type, ev_data, ev_extra1, ev_extra2, ev_extra3, ev_extra4{h}), \
               ins AS (INSERT INTO pgque.partition_held (ph_sub, ph_key, ev_id, ev_time, ev_retry, ev_type, ev_data, \
-                                                        ev_extra1, ev_extra2, ev_extra3, ev_extra4) \
+                                                        ev_extra1, ev_extra2, ev_extra3, ev_extra4{h}) \
                       SELECT $1, $2, * FROM r ON CONFLICT DO NOTHING RETURNING 1) \
          UPDATE pgque.partition_blocked SET pb_held = pb_held + (SELECT count(*) FROM ins) \
           WHERE pb_sub = $1 AND pb_key = $2",
-        &[sub.into(), key.into(), ev_id.into()],
+        h = super::headers_col()
     );
+    exec(c, &sql, &[sub.into(), key.into(), ev_id.into()]);
 }
 
 /// ack_partitioned on a paused slot, after the batch is finished (also for
@@ -441,16 +457,17 @@ fn settle_one(c: &mut SpiClient<'_>, q: &Queue, sub: i32, m: &Marker, acked: Opt
     let pull = m.state == State::Retry && !here;
     let sql = format!(
         "WITH r AS (DELETE FROM pgque.retry_queue WHERE $4 AND ev_owner = $1 AND ev_id = $3 \
-                    RETURNING ev_id, ev_time, ev_retry, ev_type, ev_data, ev_extra1, ev_extra2, ev_extra3, ev_extra4), \
+                    RETURNING ev_id, ev_time, ev_retry, ev_type, ev_data, ev_extra1, ev_extra2, ev_extra3, ev_extra4{h}), \
               h AS (DELETE FROM pgque.partition_held WHERE ph_sub = $1 AND ph_key = $2 \
                     RETURNING ev_id, ev_time, coalesce(ev_retry, 0) AS ev_retry, ev_type, ev_data, \
-                              ev_extra1, ev_extra2, ev_extra3, ev_extra4), \
+                              ev_extra1, ev_extra2, ev_extra3, ev_extra4{h}), \
               ins AS (INSERT INTO {} (ev_id, ev_time, ev_owner, ev_retry, ev_type, ev_data, \
-                                      ev_extra1, ev_extra2, ev_extra3, ev_extra4) \
-                      SELECT ev_id, ev_time, $1, ev_retry, ev_type, ev_data, ev_extra1, ev_extra2, ev_extra3, ev_extra4 \
+                                      ev_extra1, ev_extra2, ev_extra3, ev_extra4{h}) \
+                      SELECT ev_id, ev_time, $1, ev_retry, ev_type, ev_data, ev_extra1, ev_extra2, ev_extra3, ev_extra4{h} \
                         FROM (SELECT * FROM r UNION ALL SELECT * FROM h) x ORDER BY ev_id RETURNING ev_id) \
          SELECT count(*)::int4, min(ev_id), (SELECT count(*) FROM r)::int4 FROM ins",
-        event_table(q.id, q.cur_table)
+        event_table(q.id, q.cur_table),
+        h = super::headers_col()
     );
     let t = exec(
         c,
