@@ -344,3 +344,63 @@ fn insert_event7(
         [ev_extra1, ev_extra2, ev_extra3, ev_extra4],
     )
 }
+
+#[cfg(any(test, feature = "pg_test"))]
+#[pg_schema]
+mod tests {
+    use crate::test_util::{count, one, run, sqlstate};
+    use pgrx::prelude::*;
+
+    /// Headers land in ev_headers both below SQL (the direct heap insert)
+    /// and through the SQL INSERT a table with a trigger takes; NULL
+    /// headers store NULL either way.
+    #[pg_test]
+    fn headers_stored_by_the_direct_and_the_sql_insert() {
+        run("SELECT pgque.create_queue('hdr_direct'), pgque.create_queue('hdr_sql')");
+        let table: String = one(
+            "SELECT format('pgque.event_%s_%s', queue_id, queue_cur_table) FROM pgque.queue \
+              WHERE queue_name = 'hdr_sql'",
+        )
+        .unwrap();
+        run("CREATE FUNCTION pg_temp.noop() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN RETURN NEW; END$$");
+        run(&format!(
+            "CREATE TRIGGER noop BEFORE INSERT ON {table} FOR EACH ROW EXECUTE FUNCTION pg_temp.noop()"
+        ));
+        for q in ["hdr_direct", "hdr_sql"] {
+            run(&format!(
+                "SELECT pgque.send('{q}', 't', 'a'::text, 'k', '{{\"traceparent\": \"00-a\"}}'), \
+                        pgque.send('{q}', 't', '{{}}'::jsonb, NULL, NULL), \
+                        pgque.send_batch('{q}', 't', ARRAY['b', 'c'], NULL, '{{\"traceparent\": \"00-b\"}}'), \
+                        pgque.send_batch('{q}', 't', ARRAY['d'], ARRAY['k'], NULL)"
+            ));
+            let id: i32 = one(&format!(
+                "SELECT queue_id FROM pgque.queue WHERE queue_name = '{q}'"
+            ))
+            .unwrap();
+            let got: String = one(&format!(
+                "SELECT string_agg(ev_data || '=' || coalesce(ev_headers->>'traceparent', '-'), ',' ORDER BY ev_id) \
+                   FROM pgque.event_{id}"
+            ))
+            .unwrap();
+            assert_eq!(got, "a=00-a,{}=-,b=00-b,c=00-b,d=-", "{q}");
+        }
+    }
+
+    /// Bad headers: the SQLSTATE, and no event.
+    #[pg_test]
+    fn bad_headers_store_nothing() {
+        run("SELECT pgque.create_queue('hdr_bad')");
+        assert_eq!(
+            sqlstate("SELECT pgque.send('hdr_bad', 't', 'a'::text, NULL, '[]')"),
+            "22023"
+        );
+        assert_eq!(
+            sqlstate(&format!(
+                "SELECT pgque.send_batch('hdr_bad', 't', ARRAY['a'], NULL, '{{\"x\": \"{}\"}}')",
+                "y".repeat(2000)
+            )),
+            "54000"
+        );
+        assert_eq!(count("SELECT count(*) FROM pgque.all_events('hdr_bad')"), 0);
+    }
+}
