@@ -656,7 +656,13 @@ export class PartitionedConsumer extends Runner {
       total += msgs.length;
       this.handled += msgs.length;
     }
-    await query(conn, "SELECT pgque.release_slot($1::text, $2::text, $3::int4, $4::text)", [this.queue, this.consumer, slot, wid]);
+    try {
+      await query(conn, "SELECT pgque.release_slot($1::text, $2::text, $3::int4, $4::text)", [this.queue, this.consumer, slot, wid]);
+    } catch (err) {
+      // A resize between the last batch and this release (a shrink leaves
+      // the slot out of range: 22003) is a lost slot, as in receive.
+      throw await this.resized(conn, slot, err, args[3] as number, wid);
+    }
     return total;
   }
 

@@ -506,8 +506,13 @@ class PartitionedConsumer(_Runner):
             total += len(msgs)
             with self._lock:
                 self.handled += len(msgs)
-        with translated():
-            conn.execute("SELECT pgque.release_slot(%s, %s, %s, %s)", (self.queue, self.consumer, slot, wid))
+        try:
+            with translated():
+                conn.execute("SELECT pgque.release_slot(%s, %s, %s, %s)", (self.queue, self.consumer, slot, wid))
+        except (InvalidParameterValue, NumericValueOutOfRange) as e:
+            # A resize between the last batch and this release (a shrink
+            # leaves the slot out of range: 22003) is a lost slot, as in receive.
+            raise self._resized(conn, slot, e, args[3], wid) from e
         return total
 
     def _refresh_n(self, conn: psycopg.Connection[Any]) -> int:
