@@ -16,8 +16,9 @@
 # tests/tracing.rs with the feature. The trace pass then installs
 # opentelemetry-api/sdk into clients/python/.otel (git-ignored, on
 # PYTHONPATH for that pass only), builds the Rust and TypeScript hops and
-# runs Python's tracing tests and the cross-client trace
-# (tests/test_cross_trace.py: Python producer -> Rust worker -> TS worker).
+# runs Python's tracing tests (jobs and events) and the cross-client traces
+# (tests/test_cross_trace.py: Python producer -> Rust worker -> TS worker for
+# jobs; a Python send and send_batch read by a Rust and a TS Consumer).
 #
 # The Python side runs in a venv (clients/python/.venv, git-ignored) that this
 # script creates and fills from PyPI on first use (psycopg, pytest, setuptools, wheel),
@@ -62,7 +63,7 @@ if want trace; then
     echo "[clients] pip install ${OTEL_PY_PKGS[*]} into $OTEL_PY"
     "$VENV/bin/pip" install -q --disable-pip-version-check --target "$OTEL_PY" "${OTEL_PY_PKGS[@]}"
   fi
-  cargo build -q --manifest-path "$ROOT/clients/rust/Cargo.toml" --features otel --example trace_hop
+  cargo build -q --manifest-path "$ROOT/clients/rust/Cargo.toml" --features otel --example trace_hop --example event_hop
 fi
 if want typescript || want trace; then
   if [ ! -f "$TS/node_modules/.package-lock.json" ] || [ "$TS/package-lock.json" -nt "$TS/node_modules/.package-lock.json" ]; then
@@ -92,8 +93,8 @@ fi
 if want rust && [ -f "$ROOT/clients/rust/Cargo.toml" ]; then
   echo "==== clients: rust (cargo test)"
   cargo test --manifest-path "$ROOT/clients/rust/Cargo.toml" -- "$@" || rc=$?
-  echo "==== clients: rust with the otel feature (tests/tracing.rs)"
-  cargo test --manifest-path "$ROOT/clients/rust/Cargo.toml" --features otel --test tracing -- "$@" || rc=$?
+  echo "==== clients: rust with the otel feature (tests/tracing.rs, tests/event_tracing.rs)"
+  cargo test --manifest-path "$ROOT/clients/rust/Cargo.toml" --features otel --test tracing --test event_tracing -- "$@" || rc=$?
 fi
 if want typescript; then
   echo "==== clients: typescript (node --test)"
@@ -106,7 +107,9 @@ if want trace; then
   (cd "$ROOT/clients/python" && PYTHONPATH=$OTEL_PY PGQUE_TEST_OTEL=1 \
     PGQUE_TRACE_RUST="${CARGO_TARGET_DIR:-$ROOT/clients/rust/target}/debug/examples/trace_hop" \
     PGQUE_TRACE_TS="node $TS/dist/test/trace_hop.js" \
-    "$VENV/bin/python" -m pytest -q -p no:cacheprovider tests/test_tracing.py tests/test_cross_trace.py) || rc=$?
+    PGQUE_EVENT_RUST="${CARGO_TARGET_DIR:-$ROOT/clients/rust/target}/debug/examples/event_hop" \
+    PGQUE_EVENT_TS="node $TS/dist/test/event_hop.js" \
+    "$VENV/bin/python" -m pytest -q -p no:cacheprovider tests/test_tracing.py tests/test_event_tracing.py tests/test_cross_trace.py) || rc=$?
 fi
 if [ $rc -ne 0 ]; then
   echo "[clients] FAILED; last lines of the server log:"

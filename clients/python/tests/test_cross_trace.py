@@ -1,11 +1,19 @@
 """One connected trace across the three clients (docs/tracing.md), each
-checked through its SDK's in-memory exporter: a Python producer enqueues job
-A in a traced request; a Rust worker (clients/rust/examples/trace_hop.rs)
-processes A and, inside its process span, enqueues job B; a TypeScript
-worker (clients/typescript/test/trace_hop.ts) processes B.
+checked through its SDK's in-memory exporter.
 
-Runs in clients/run.sh's OpenTelemetry pass, which builds both hops and
-passes their commands in PGQUE_TRACE_RUST / PGQUE_TRACE_TS."""
+Jobs: a Python producer enqueues job A in a traced request; a Rust worker
+(clients/rust/examples/trace_hop.rs) processes A and, inside its process
+span, enqueues job B; a TypeScript worker (clients/typescript/test/
+trace_hop.ts) processes B.
+
+Events: a Python ``send`` and ``send_batch`` in a traced request, read by a
+Rust Consumer (clients/rust/examples/event_hop.rs) and a TypeScript
+Consumer (clients/typescript/test/event_hop.ts), each as a consumer of its
+own on the same queue, so each gets every event.
+
+Runs in clients/run.sh's OpenTelemetry pass, which builds the hops and
+passes their commands in PGQUE_TRACE_RUST / PGQUE_TRACE_TS and
+PGQUE_EVENT_RUST / PGQUE_EVENT_TS."""
 
 from __future__ import annotations
 
@@ -75,3 +83,38 @@ def test_python_producer_rust_worker_typescript_worker_one_trace(dsn, conn, name
         "SELECT queue, state FROM pgque.all_jobs WHERE queue IN (%s, %s)", (qa, qb)
     ).fetchall())
     assert states == {qa: "completed", qb: "completed"}
+
+
+def test_python_send_read_by_rust_and_typescript_consumers_one_trace(dsn, conn, name, otel_exporter):
+    from opentelemetry import trace
+
+    exporter = otel_exporter
+    exporter.clear()
+    conn.execute("SELECT pgque.create_queue(%s)", (name,))
+    conn.execute("SELECT pgque.subscribe(%s, 'rs'), pgque.subscribe(%s, 'ts')", (name, name))
+    with trace.get_tracer("cross").start_as_current_span("request") as root:
+        one = pq.send(conn, name, {"step": "python"}, type="hop")
+        batch = pq.send_batch(conn, name, [{"i": 1}, {"i": 2}], type="hop")
+    trace_id = f"{root.get_span_context().trace_id:032x}"
+    send_one, send_batch = [s for s in exporter.get_finished_spans() if s.name == f"send {name}"]
+    parent_of = {one: send_one, batch[0]: send_batch, batch[1]: send_batch}
+    conn.execute("SELECT pgque.force_tick(%s)", (name,))
+
+    params = psycopg.conninfo.conninfo_to_dict(dsn)
+    cfg = {"host": params["host"], "port": int(params["port"]), "user": params["user"], "database": params["dbname"]}
+    for who, cmd in (
+        ("rs", shlex.split(os.environ["PGQUE_EVENT_RUST"]) + [dsn, name, "rs", "3"]),
+        ("ts", shlex.split(os.environ["PGQUE_EVENT_TS"]) + [json.dumps(cfg), name, "ts", "3"]),
+    ):
+        procs = [s for s in _spans(cmd) if s["name"] == f"process {name}"]
+        assert sorted(int(p["attributes"]["messaging.message.id"]) for p in procs) == sorted(parent_of), who
+        for p in procs:
+            send = parent_of[int(p["attributes"]["messaging.message.id"])]
+            send_id = f"{send.context.span_id:016x}"
+            # one trace: each consumer's span is a child of the Python send span, and linked to it
+            assert p["kind"] == "consumer", who
+            assert p["trace_id"] == trace_id and p["parent_span_id"] == send_id, who
+            assert p["links"] == [send_id], who
+            assert p["attributes"]["messaging.system"] == "pgque", who
+            assert p["attributes"]["messaging.consumer.group.name"] == who
+            assert p["attributes"]["pgque.event.type"] == "hop", who

@@ -46,6 +46,9 @@ pub struct Message {
     pub extra2: Option<String>,
     pub extra3: Option<String>,
     pub extra4: Option<String>,
+    /// The event's headers (W3C trace context): read only with the `otel`
+    /// feature on a server with event headers (pgque 0.8); None otherwise.
+    pub headers: Option<Value>,
 }
 
 impl Message {
@@ -61,6 +64,8 @@ impl Message {
             extra2: r.get(7),
             extra3: r.get(8),
             extra4: r.get(9),
+            // the column of the *_with_headers receives
+            headers: if r.len() > 10 { r.get(10) } else { None },
         }
     }
     /// The partition key (extra1).
@@ -92,10 +97,44 @@ impl Handler {
     }
 }
 
-/// Runs the handler for one event. Plain: on its own. Exactly-once: in a
-/// savepoint of `tx`, released on success, rolled back on an error. Returns
-/// the handler's error text (the event is then nacked).
-async fn handle_one(h: &Handler, m: &Message, tx: Option<&mut Transaction<'_>>) -> Result<Option<String>> {
+/// Runs the handler for one event, with the `otel` feature in a `process
+/// <queue>` span (docs/tracing.md) that an error marks. Plain: on its own.
+/// Exactly-once: in a savepoint of `tx`, released on success, rolled back on
+/// an error. Returns the handler's error text (the event is then nacked).
+async fn handle_one(
+    h: &Handler,
+    m: &Message,
+    tx: Option<&mut Transaction<'_>>,
+    queue: &str,
+    consumer: &str,
+) -> Result<Option<String>> {
+    #[cfg(feature = "otel")]
+    {
+        let cx = crate::otel::start_event(
+            queue,
+            consumer,
+            m.msg_id,
+            &m.type_name,
+            m.retry_count,
+            m.headers.as_ref(),
+        );
+        let r = opentelemetry::context::FutureExt::with_context(call_handler(h, m, tx), cx.clone()).await;
+        let err = match &r {
+            Ok(Some(why)) => Some(why.clone()),
+            Ok(None) => None,
+            Err(e) => Some(e.to_string()),
+        };
+        crate::otel::end(&cx, err.as_deref());
+        r
+    }
+    #[cfg(not(feature = "otel"))]
+    {
+        let _ = (queue, consumer);
+        call_handler(h, m, tx).await
+    }
+}
+
+async fn call_handler(h: &Handler, m: &Message, tx: Option<&mut Transaction<'_>>) -> Result<Option<String>> {
     match (h, tx) {
         (Handler::Plain(f), _) => Ok(f(m.clone()).await.err().map(|e| e.to_string())),
         (Handler::Tx(f), Some(tx)) => {
@@ -116,6 +155,35 @@ async fn handle_one(h: &Handler, m: &Message, tx: Option<&mut Transaction<'_>>) 
 }
 
 const COLS: &str = "msg_id, batch_id, type, payload, retry_count, created_at, extra1, extra2, extra3, extra4";
+
+/// One batch from `pgque.<func>(<args>)`. With the `otel` feature from its
+/// `_with_headers` twin, which adds the events' headers (pgque 0.8); a
+/// server without it (42883) is remembered in `server_headers` and read with
+/// `func` itself from then on.
+async fn receive(
+    c: &Client,
+    server_headers: &std::sync::atomic::AtomicBool,
+    func: &str,
+    args: &str,
+    params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+) -> std::result::Result<Vec<Row>, tokio_postgres::Error> {
+    if cfg!(feature = "otel") && server_headers.load(Ordering::Relaxed) {
+        match c
+            .query(
+                &format!("SELECT {COLS}, headers FROM pgque.{func}_with_headers({args})"),
+                params,
+            )
+            .await
+        {
+            Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::UNDEFINED_FUNCTION) => {
+                server_headers.store(false, Ordering::Relaxed);
+            }
+            r => return r,
+        }
+    }
+    c.query(&format!("SELECT {COLS} FROM pgque.{func}({args})"), params)
+        .await
+}
 const MSG_ROW: &str = "ROW($1::int8, $2::int8, $3::text, $4::text, $5::int4, $6::timestamptz, \
                        $7::text, $8::text, $9::text, $10::text)::pgque.message";
 
@@ -189,6 +257,8 @@ pub struct Consumer {
     poll_interval: Duration,
     retry_after: Duration,
     stats: Arc<ConsumerStats>,
+    /// False once the server turned out to lack receive_with_headers.
+    server_headers: std::sync::atomic::AtomicBool,
 }
 
 impl Consumer {
@@ -237,6 +307,7 @@ impl Consumer {
             poll_interval: Duration::from_secs(2),
             retry_after: Duration::from_secs(60),
             stats: Arc::default(),
+            server_headers: true.into(),
         })
     }
     /// Events per receive (default 100).
@@ -293,12 +364,14 @@ impl Consumer {
     }
 
     async fn run_once(&self, c: &mut Object) -> Result<usize> {
-        let rows = c
-            .query(
-                &format!("SELECT {COLS} FROM pgque.receive($1::text, $2::text, $3::int4)"),
-                &[&self.queue, &self.consumer, &self.batch_size],
-            )
-            .await?;
+        let rows = receive(
+            c,
+            &self.server_headers,
+            "receive",
+            "$1::text, $2::text, $3::int4",
+            &[&self.queue, &self.consumer, &self.batch_size],
+        )
+        .await?;
         if rows.is_empty() {
             return Ok(0);
         }
@@ -306,7 +379,7 @@ impl Consumer {
         let mut failed = Vec::new();
         if !self.handler.is_tx() {
             for m in &msgs {
-                if let Some(why) = handle_one(&self.handler, m, None).await? {
+                if let Some(why) = handle_one(&self.handler, m, None, &self.queue, &self.consumer).await? {
                     failed.push((m, why));
                 }
                 self.stats.handled.fetch_add(1, Ordering::Relaxed);
@@ -316,7 +389,7 @@ impl Consumer {
         let mut tx = c.transaction().await?;
         if self.handler.is_tx() {
             for m in &msgs {
-                if let Some(why) = handle_one(&self.handler, m, Some(&mut tx)).await? {
+                if let Some(why) = handle_one(&self.handler, m, Some(&mut tx), &self.queue, &self.consumer).await? {
                     failed.push((m, why));
                 }
                 self.stats.handled.fetch_add(1, Ordering::Relaxed);
@@ -361,6 +434,8 @@ pub struct PartitionedConsumer {
     worker_id: String,
     stats: Arc<ConsumerStats>,
     policy: Option<(String, String)>,
+    /// False once the server turned out to lack receive_partitioned_with_headers.
+    server_headers: std::sync::atomic::AtomicBool,
 }
 
 /// Whether a fenced call was refused for the N it passed (22023 "has N'
@@ -419,6 +494,7 @@ impl PartitionedConsumer {
             worker_id: format!("rust-{}", std::process::id()),
             stats: Arc::default(),
             policy: None,
+            server_headers: true.into(),
         })
     }
     /// The consumer's failure policy, chosen at its first subscribe
@@ -648,13 +724,15 @@ impl PartitionedConsumer {
             if shutdown.is_triggered() {
                 break;
             }
-            let rows = c
-                .query(
-                    &format!("SELECT {COLS} FROM pgque.receive_partitioned($1::text, $2::text, $3::int4, $4::int4, $5::text, $6::int4)"),
-                    &[&self.queue, &self.consumer, &slot, &n, &wid, &self.batch_size],
-                )
-                .await
-                .map_err(|e| lost(e.into()))?;
+            let rows = receive(
+                c,
+                &self.server_headers,
+                "receive_partitioned",
+                "$1::text, $2::text, $3::int4, $4::int4, $5::text, $6::int4",
+                &[&self.queue, &self.consumer, &slot, &n, &wid, &self.batch_size],
+            )
+            .await
+            .map_err(|e| lost(e.into()))?;
             let mut renewed = Instant::now();
             if rows.is_empty() {
                 break;
@@ -672,7 +750,7 @@ impl PartitionedConsumer {
                         epoch = self.renew(c, wid, slot, epoch).await?;
                         renewed = Instant::now();
                     }
-                    if let Some(why) = handle_one(&self.handler, m, None).await? {
+                    if let Some(why) = handle_one(&self.handler, m, None, &self.queue, &self.consumer).await? {
                         if let (true, Some(k)) = (pause, m.partition_key()) {
                             blocked.insert(k.to_string());
                         }
@@ -693,7 +771,7 @@ impl PartitionedConsumer {
                         epoch = self.renew(side, wid, slot, epoch).await?;
                         renewed = Instant::now();
                     }
-                    if let Some(why) = handle_one(&self.handler, m, Some(&mut tx)).await? {
+                    if let Some(why) = handle_one(&self.handler, m, Some(&mut tx), &self.queue, &self.consumer).await? {
                         if let (true, Some(k)) = (pause, m.partition_key()) {
                             blocked.insert(k.to_string());
                         }

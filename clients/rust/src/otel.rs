@@ -12,6 +12,13 @@
 //! messaging.message.id, messaging.operation.type / name), plus
 //! pgque.job.kind and pgque.job.attempt.
 //!
+//! Events (docs/tracing.md, "Events"): the producers use [`start_send`] as
+//! well, and the consumers open one CONSUMER span `process <queue>` per
+//! event ([`start_event`]) with the same rules: linked to the producer, its
+//! child on the first delivery, a new trace on a redelivery (a positive
+//! `retry_count`); attributes `messaging.consumer.group.name` (the
+//! consumer), `pgque.event.type`, `pgque.event.retry_count`.
+//!
 //! Only the API crate is used: the W3C header format is written and read
 //! here (the propagator lives in the SDK), so the headers do not depend on
 //! which global propagator the application installed.
@@ -105,9 +112,57 @@ pub fn start_send(queue: &str, n: usize) -> (Context, Option<Value>) {
 /// A CONSUMER span for one job (see the module doc); run the handler with
 /// `.with_context(cx)` and end it with [`end`].
 pub fn start_process(queue: &str, job_id: i64, kind: &str, attempt: i32, headers: Option<&Value>) -> Context {
+    consumer_span(
+        queue,
+        headers,
+        attempt <= 1,
+        vec![
+            KeyValue::new("messaging.system", SYSTEM),
+            KeyValue::new("messaging.destination.name", queue.to_owned()),
+            KeyValue::new("messaging.message.id", job_id.to_string()),
+            KeyValue::new("messaging.operation.type", "process"),
+            KeyValue::new("messaging.operation.name", "process"),
+            KeyValue::new("pgque.job.kind", kind.to_owned()),
+            KeyValue::new("pgque.job.attempt", attempt as i64),
+        ],
+    )
+}
+
+/// A CONSUMER span for one event's handler call (see the module doc);
+/// `retry_count` None or 0 is the first delivery. Run the handler with
+/// `.with_context(cx)` and end it with [`end`].
+pub fn start_event(
+    queue: &str,
+    consumer: &str,
+    msg_id: i64,
+    type_name: &str,
+    retry_count: Option<i32>,
+    headers: Option<&Value>,
+) -> Context {
+    let retries = retry_count.unwrap_or(0);
+    consumer_span(
+        queue,
+        headers,
+        retries == 0,
+        vec![
+            KeyValue::new("messaging.system", SYSTEM),
+            KeyValue::new("messaging.destination.name", queue.to_owned()),
+            KeyValue::new("messaging.consumer.group.name", consumer.to_owned()),
+            KeyValue::new("messaging.message.id", msg_id.to_string()),
+            KeyValue::new("messaging.operation.type", "process"),
+            KeyValue::new("messaging.operation.name", "process"),
+            KeyValue::new("pgque.event.type", type_name.to_owned()),
+            KeyValue::new("pgque.event.retry_count", retries as i64),
+        ],
+    )
+}
+
+/// A CONSUMER span `process <queue>` linked to the producer context in
+/// `headers`, and its child when `first`.
+fn consumer_span(queue: &str, headers: Option<&Value>, first: bool, attrs: Vec<KeyValue>) -> Context {
     let producer = headers.and_then(context_of);
     let parent = match &producer {
-        Some(sc) if attempt <= 1 => Context::new().with_remote_span_context(sc.clone()),
+        Some(sc) if first => Context::new().with_remote_span_context(sc.clone()),
         _ => Context::new(),
     };
     let links = producer.map(|sc| vec![Link::with_context(sc)]).unwrap_or_default();
@@ -116,15 +171,7 @@ pub fn start_process(queue: &str, job_id: i64, kind: &str, attempt: i32, headers
         .span_builder(Cow::Owned(format!("process {queue}")))
         .with_kind(SpanKind::Consumer)
         .with_links(links)
-        .with_attributes(vec![
-            KeyValue::new("messaging.system", SYSTEM),
-            KeyValue::new("messaging.destination.name", queue.to_owned()),
-            KeyValue::new("messaging.message.id", job_id.to_string()),
-            KeyValue::new("messaging.operation.type", "process"),
-            KeyValue::new("messaging.operation.name", "process"),
-            KeyValue::new("pgque.job.kind", kind.to_owned()),
-            KeyValue::new("pgque.job.attempt", attempt as i64),
-        ])
+        .with_attributes(attrs)
         .start_with_context(&t, &parent);
     parent.with_span(span)
 }

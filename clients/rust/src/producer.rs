@@ -325,7 +325,55 @@ fn missing(e: tokio_postgres::Error, what: &'static str) -> Error {
     }
 }
 
-/// Sends one JSON event (`pgque.send`); `partition_key` rides extra1.
+/// Runs `f` (an event send) in a `send <queue>` span with the `otel`
+/// feature: `f` gets the span's headers when there is a valid span context
+/// and the server's send takes headers (pgque 0.8), else None (the plain
+/// overloads; an untraced send costs nothing more).
+#[cfg(feature = "otel")]
+async fn send_span<C, T, F, Fut>(client: &C, queue: &str, n: usize, f: F) -> Result<T>
+where
+    C: GenericClient,
+    F: FnOnce(Option<Value>) -> Fut,
+    Fut: std::future::Future<Output = Result<T>>,
+{
+    let (cx, headers) = crate::otel::start_send(queue, n);
+    let r = async {
+        let headers = match headers {
+            Some(h) if event_headers(client).await? => Some(h),
+            _ => None,
+        };
+        f(headers).await
+    }
+    .await;
+    crate::otel::end(&cx, r.as_ref().err().map(|e| e.to_string()).as_deref());
+    r
+}
+
+#[cfg(not(feature = "otel"))]
+async fn send_span<C, T, F, Fut>(_: &C, _: &str, _: usize, f: F) -> Result<T>
+where
+    C: GenericClient,
+    F: FnOnce(Option<Value>) -> Fut,
+    Fut: std::future::Future<Output = Result<T>>,
+{
+    f(None).await
+}
+
+/// Whether the server's event sends take headers (pgque 0.8).
+#[cfg(feature = "otel")]
+async fn event_headers<C: GenericClient>(client: &C) -> Result<bool> {
+    let row = client
+        .query_one(
+            "SELECT to_regprocedure('pgque.send(text,text,jsonb,text,jsonb)') IS NOT NULL",
+            &[],
+        )
+        .await?;
+    Ok(row.get(0))
+}
+
+/// Sends one JSON event (`pgque.send`); `partition_key` rides extra1. With
+/// the `otel` feature, in a traced context, the event stores the `send
+/// <queue>` span's trace context (docs/tracing.md).
 pub async fn send<C: GenericClient>(
     client: &C,
     queue: &str,
@@ -333,19 +381,58 @@ pub async fn send<C: GenericClient>(
     payload: &Value,
     partition_key: Option<&str>,
 ) -> Result<i64> {
-    let row = match partition_key {
-        Some(k) => {
+    send_span(client, queue, 1, |h| {
+        send_one(client, queue, type_name, payload, "jsonb", partition_key, h)
+    })
+    .await
+}
+
+/// Sends one text event (the text overload of `pgque.send`); as [`send`].
+pub async fn send_text<C: GenericClient>(
+    client: &C,
+    queue: &str,
+    type_name: &str,
+    payload: &str,
+    partition_key: Option<&str>,
+) -> Result<i64> {
+    send_span(client, queue, 1, |h| {
+        send_one(client, queue, type_name, &payload, "text", partition_key, h)
+    })
+    .await
+}
+
+/// `pgque.send` with the payload cast to `ty`; `headers` take the
+/// 5-argument overload (servers with event headers).
+async fn send_one<C: GenericClient>(
+    client: &C,
+    queue: &str,
+    type_name: &str,
+    payload: &(dyn ToSql + Sync),
+    ty: &str,
+    partition_key: Option<&str>,
+    headers: Option<Value>,
+) -> Result<i64> {
+    let row = match (partition_key, &headers) {
+        (k, Some(h)) => {
             client
                 .query_one(
-                    "SELECT pgque.send($1::text, $2::text, $3::jsonb, $4::text)",
+                    &format!("SELECT pgque.send($1::text, $2::text, $3::{ty}, $4::text, $5::jsonb)"),
+                    &[&queue, &type_name, payload, &k, h],
+                )
+                .await?
+        }
+        (Some(k), None) => {
+            client
+                .query_one(
+                    &format!("SELECT pgque.send($1::text, $2::text, $3::{ty}, $4::text)"),
                     &[&queue, &type_name, payload, &k],
                 )
                 .await?
         }
-        None => {
+        (None, None) => {
             client
                 .query_one(
-                    "SELECT pgque.send($1::text, $2::text, $3::jsonb)",
+                    &format!("SELECT pgque.send($1::text, $2::text, $3::{ty})"),
                     &[&queue, &type_name, payload],
                 )
                 .await?
@@ -354,37 +441,10 @@ pub async fn send<C: GenericClient>(
     Ok(row.get(0))
 }
 
-/// Sends one text event (the text overload of `pgque.send`).
-pub async fn send_text<C: GenericClient>(
-    client: &C,
-    queue: &str,
-    type_name: &str,
-    payload: &str,
-    partition_key: Option<&str>,
-) -> Result<i64> {
-    let row = match partition_key {
-        Some(k) => {
-            client
-                .query_one(
-                    "SELECT pgque.send($1::text, $2::text, $3::text, $4::text)",
-                    &[&queue, &type_name, &payload, &k],
-                )
-                .await?
-        }
-        None => {
-            client
-                .query_one(
-                    "SELECT pgque.send($1::text, $2::text, $3::text)",
-                    &[&queue, &type_name, &payload],
-                )
-                .await?
-        }
-    };
-    Ok(row.get(0))
-}
-
 /// Sends JSON events in one statement (`pgque.send_batch`); ids aligned with
-/// `payloads`. `partition_keys`, when given, must align too.
+/// `payloads`. `partition_keys`, when given, must align too. With the
+/// `otel` feature, in a traced context, one `send <queue>` span for the
+/// batch, whose trace context every event stores.
 pub async fn send_batch<C: GenericClient>(
     client: &C,
     queue: &str,
@@ -392,32 +452,45 @@ pub async fn send_batch<C: GenericClient>(
     payloads: &[Value],
     partition_keys: Option<&[Option<&str>]>,
 ) -> Result<Vec<i64>> {
-    let row = match partition_keys {
-        Some(keys) => {
-            if keys.len() != payloads.len() {
-                return Err(Error::Invalid("partition_keys must align with payloads".into()));
+    if let Some(keys) = partition_keys {
+        if keys.len() != payloads.len() {
+            return Err(Error::Invalid("partition_keys must align with payloads".into()));
+        }
+    }
+    send_span(client, queue, payloads.len(), |h| async move {
+        let row = match (partition_keys, &h) {
+            (keys, Some(h)) => {
+                client
+                    .query_one(
+                        "SELECT pgque.send_batch($1::text, $2::text, $3::jsonb[], $4::text[], $5::jsonb)",
+                        &[&queue, &type_name, &payloads, &keys, h],
+                    )
+                    .await?
             }
-            client
-                .query_one(
-                    "SELECT pgque.send_batch($1::text, $2::text, $3::jsonb[], $4::text[])",
-                    &[&queue, &type_name, &payloads, &keys],
-                )
-                .await?
-        }
-        None => {
-            client
-                .query_one(
-                    "SELECT pgque.send_batch($1::text, $2::text, $3::jsonb[])",
-                    &[&queue, &type_name, &payloads],
-                )
-                .await?
-        }
-    };
-    Ok(row.get(0))
+            (Some(keys), None) => {
+                client
+                    .query_one(
+                        "SELECT pgque.send_batch($1::text, $2::text, $3::jsonb[], $4::text[])",
+                        &[&queue, &type_name, &payloads, &keys],
+                    )
+                    .await?
+            }
+            (None, None) => {
+                client
+                    .query_one(
+                        "SELECT pgque.send_batch($1::text, $2::text, $3::jsonb[])",
+                        &[&queue, &type_name, &payloads],
+                    )
+                    .await?
+            }
+        };
+        Ok(row.get(0))
+    })
+    .await
 }
 
 /// At most one event per (queue, idem_key) while the key's window (`ttl`)
-/// is live (`pgque.send_idem`).
+/// is live (`pgque.send_idem`). Traced as [`send`].
 pub async fn send_idem<C: GenericClient>(
     client: &C,
     queue: &str,
@@ -428,15 +501,21 @@ pub async fn send_idem<C: GenericClient>(
     partition_key: Option<&str>,
 ) -> Result<IdemSend> {
     let secs = ttl.as_secs_f64();
-    let row = client
-        .query_one(
+    send_span(client, queue, 1, |h| async move {
+        let mut params: Vec<&(dyn ToSql + Sync)> = vec![&queue, &type_name, payload, &idem_key, &secs, &partition_key];
+        let sql = if let Some(h) = &h {
+            params.push(h);
             "SELECT event_id, deduped FROM pgque.send_idem($1::text, $2::text, $3::jsonb, $4::text, \
-             make_interval(secs => $5::float8), $6::text)",
-            &[&queue, &type_name, payload, &idem_key, &secs, &partition_key],
-        )
-        .await?;
-    Ok(IdemSend {
-        event_id: row.get(0),
-        deduped: row.get(1),
+             make_interval(secs => $5::float8), $6::text, $7::jsonb)"
+        } else {
+            "SELECT event_id, deduped FROM pgque.send_idem($1::text, $2::text, $3::jsonb, $4::text, \
+             make_interval(secs => $5::float8), $6::text)"
+        };
+        let row = client.query_one(sql, &params).await?;
+        Ok(IdemSend {
+            event_id: row.get(0),
+            deduped: row.get(1),
+        })
     })
+    .await
 }

@@ -167,3 +167,62 @@ async fn send_batch_idem_and_text() {
         ]
     );
 }
+
+/// Without the `otel` feature the producers store no headers and the
+/// consumer reads none (the plain overloads: a 0.7.0 schema has them).
+#[cfg(not(feature = "otel"))]
+#[tokio::test]
+async fn events_without_otel_carry_no_headers() {
+    let (dsn, c) = test_db("producer_no_otel").await;
+    c.batch_execute("SELECT pgque.create_queue('q'); SELECT pgque.subscribe('q', 'c')")
+        .await
+        .unwrap();
+    let mut ids = vec![
+        send(&c, "q", "t", &json!({"n": 1}), None).await.unwrap(),
+        send_text(&c, "q", "t", "x", Some("k")).await.unwrap(),
+        send_idem(&c, "q", "t", &json!({}), "e1", Duration::from_secs(60), None)
+            .await
+            .unwrap()
+            .event_id,
+    ];
+    ids.extend(send_batch(&c, "q", "t", &[json!(1), json!(2)], None).await.unwrap());
+    c.execute("SELECT pgque.force_tick('q')", &[]).await.unwrap();
+    let rows = c
+        .query(
+            "SELECT msg_id, headers IS NULL FROM pgque.receive_with_headers('q', 'c', 100) ORDER BY msg_id",
+            &[],
+        )
+        .await
+        .unwrap();
+    let got: Vec<(i64, bool)> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+    ids.sort();
+    assert_eq!(got, ids.iter().map(|i| (*i, true)).collect::<Vec<_>>());
+    // the batch is still open: the consumer gets it again, without headers
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let s2 = seen.clone();
+    let consumer = Consumer::new(&dsn, "q", "c", move |m: Message| {
+        let s2 = s2.clone();
+        async move {
+            s2.lock().unwrap().push((m.msg_id, m.headers.is_none()));
+            Ok(())
+        }
+    })
+    .unwrap()
+    .poll_interval(Duration::from_millis(100));
+    let sd = Shutdown::new();
+    let run = tokio::spawn({
+        let sd = sd.clone();
+        async move { consumer.run(sd).await }
+    });
+    wait_until(30, "the batch handled", || {
+        let n = seen.lock().unwrap().len();
+        async move { n == 5 }
+    })
+    .await;
+    sd.trigger();
+    run.await.unwrap().unwrap();
+    assert_eq!(
+        *seen.lock().unwrap(),
+        ids.iter().map(|i| (*i, true)).collect::<Vec<_>>()
+    );
+}

@@ -23,6 +23,7 @@ import type pg from "pg";
 
 import { InvalidParameterValue, NumericValueOutOfRange, SlotLost, WrongState, isConnectionError } from "./errors.js";
 import { Listener } from "./listen.js";
+import { eventSpan, tracingActive } from "./otel.js";
 import {
   closeQuietly,
   connect,
@@ -53,6 +54,9 @@ export class Message {
   readonly extra2: string | null;
   readonly extra3: string | null;
   readonly extra4: string | null;
+  /** The event's headers (W3C trace context), read only while OpenTelemetry
+   * is active on a server with event headers (pgque 0.8); null otherwise. */
+  readonly headers: Record<string, string> | null;
 
   /** @internal Made from a row of `receive`. */
   constructor(row: MessageRow) {
@@ -66,6 +70,7 @@ export class Message {
     this.extra2 = row.extra2;
     this.extra3 = row.extra3;
     this.extra4 = row.extra4;
+    this.headers = row.headers ?? null;
   }
 
   /** The partition key (it rides extra1). */
@@ -91,6 +96,8 @@ export interface MessageRow {
   extra2: string | null;
   extra3: string | null;
   extra4: string | null;
+  /** Only from the *_with_headers receives. */
+  headers?: Record<string, string> | null;
 }
 
 /** A message handler; a throw nacks the message. */
@@ -164,6 +171,9 @@ abstract class Runner {
   protected stopping = false;
   private readonly handleSignals: boolean;
   private readonly handlers: Handlers;
+  /** False once the server turned out to lack the *_with_headers receives
+   * (42883, a 0.7 schema): the plain ones from then on. */
+  private serverHeaders = true;
 
   constructor(o: ConsumerOptionsBase) {
     this.connection = o.connection;
@@ -206,6 +216,30 @@ abstract class Runner {
     }
   }
 
+  /**
+   * One batch from `pgque.<fn>(<args>)` on `conn`. While OpenTelemetry is
+   * active (docs/tracing.md) from its `_with_headers` twin, which adds the
+   * events' headers; a server without it (42883) is remembered and read
+   * with `fn` itself from then on.
+   */
+  protected async receive(conn: pg.Client, fn: string, args: string, params: unknown[]): Promise<Message[]> {
+    if (this.serverHeaders && (await tracingActive())) {
+      try {
+        const { rows } = await query<MessageRow>(
+          conn,
+          `SELECT ${MSG_COLS}, headers FROM pgque.${fn}_with_headers(${args})`,
+          params,
+        );
+        return rows.map((r) => new Message(r));
+      } catch (err) {
+        if ((err as { code?: unknown }).code !== "42883") throw err;
+        this.serverHeaders = false;
+      }
+    }
+    const { rows } = await query<MessageRow>(conn, `SELECT ${MSG_COLS} FROM pgque.${fn}(${args})`, params);
+    return rows.map((r) => new Message(r));
+  }
+
   /** Whether a failed message's key is skipped for the rest of its batch
    * (a partitioned consumer with the pause policy). */
   protected pauseKeys(): boolean {
@@ -242,8 +276,9 @@ abstract class Runner {
       for (const m of msgs) {
         if (skipped(m)) continue;
         await beforeEach?.();
+        const plain = this.handlers.plain;
         try {
-          await this.handlers.plain(m);
+          await eventSpan(this.queue, this.consumer, m, async () => plain(m));
         } catch (err) {
           fail(m, err);
         }
@@ -257,9 +292,10 @@ abstract class Runner {
           await beforeEach?.();
           // A savepoint per message: a failing message's effects go, the
           // others' stay, and it is nacked in this same transaction.
+          const tx = this.handlers.tx;
           await conn.query("SAVEPOINT pgque_msg");
           try {
-            await this.handlers.tx(m, conn);
+            await eventSpan(this.queue, this.consumer, m, async () => tx(m, conn));
             await conn.query("RELEASE SAVEPOINT pgque_msg");
           } catch (err) {
             await conn.query("ROLLBACK TO SAVEPOINT pgque_msg");
@@ -334,13 +370,12 @@ export class Consumer extends Runner {
 
   /** Receives one batch on `conn`, handles it, acks it; returns its size (0: none). */
   async runOnce(conn: pg.Client): Promise<number> {
-    const { rows } = await query<MessageRow>(conn, `SELECT ${MSG_COLS} FROM pgque.receive($1::text, $2::text, $3::int4)`, [
+    const msgs = await this.receive(conn, "receive", "$1::text, $2::text, $3::int4", [
       this.queue,
       this.consumer,
       this.batchSize,
     ]);
-    if (rows.length === 0) return 0;
-    const msgs = rows.map((r) => new Message(r));
+    if (msgs.length === 0) return 0;
     const batchId = msgs[0]?.batchId as number;
     await this.handleBatch(
       conn,
@@ -564,20 +599,20 @@ export class PartitionedConsumer extends Runner {
     let renewed = Date.now();
     let total = 0;
     for (let b = 0; b < this.maxBatchesPerClaim && !this.stopping; b++) {
-      let rows: MessageRow[];
+      let msgs: Message[];
       try {
-        ({ rows } = await query<MessageRow>(
+        msgs = await this.receive(
           conn,
-          `SELECT ${MSG_COLS} FROM pgque.receive_partitioned($1::text, $2::text, $3::int4, $4::int4, $5::text, $6::int4)`,
+          "receive_partitioned",
+          "$1::text, $2::text, $3::int4, $4::int4, $5::text, $6::int4",
           [...args, this.batchSize],
-        ));
+        );
       } catch (err) {
         if (err instanceof WrongState) throw new SlotLost(`slot ${slot}: lease lost before receive (${err.message})`, { cause: err });
         throw await this.resized(conn, slot, err, args[3] as number, wid);
       }
       renewed = Date.now();
-      if (rows.length === 0) break;
-      const msgs = rows.map((r) => new Message(r));
+      if (msgs.length === 0) break;
       const renew = async (): Promise<void> => {
         if (Date.now() - renewed <= this.ttlMs / 3) return;
         const { rows: got } = await query<{ epoch: unknown }>(
@@ -621,7 +656,13 @@ export class PartitionedConsumer extends Runner {
       total += msgs.length;
       this.handled += msgs.length;
     }
-    await query(conn, "SELECT pgque.release_slot($1::text, $2::text, $3::int4, $4::text)", [this.queue, this.consumer, slot, wid]);
+    try {
+      await query(conn, "SELECT pgque.release_slot($1::text, $2::text, $3::int4, $4::text)", [this.queue, this.consumer, slot, wid]);
+    } catch (err) {
+      // A resize between the last batch and this release (a shrink leaves
+      // the slot out of range: 22003) is a lost slot, as in receive.
+      throw await this.resized(conn, slot, err, args[3] as number, wid);
+    }
     return total;
   }
 

@@ -3,8 +3,8 @@
  *
  * The client works with servers of several pgque versions: functions added
  * later (outputs on `complete_many`, `set_progress`, `enqueue_flow`,
- * `job_channel`) are looked up in `pg_proc` and used when present. The
- * parameter names and types of the functions whose options go by name
+ * `job_channel`, the `headers` of `send`) are looked up in `pg_proc` and
+ * used when present. The parameter names and types of the functions whose options go by name
  * (`enqueue`, `enqueue_ready_rows`) come from the same read, so an option the
  * server does not know is refused before any SQL is sent, and each value is
  * cast to the parameter's own type.
@@ -21,7 +21,16 @@ JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
 WHERE n.nspname = 'pgque'
   AND p.proname = ANY ($1::text[])`;
 
-const FUNCTIONS = ["enqueue", "enqueue_ready_rows", "complete", "complete_many", "set_progress", "enqueue_flow", "job_channel"];
+const FUNCTIONS = [
+  "enqueue",
+  "enqueue_ready_rows",
+  "complete",
+  "complete_many",
+  "set_progress",
+  "enqueue_flow",
+  "job_channel",
+  "send",
+];
 
 /** Server capabilities. `params[fn]` maps each named parameter of the widest
  * overload of `fn` to its SQL type. */
@@ -36,6 +45,9 @@ export interface Features {
   jobChannel: boolean;
   /** Jobs carry headers (trace context): enqueue takes them, dispatch returns them. */
   headers: boolean;
+  /** Events carry headers: `send(queue, type, payload, partition_key,
+   * headers)` and its siblings take them (pgque 0.8). */
+  eventHeaders: boolean;
   /** Named parameters and their SQL types per function. */
   params: Record<string, Record<string, string>>;
 }
@@ -63,7 +75,7 @@ export function features(client: Queryable): Promise<Features> {
 
 async function readFeatures(client: Queryable): Promise<Features> {
   const { rows } = await query<CatalogRow>(client, CATALOG_SQL, [FUNCTIONS]);
-  const f: Features = { outputs: false, progress: false, flows: false, jobChannel: false, headers: false, params: {} };
+  const f: Features = { outputs: false, progress: false, flows: false, jobChannel: false, headers: false, eventHeaders: false, params: {} };
   const widest: Record<string, number> = {};
   for (const r of rows) {
     if (r.name === "complete_many" && r.nargs >= 3) f.outputs = true;
@@ -80,5 +92,6 @@ async function readFeatures(client: Queryable): Promise<Features> {
     }
   }
   f.headers = f.params.enqueue?.headers !== undefined;
+  f.eventHeaders = f.params.send?.headers !== undefined;
   return f;
 }

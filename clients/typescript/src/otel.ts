@@ -14,10 +14,17 @@
  *   retry (attempt > 1) starts a new trace linked to it. The handler runs
  *   with the span active (so what it enqueues carries it on, given a
  *   context manager, as the Node SDK registers).
+ * - Events (docs/tracing.md, "Events"): the producers use `sendSpan` too;
+ *   `eventSpan(queue, consumer, msg, fn)` runs one event's handler call in a
+ *   CONSUMER span `process <queue>` with the same rules (linked to the
+ *   producer, its child on the first delivery, a new trace on a redelivery:
+ *   retryCount > 0). `tracingActive()` tells a consumer whether to read the
+ *   events' headers at all (a tracer provider is registered).
  * Attributes follow the OpenTelemetry messaging conventions:
  * messaging.system = "pgque", messaging.destination.name,
  * messaging.message.id, messaging.operation.type / name, plus pgque.job.kind
- * and pgque.job.attempt.
+ * and pgque.job.attempt; on event spans messaging.consumer.group.name (the
+ * consumer), pgque.event.type and pgque.event.retry_count.
  */
 import type * as Api from "@opentelemetry/api";
 
@@ -108,35 +115,40 @@ export interface TracedJob {
   readonly failure?: string | undefined;
 }
 
-/** Runs a job's handler in a CONSUMER span (see the module doc). */
-export async function processSpan<T>(job: TracedJob, fn: () => Promise<T>): Promise<T> {
+/** Whether spans are recorded: the API is installed and a tracer provider
+ * is registered behind its global proxy. Consumers read event headers only
+ * then. */
+export async function tracingActive(): Promise<boolean> {
   const api = await otelApi();
-  if (api === null) return fn();
-  const producer = contextOf(api, job.headers);
+  if (api === null) return false;
+  const p = api.trace.getTracerProvider();
+  return !(p instanceof api.ProxyTracerProvider) || p.getDelegateTracer("pgque-client") !== undefined;
+}
+
+/** Runs `fn` in a CONSUMER span `process <queue>` linked to the producer
+ * context in `headers`, and its child when `first`; `failure` (read once
+ * `fn` settled) marks it as failed. */
+async function consumerSpan<T>(
+  api: typeof Api,
+  queue: string,
+  headers: unknown,
+  first: boolean,
+  attributes: Api.Attributes,
+  fn: () => Promise<T>,
+  failure: () => string | undefined = () => undefined,
+): Promise<T> {
+  const producer = contextOf(api, headers);
   const parent =
-    producer !== undefined && job.attempt <= 1
-      ? api.trace.setSpanContext(api.ROOT_CONTEXT, producer)
-      : api.ROOT_CONTEXT;
+    producer !== undefined && first ? api.trace.setSpanContext(api.ROOT_CONTEXT, producer) : api.ROOT_CONTEXT;
   const span = tracer(api).startSpan(
-    `process ${job.queue}`,
-    {
-      kind: api.SpanKind.CONSUMER,
-      links: producer === undefined ? [] : [{ context: producer }],
-      attributes: {
-        "messaging.system": SYSTEM,
-        "messaging.destination.name": job.queue,
-        "messaging.message.id": String(job.id),
-        "messaging.operation.type": "process",
-        "messaging.operation.name": "process",
-        "pgque.job.kind": job.kind,
-        "pgque.job.attempt": job.attempt,
-      },
-    },
+    `process ${queue}`,
+    { kind: api.SpanKind.CONSUMER, links: producer === undefined ? [] : [{ context: producer }], attributes },
     parent,
   );
   try {
     const out = await api.context.with(api.trace.setSpan(parent, span), fn);
-    if (job.failure !== undefined) failed(api, span, new Error(job.failure.split("\n")[0]));
+    const f = failure();
+    if (f !== undefined) failed(api, span, new Error(f.split("\n")[0]));
     return out;
   } catch (err) {
     failed(api, span, err);
@@ -144,4 +156,46 @@ export async function processSpan<T>(job: TracedJob, fn: () => Promise<T>): Prom
   } finally {
     span.end();
   }
+}
+
+/** Runs a job's handler in a CONSUMER span (see the module doc). */
+export async function processSpan<T>(job: TracedJob, fn: () => Promise<T>): Promise<T> {
+  const api = await otelApi();
+  if (api === null) return fn();
+  const attributes: Api.Attributes = {
+    "messaging.system": SYSTEM,
+    "messaging.destination.name": job.queue,
+    "messaging.message.id": String(job.id),
+    "messaging.operation.type": "process",
+    "messaging.operation.name": "process",
+    "pgque.job.kind": job.kind,
+    "pgque.job.attempt": job.attempt,
+  };
+  return consumerSpan(api, job.queue, job.headers, job.attempt <= 1, attributes, fn, () => job.failure);
+}
+
+/** The event fields eventSpan reads. */
+export interface TracedEvent {
+  readonly msgId: number;
+  readonly type: string;
+  readonly retryCount: number | null;
+  readonly headers: Record<string, string> | null;
+}
+
+/** Runs one event's handler call in a CONSUMER span (see the module doc). */
+export async function eventSpan<T>(queue: string, consumer: string, m: TracedEvent, fn: () => Promise<T>): Promise<T> {
+  const api = await otelApi();
+  if (api === null) return fn();
+  const retries = m.retryCount ?? 0;
+  const attributes: Api.Attributes = {
+    "messaging.system": SYSTEM,
+    "messaging.destination.name": queue,
+    "messaging.consumer.group.name": consumer,
+    "messaging.message.id": String(m.msgId),
+    "messaging.operation.type": "process",
+    "messaging.operation.name": "process",
+    "pgque.event.type": m.type,
+    "pgque.event.retry_count": retries,
+  };
+  return consumerSpan(api, queue, m.headers, retries === 0, attributes, fn);
 }

@@ -109,6 +109,10 @@ export interface SendOptions {
   type?: string;
   /** The partition key (rides extra1; docs/partition-keys.md). */
   partitionKey?: string | null;
+  /** Stored with the event (servers with event headers, pgque 0.8): an
+   * object of strings, e.g. W3C `traceparent` / `tracestate`. Unset, a
+   * traced context's `send <queue>` span fills it (docs/tracing.md). */
+  headers?: Record<string, string>;
 }
 
 /** Options of {@link sendBatch}. */
@@ -117,6 +121,26 @@ export interface SendBatchOptions {
   type?: string;
   /** One partition key per payload (null: none). */
   partitionKeys?: (string | null)[];
+  /** As for {@link send}: one object for every event of the batch. */
+  headers?: Record<string, string>;
+}
+
+/** The headers an event send passes: the caller's (refused by a server
+ * without event headers), else the send span's trace context when the
+ * server takes it, else undefined (the plain overloads, which every server
+ * has; the catalogue is not even read). */
+async function eventHeaders(
+  client: Queryable,
+  explicit: Record<string, string> | undefined,
+  traced: Record<string, string> | undefined,
+): Promise<Record<string, string> | undefined> {
+  if (explicit === undefined && traced === undefined) return undefined;
+  const f = await features(client);
+  if (explicit !== undefined) {
+    if (!f.eventHeaders) throw new ServerFeatureMissing("this server's pgque takes no event headers (they need pgque 0.8)");
+    return explicit;
+  }
+  return f.eventHeaders ? traced : undefined;
 }
 
 const ENQUEUE_PARAMS: Record<keyof EnqueueOptions, string> = {
@@ -338,30 +362,38 @@ export async function enqueueFlow(client: Queryable, queue: string, jobs: FlowJo
 /**
  * Sends one event (`pgque.send`) on `client`, in its transaction; returns
  * its id. A string payload is sent as text, anything else as JSON. The
- * partition key rides extra1.
+ * partition key rides extra1. In a traced context the call is a `send
+ * <queue>` span whose trace context the event stores (docs/tracing.md).
  */
 export async function send(client: Queryable, queue: string, payload: unknown, options: SendOptions = {}): Promise<number> {
-  const [value, t] = payloadParam(payload);
-  let sql: string;
-  let params: unknown[];
-  if (options.partitionKey !== undefined && options.partitionKey !== null) {
-    sql = `SELECT pgque.send($1::text, $2::text, $3::${t}, $4::text) AS id`;
-    params = [queue, options.type ?? "default", value, options.partitionKey];
-  } else if (options.type !== undefined) {
-    sql = `SELECT pgque.send($1::text, $2::text, $3::${t}) AS id`;
-    params = [queue, options.type, value];
-  } else {
-    sql = `SELECT pgque.send($1::text, $2::${t}) AS id`;
-    params = [queue, value];
-  }
-  const { rows } = await query<{ id: unknown }>(client, sql, params);
-  return toId(rows[0]?.id);
+  return sendSpan(queue, 1, async (traced) => {
+    const headers = await eventHeaders(client, options.headers, traced);
+    const [value, t] = payloadParam(payload);
+    let sql: string;
+    let params: unknown[];
+    if (headers !== undefined) {
+      sql = `SELECT pgque.send($1::text, $2::text, $3::${t}, $4::text, $5::jsonb) AS id`;
+      params = [queue, options.type ?? "default", value, options.partitionKey ?? null, json(headers)];
+    } else if (options.partitionKey !== undefined && options.partitionKey !== null) {
+      sql = `SELECT pgque.send($1::text, $2::text, $3::${t}, $4::text) AS id`;
+      params = [queue, options.type ?? "default", value, options.partitionKey];
+    } else if (options.type !== undefined) {
+      sql = `SELECT pgque.send($1::text, $2::text, $3::${t}) AS id`;
+      params = [queue, options.type, value];
+    } else {
+      sql = `SELECT pgque.send($1::text, $2::${t}) AS id`;
+      params = [queue, value];
+    }
+    const { rows } = await query<{ id: unknown }>(client, sql, params);
+    return toId(rows[0]?.id);
+  });
 }
 
 /**
  * Sends many events in one statement (`pgque.send_batch`) on `client`, in
  * its transaction; returns the ids aligned with `payloads`. All-string
- * payloads go as text, otherwise every payload as JSON.
+ * payloads go as text, otherwise every payload as JSON. Traced as one `send
+ * <queue>` span for the batch.
  */
 export async function sendBatch(
   client: Queryable,
@@ -370,26 +402,32 @@ export async function sendBatch(
   options: SendBatchOptions = {},
 ): Promise<number[]> {
   if (payloads.length === 0) return [];
-  const allText = payloads.every((p) => typeof p === "string");
-  const values = allText ? payloads : payloads.map(json);
-  const t = allText ? "text[]" : "jsonb[]";
-  let sql: string;
-  let params: unknown[];
-  if (options.partitionKeys !== undefined) {
-    if (options.partitionKeys.length !== payloads.length) {
-      throw new InvalidParameterValue("partitionKeys must align with payloads");
-    }
-    sql = `SELECT pgque.send_batch($1::text, $2::text, $3::${t}, $4::text[]) AS ids`;
-    params = [queue, options.type ?? "default", values, options.partitionKeys];
-  } else if (options.type !== undefined) {
-    sql = `SELECT pgque.send_batch($1::text, $2::text, $3::${t}) AS ids`;
-    params = [queue, options.type, values];
-  } else {
-    sql = `SELECT pgque.send_batch($1::text, $2::${t}) AS ids`;
-    params = [queue, values];
+  if (options.partitionKeys !== undefined && options.partitionKeys.length !== payloads.length) {
+    throw new InvalidParameterValue("partitionKeys must align with payloads");
   }
-  const { rows } = await query<{ ids: unknown }>(client, sql, params);
-  return toIds(rows[0]?.ids);
+  return sendSpan(queue, payloads.length, async (traced) => {
+    const headers = await eventHeaders(client, options.headers, traced);
+    const allText = payloads.every((p) => typeof p === "string");
+    const values = allText ? payloads : payloads.map(json);
+    const t = allText ? "text[]" : "jsonb[]";
+    let sql: string;
+    let params: unknown[];
+    if (headers !== undefined) {
+      sql = `SELECT pgque.send_batch($1::text, $2::text, $3::${t}, $4::text[], $5::jsonb) AS ids`;
+      params = [queue, options.type ?? "default", values, options.partitionKeys ?? null, json(headers)];
+    } else if (options.partitionKeys !== undefined) {
+      sql = `SELECT pgque.send_batch($1::text, $2::text, $3::${t}, $4::text[]) AS ids`;
+      params = [queue, options.type ?? "default", values, options.partitionKeys];
+    } else if (options.type !== undefined) {
+      sql = `SELECT pgque.send_batch($1::text, $2::text, $3::${t}) AS ids`;
+      params = [queue, options.type, values];
+    } else {
+      sql = `SELECT pgque.send_batch($1::text, $2::${t}) AS ids`;
+      params = [queue, values];
+    }
+    const { rows } = await query<{ ids: unknown }>(client, sql, params);
+    return toIds(rows[0]?.ids);
+  });
 }
 
 /**
@@ -397,6 +435,7 @@ export async function sendBatch(
  * (`pgque.send_idem`), on `client`, in its transaction. `ttlMs` is the
  * window (default one hour). Returns the event id (the original one when
  * `deduped`). Keys name an effect (`invoice:1042:issue`), not an entity.
+ * `headers` and tracing as for {@link send}.
  */
 export async function sendIdem(
   client: Queryable,
@@ -404,25 +443,31 @@ export async function sendIdem(
   type: string,
   payload: unknown,
   idemKey: string,
-  options: { ttlMs?: number; partitionKey?: string | null } = {},
+  options: { ttlMs?: number; partitionKey?: string | null; headers?: Record<string, string> } = {},
 ): Promise<IdemSend> {
   const [value, t] = payloadParam(payload);
   const ttl = options.ttlMs ?? 3_600_000;
   if (!Number.isFinite(ttl) || ttl <= 0) throw new InvalidParameterValue("ttlMs must be a positive number");
-  const { rows } = await query<{ event_id: unknown; deduped: boolean }>(
-    client,
-    `SELECT event_id, deduped FROM pgque.send_idem($1::text, $2::text, $3::${t}, $4::text, ` +
-      `make_interval(secs => $5::float8), $6::text)`,
-    [queue, type, value, idemKey, ttl / 1000, options.partitionKey ?? null],
-  );
-  const r = rows[0];
-  if (r === undefined) throw new Error("send_idem returned no row");
-  return { eventId: toId(r.event_id), deduped: r.deduped };
+  return sendSpan(queue, 1, async (traced) => {
+    const headers = await eventHeaders(client, options.headers, traced);
+    const params: unknown[] = [queue, type, value, idemKey, ttl / 1000, options.partitionKey ?? null];
+    if (headers !== undefined) params.push(json(headers));
+    const { rows } = await query<{ event_id: unknown; deduped: boolean }>(
+      client,
+      `SELECT event_id, deduped FROM pgque.send_idem($1::text, $2::text, $3::${t}, $4::text, ` +
+        `make_interval(secs => $5::float8), $6::text${headers !== undefined ? ", $7::jsonb" : ""})`,
+      params,
+    );
+    const r = rows[0];
+    if (r === undefined) throw new Error("send_idem returned no row");
+    return { eventId: toId(r.event_id), deduped: r.deduped };
+  });
 }
 
 /**
  * Delayed delivery (`pgque.send_at`) on `client`, in its transaction: the
- * event enters the queue at `deliverAt`. Returns the event id.
+ * event enters the queue at `deliverAt`. Returns the event id. `headers`
+ * and tracing as for {@link send} (kept until the event is delivered).
  */
 export async function sendAt(
   client: Queryable,
@@ -430,13 +475,19 @@ export async function sendAt(
   type: string,
   payload: unknown,
   deliverAt: Date | string,
-  options: { partitionKey?: string | null } = {},
+  options: { partitionKey?: string | null; headers?: Record<string, string> } = {},
 ): Promise<number> {
   const [value, t] = payloadParam(payload);
-  const { rows } = await query<{ id: unknown }>(
-    client,
-    `SELECT pgque.send_at($1::text, $2::text, $3::${t}, $4::timestamptz, $5::text) AS id`,
-    [queue, type, value, deliverAt, options.partitionKey ?? null],
-  );
-  return toId(rows[0]?.id);
+  return sendSpan(queue, 1, async (traced) => {
+    const headers = await eventHeaders(client, options.headers, traced);
+    const params: unknown[] = [queue, type, value, deliverAt, options.partitionKey ?? null];
+    if (headers !== undefined) params.push(json(headers));
+    const { rows } = await query<{ id: unknown }>(
+      client,
+      `SELECT pgque.send_at($1::text, $2::text, $3::${t}, $4::timestamptz, $5::text` +
+        `${headers !== undefined ? ", $6::jsonb" : ""}) AS id`,
+      params,
+    );
+    return toId(rows[0]?.id);
+  });
 }

@@ -2,7 +2,8 @@
 
 The client works with servers of several pgque versions: functions added
 later (outputs on ``complete_many``, ``set_progress``, ``enqueue_flow``,
-``job_channel``) are looked up in ``pg_proc`` and used when present. The
+``job_channel``, the ``headers`` of ``send``) are looked up in ``pg_proc``
+and used when present. The
 parameter names and types of the functions whose options are passed by name
 (``enqueue``, ``enqueue_ready_rows``) come from the same read, so a keyword
 the server does not know is refused by the client before any SQL is sent, and
@@ -25,7 +26,7 @@ SELECT p.proname::text, p.pronargs::int,
 FROM pg_catalog.pg_proc p
 JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
 WHERE n.nspname = 'pgque'
-  AND p.proname = ANY ('{enqueue,enqueue_ready_rows,complete,complete_many,set_progress,enqueue_flow,job_channel}')
+  AND p.proname = ANY ('{enqueue,enqueue_ready_rows,complete,complete_many,set_progress,enqueue_flow,job_channel,send}')
 """
 
 
@@ -40,6 +41,9 @@ class Features:
     job_channel: bool = False
     # jobs carry headers (trace context): enqueue takes them, dispatch returns them
     headers: bool = False
+    # events carry headers: send(queue, type, payload, partition_key, headers)
+    # and its siblings take them, receive_with_headers returns them (0.8)
+    event_headers: bool = False
     params: dict[str, dict[str, str]] = field(default_factory=dict)
 
     @classmethod
@@ -59,6 +63,7 @@ class Features:
                 widest[name] = nargs
                 f.params[name] = dict(zip(argnames, argtypes))
         f.headers = "headers" in f.params.get("enqueue", {})
+        f.event_headers = "headers" in f.params.get("send", {})
         return f
 
 

@@ -12,11 +12,19 @@ nothing of OpenTelemetry.
   a handler. It always links to the producer's context; on the first
   attempt it is also its child (one connected trace from producer to
   handler), a retry (attempt > 1) starts a new trace linked to it.
+- Events (docs/tracing.md, "Events"): the producers use ``send_span`` as
+  well; ``event_span(queue, consumer, message)`` is a CONSUMER span
+  ``process <queue>`` around one event's handler call, with the same rules
+  (linked to the producer, its child on the first delivery, a new trace on a
+  redelivery: ``retry_count`` > 0). ``active()`` tells a consumer whether to
+  read the events' headers at all (an SDK's tracer provider is installed).
 Attributes follow the OpenTelemetry messaging conventions:
 ``messaging.system`` = ``pgque``, ``messaging.destination.name``,
 ``messaging.message.id``, ``messaging.operation.type`` /
 ``messaging.operation.name``, ``messaging.batch.message_count`` and
-``pgque.job.kind`` / ``pgque.job.attempt``.
+``pgque.job.kind`` / ``pgque.job.attempt``; on event spans
+``messaging.consumer.group.name`` (the consumer), ``pgque.event.type`` and
+``pgque.event.retry_count``.
 """
 
 from __future__ import annotations
@@ -27,7 +35,7 @@ from typing import Any
 
 try:
     from opentelemetry import trace as _trace
-    from opentelemetry.trace import Link, SpanKind, Status, StatusCode
+    from opentelemetry.trace import Link, NoOpTracerProvider, ProxyTracerProvider, SpanKind, Status, StatusCode
     from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
     _PROP: Any = TraceContextTextMapPropagator()
@@ -68,21 +76,33 @@ def send_span(queue: str, n: int = 1) -> Iterator[dict[str, str] | None]:
         yield carrier or None
 
 
+def active() -> bool:
+    """Whether spans are recorded: the API is installed and a tracer provider
+    other than the API's default (no-op, or the proxy that stands in until
+    one is set) is installed. Consumers read event headers only then."""
+    if not ENABLED:
+        return False
+    return not isinstance(_trace.get_tracer_provider(), (NoOpTracerProvider, ProxyTracerProvider))
+
+
+def _producer(headers: Mapping[str, Any] | None, first: bool) -> tuple[Any, list[Any]]:
+    """The parent context (the producer's on a first delivery, else None:
+    a new trace) and the links (to the producer) of a process span."""
+    if headers and isinstance(headers.get("traceparent"), str):
+        ctx = _PROP.extract(dict(headers))
+        sc = _trace.get_current_span(ctx).get_span_context()
+        if sc.is_valid:
+            return (ctx if first else None), [Link(sc)]
+    return None, []
+
+
 @contextmanager
 def process_span(queue: str, job_id: int, kind: str, attempt: int, headers: Mapping[str, Any] | None) -> Iterator[Any]:
     """A CONSUMER span around one job's handler (see the module doc)."""
     if not ENABLED:
         yield None
         return
-    parent = None
-    links = []
-    if headers and isinstance(headers.get("traceparent"), str):
-        ctx = _PROP.extract(dict(headers))
-        sc = _trace.get_current_span(ctx).get_span_context()
-        if sc.is_valid:
-            links.append(Link(sc))
-            if attempt <= 1:
-                parent = ctx
+    parent, links = _producer(headers, attempt <= 1)
     attrs = {
         "messaging.system": SYSTEM,
         "messaging.destination.name": queue,
@@ -92,9 +112,39 @@ def process_span(queue: str, job_id: int, kind: str, attempt: int, headers: Mapp
         "pgque.job.kind": kind,
         "pgque.job.attempt": attempt,
     }
-    span = _tracer().start_span(
-        f"process {queue}", context=parent, kind=SpanKind.CONSUMER, attributes=attrs, links=links
-    )
+    with _consumer_span(f"process {queue}", parent, attrs, links) as span:
+        yield span
+
+
+@contextmanager
+def event_span(queue: str, consumer: str, msg_id: int, type_name: str, retry_count: int | None,
+               headers: Mapping[str, Any] | None) -> Iterator[Any]:  # fmt: skip
+    """A CONSUMER span around one event's handler call (see the module doc);
+    ``retry_count`` None or 0 is the first delivery."""
+    if not ENABLED:
+        yield None
+        return
+    retries = retry_count or 0
+    parent, links = _producer(headers, retries == 0)
+    attrs = {
+        "messaging.system": SYSTEM,
+        "messaging.destination.name": queue,
+        "messaging.consumer.group.name": consumer,
+        "messaging.message.id": str(msg_id),
+        "messaging.operation.type": "process",
+        "messaging.operation.name": "process",
+        "pgque.event.type": type_name,
+        "pgque.event.retry_count": retries,
+    }
+    with _consumer_span(f"process {queue}", parent, attrs, links) as span:
+        yield span
+
+
+@contextmanager
+def _consumer_span(name: str, parent: Any, attrs: dict[str, Any], links: list[Any]) -> Iterator[Any]:
+    """A CONSUMER span made current around the block; an exception from the
+    block is recorded on it and marks it as an error."""
+    span = _tracer().start_span(name, context=parent, kind=SpanKind.CONSUMER, attributes=attrs, links=links)
     with _trace.use_span(span, end_on_exit=True, record_exception=False, set_status_on_exception=False):
         try:
             yield span

@@ -152,6 +152,17 @@ def enqueue_flow_query(
     )
 
 
+def event_headers(f: Features, explicit: Mapping[str, str] | None, traced: dict[str, str] | None) -> Mapping[str, str] | None:
+    """The headers an event send passes: the caller's (refused by a server
+    without event headers), else the send span's trace context when the
+    server takes it, else None (the plain overloads)."""
+    if explicit is not None:
+        if not f.event_headers:
+            raise ServerFeatureMissing("this server's pgque takes no event headers (they need pgque 0.8)")
+        return explicit
+    return traced if f.event_headers else None
+
+
 def _payload(payload: Any) -> tuple[Any, str]:
     """Strings go to the text overloads (sent as is), anything else is JSON."""
     if isinstance(payload, str):
@@ -159,8 +170,15 @@ def _payload(payload: Any) -> tuple[Any, str]:
     return Jsonb(payload), "jsonb"
 
 
-def send_query(queue: str, payload: Any, type: str | None, partition_key: str | None) -> Query:
+def send_query(
+    queue: str, payload: Any, type: str | None, partition_key: str | None, headers: Mapping[str, str] | None = None
+) -> Query:
+    """``headers`` (trace context) take the 5-argument overload of servers
+    with event headers; without them, the overloads every server has."""
     value, t = _payload(payload)
+    if headers is not None:
+        q = f"SELECT pgque.send(%s::text, %s::text, %s::{t}, %s::text, %s::jsonb)"
+        return sql.SQL(q), [queue, type or "default", value, partition_key, Jsonb(dict(headers))]  # type: ignore[arg-type]
     if partition_key is not None:
         q = f"SELECT pgque.send(%s::text, %s::text, %s::{t}, %s::text)"
         return sql.SQL(q), [queue, type or "default", value, partition_key]  # type: ignore[arg-type]
@@ -170,17 +188,26 @@ def send_query(queue: str, payload: Any, type: str | None, partition_key: str | 
 
 
 def send_batch_query(
-    queue: str, payloads: Sequence[Any], type: str | None, partition_keys: Sequence[str | None] | None
+    queue: str,
+    payloads: Sequence[Any],
+    type: str | None,
+    partition_keys: Sequence[str | None] | None,
+    headers: Mapping[str, str] | None = None,
 ) -> Query:
+    """``headers``: one object for every event of the batch (as send_query)."""
     if payloads and all(isinstance(p, str) for p in payloads):
         values: list[Any] = list(payloads)
         t = "text[]"
     else:
         values = [Jsonb(p) for p in payloads]
         t = "jsonb[]"
+    if partition_keys is not None and len(partition_keys) != len(payloads):
+        raise InvalidParameterValue("partition_keys must align with payloads")
+    if headers is not None:
+        q = f"SELECT pgque.send_batch(%s::text, %s::text, %s::{t}, %s::text[], %s::jsonb)"
+        keys = None if partition_keys is None else list(partition_keys)
+        return sql.SQL(q), [queue, type or "default", values, keys, Jsonb(dict(headers))]  # type: ignore[arg-type]
     if partition_keys is not None:
-        if len(partition_keys) != len(payloads):
-            raise InvalidParameterValue("partition_keys must align with payloads")
         q = f"SELECT pgque.send_batch(%s::text, %s::text, %s::{t}, %s::text[])"
         return sql.SQL(q), [queue, type or "default", values, list(partition_keys)]  # type: ignore[arg-type]
     if type is not None:
@@ -189,17 +216,31 @@ def send_batch_query(
 
 
 def send_idem_query(
-    queue: str, type: str, payload: Any, idem_key: str, ttl: timedelta | str, partition_key: str | None
-) -> Query:
+    queue: str, type: str, payload: Any, idem_key: str, ttl: timedelta | str, partition_key: str | None,
+    headers: Mapping[str, str] | None = None,
+) -> Query:  # fmt: skip
     value, t = _payload(payload)
+    params: list[Any] = [queue, type, value, idem_key, ttl, partition_key]
+    h = ""
+    if headers is not None:
+        h = ", %s::jsonb"
+        params.append(Jsonb(dict(headers)))
     q = (
         "SELECT event_id, deduped FROM pgque.send_idem("
-        f"%s::text, %s::text, %s::{t}, %s::text, %s::interval, %s::text)"
+        f"%s::text, %s::text, %s::{t}, %s::text, %s::interval, %s::text{h})"
     )
-    return sql.SQL(q), [queue, type, value, idem_key, ttl, partition_key]  # type: ignore[arg-type]
+    return sql.SQL(q), params  # type: ignore[arg-type]
 
 
-def send_at_query(queue: str, type: str, payload: Any, deliver_at: Any, partition_key: str | None) -> Query:
+def send_at_query(
+    queue: str, type: str, payload: Any, deliver_at: Any, partition_key: str | None,
+    headers: Mapping[str, str] | None = None,
+) -> Query:  # fmt: skip
     value, t = _payload(payload)
-    q = f"SELECT pgque.send_at(%s::text, %s::text, %s::{t}, %s::timestamptz, %s::text)"
-    return sql.SQL(q), [queue, type, value, deliver_at, partition_key]  # type: ignore[arg-type]
+    params: list[Any] = [queue, type, value, deliver_at, partition_key]
+    h = ""
+    if headers is not None:
+        h = ", %s::jsonb"
+        params.append(Jsonb(dict(headers)))
+    q = f"SELECT pgque.send_at(%s::text, %s::text, %s::{t}, %s::timestamptz, %s::text{h})"
+    return sql.SQL(q), params  # type: ignore[arg-type]

@@ -65,26 +65,44 @@ async def enqueue_flow(conn: psycopg.AsyncConnection[Any], queue: str, jobs: Ite
     return [FlowJob(r[0], r[1], r[2]) for r in rows]
 
 
+async def _event_headers(
+    conn: psycopg.AsyncConnection[Any], explicit: Mapping[str, str] | None, traced: dict[str, str] | None
+) -> Mapping[str, str] | None:
+    if explicit is None and traced is None:
+        return None
+    return _sql.event_headers(await afeatures(conn), explicit, traced)
+
+
 async def send(conn: psycopg.AsyncConnection[Any], queue: str, payload: Any, type: str | None = None,
-               partition_key: str | None = None) -> int:  # fmt: skip
+               partition_key: str | None = None, headers: Mapping[str, str] | None = None) -> int:  # fmt: skip
     """As pgque_client.send."""
-    return (await _one(conn, _sql.send_query(queue, payload, type, partition_key)))[0]
+    with _otel.send_span(queue) as traced:
+        h = await _event_headers(conn, headers, traced)
+        return (await _one(conn, _sql.send_query(queue, payload, type, partition_key, h)))[0]
 
 
 async def send_batch(conn: psycopg.AsyncConnection[Any], queue: str, payloads: Sequence[Any], type: str | None = None,
-                     partition_keys: Sequence[str | None] | None = None) -> list[int]:  # fmt: skip
+                     partition_keys: Sequence[str | None] | None = None,
+                     headers: Mapping[str, str] | None = None) -> list[int]:  # fmt: skip
     """As pgque_client.send_batch."""
-    return list((await _one(conn, _sql.send_batch_query(queue, payloads, type, partition_keys)))[0])
+    with _otel.send_span(queue, len(payloads)) as traced:
+        h = await _event_headers(conn, headers, traced)
+        return list((await _one(conn, _sql.send_batch_query(queue, payloads, type, partition_keys, h)))[0])
 
 
 async def send_idem(conn: psycopg.AsyncConnection[Any], queue: str, type: str, payload: Any, idem_key: str,
-                    ttl: timedelta | str = timedelta(hours=1), partition_key: str | None = None) -> IdemSend:  # fmt: skip
+                    ttl: timedelta | str = timedelta(hours=1), partition_key: str | None = None,
+                    headers: Mapping[str, str] | None = None) -> IdemSend:  # fmt: skip
     """As pgque_client.send_idem."""
-    r = await _one(conn, _sql.send_idem_query(queue, type, payload, idem_key, ttl, partition_key))
+    with _otel.send_span(queue) as traced:
+        h = await _event_headers(conn, headers, traced)
+        r = await _one(conn, _sql.send_idem_query(queue, type, payload, idem_key, ttl, partition_key, h))
     return IdemSend(r[0], r[1])
 
 
 async def send_at(conn: psycopg.AsyncConnection[Any], queue: str, type: str, payload: Any, deliver_at: datetime,
-                  partition_key: str | None = None) -> int:  # fmt: skip
+                  partition_key: str | None = None, headers: Mapping[str, str] | None = None) -> int:  # fmt: skip
     """As pgque_client.send_at."""
-    return (await _one(conn, _sql.send_at_query(queue, type, payload, deliver_at, partition_key)))[0]
+    with _otel.send_span(queue) as traced:
+        h = await _event_headers(conn, headers, traced)
+        return (await _one(conn, _sql.send_at_query(queue, type, payload, deliver_at, partition_key, h)))[0]

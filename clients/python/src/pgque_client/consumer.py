@@ -37,6 +37,7 @@ from typing import Any
 
 import psycopg
 
+from . import _otel
 from ._listen import Listener
 from .worker import wants_transaction
 from .errors import InvalidParameterValue, NumericValueOutOfRange, PgqueError, SlotLost, WrongState, translated
@@ -58,6 +59,9 @@ class Message:
     extra2: str | None
     extra3: str | None
     extra4: str | None
+    # The event's headers (W3C trace context), read only while OpenTelemetry
+    # is active on a server with event headers; None otherwise.
+    headers: dict[str, str] | None = None
 
     @property
     def partition_key(self) -> str | None:
@@ -110,6 +114,9 @@ class _Runner:
         self._stopping = threading.Event()
         self._cond = threading.Condition()
         self._gen = 0
+        # False once the server turned out to lack the *_with_headers
+        # receives (42883, a 0.7 schema): the plain ones from then on.
+        self._server_headers = True
 
     def stop(self) -> None:
         """Asks run() to finish the batches in hand and return. Any thread."""
@@ -127,17 +134,40 @@ class _Runner:
             self._cond.wait_for(lambda: self._stopping.is_set() or self._gen != gen, self.poll_interval)
 
     def _call(self, conn: psycopg.Connection[Any], m: Message, failed: list[tuple[Message, str]]) -> None:
-        """Runs the handler for one message; a transactional one in a
-        savepoint of the batch's transaction on ``conn``. An exception is
-        recorded in ``failed`` (the message is nacked)."""
+        """Runs the handler for one message, in a ``process <queue>`` span when
+        OpenTelemetry is installed; a transactional one in a savepoint of the
+        batch's transaction on ``conn``. An exception is recorded in
+        ``failed`` (the message is nacked) and on the span."""
         try:
-            if self.transactional:
-                with conn.transaction():
-                    self.handler(m, conn)
-            else:
-                self.handler(m)
+            with _otel.event_span(self.queue, self.consumer, m.msg_id, m.type, m.retry_count, m.headers):
+                if self.transactional:
+                    with conn.transaction():
+                        self.handler(m, conn)
+                else:
+                    self.handler(m)
         except Exception as e:  # noqa: BLE001 - a failing handler nacks its event
             failed.append((m, _reason(e)))
+
+    def _receive(self, conn: psycopg.Connection[Any], fn: str, args: tuple[Any, ...]) -> list[Message]:
+        """One batch from ``pgque.<fn>(args)``. While OpenTelemetry is active
+        (docs/tracing.md) from its ``_with_headers`` twin, which adds the
+        events' headers; a server without it (42883) is remembered and read
+        with ``fn`` itself from then on."""
+        marks = ", ".join(["%s"] * len(args))
+        if self._server_headers and _otel.active():
+            try:
+                with translated():
+                    rows = conn.execute(
+                        f"SELECT {_MSG_COLS}, headers FROM pgque.{fn}_with_headers({marks})", args
+                    ).fetchall()
+                return [Message(*r) for r in rows]
+            except PgqueError as e:
+                if e.sqlstate != "42883":
+                    raise
+                self._server_headers = False
+        with translated():
+            rows = conn.execute(f"SELECT {_MSG_COLS} FROM pgque.{fn}({marks})", args).fetchall()
+        return [Message(*r) for r in rows]
 
     def _connect(self) -> psycopg.Connection[Any]:
         return psycopg.connect(self.dsn, autocommit=True, **self.connect_kwargs)
@@ -214,13 +244,9 @@ class Consumer(_Runner):
 
     def run_once(self, conn: psycopg.Connection[Any]) -> int:
         """Receives one batch, handles it, acks it; returns its size (0: none)."""
-        with translated():
-            rows = conn.execute(
-                f"SELECT {_MSG_COLS} FROM pgque.receive(%s, %s, %s)", (self.queue, self.consumer, self.batch_size)
-            ).fetchall()
-        if not rows:
+        msgs = self._receive(conn, "receive", (self.queue, self.consumer, self.batch_size))
+        if not msgs:
             return 0
-        msgs = [Message(*r) for r in rows]
         failed: list[tuple[Message, str]] = []
         if not self.transactional:
             for m in msgs:
@@ -434,19 +460,14 @@ class PartitionedConsumer(_Runner):
             if self._stopping.is_set():
                 break
             try:
-                with translated():
-                    rows = conn.execute(
-                        f"SELECT {_MSG_COLS} FROM pgque.receive_partitioned(%s, %s, %s, %s, %s, %s)",
-                        (*args, self.batch_size),
-                    ).fetchall()
+                msgs = self._receive(conn, "receive_partitioned", (*args, self.batch_size))
             except WrongState as e:
                 raise SlotLost(f"slot {slot}: lease lost before receive ({e})") from e
             except (InvalidParameterValue, NumericValueOutOfRange) as e:
                 raise self._resized(conn, slot, e, args[3], wid) from e
             renewed = time.monotonic()
-            if not rows:
+            if not msgs:
                 break
-            msgs = [Message(*r) for r in rows]
             failed: list[tuple[Message, str]] = []
 
             def handle_all() -> None:
@@ -482,11 +503,16 @@ class PartitionedConsumer(_Runner):
             except (InvalidParameterValue, NumericValueOutOfRange) as e:
                 raise self._resized(conn, slot, e, args[3], wid) from e
             renewed = time.monotonic()
-            total += len(rows)
+            total += len(msgs)
             with self._lock:
-                self.handled += len(rows)
-        with translated():
-            conn.execute("SELECT pgque.release_slot(%s, %s, %s, %s)", (self.queue, self.consumer, slot, wid))
+                self.handled += len(msgs)
+        try:
+            with translated():
+                conn.execute("SELECT pgque.release_slot(%s, %s, %s, %s)", (self.queue, self.consumer, slot, wid))
+        except (InvalidParameterValue, NumericValueOutOfRange) as e:
+            # A resize between the last batch and this release (a shrink
+            # leaves the slot out of range: 22003) is a lost slot, as in receive.
+            raise self._resized(conn, slot, e, args[3], wid) from e
         return total
 
     def _refresh_n(self, conn: psycopg.Connection[Any]) -> int:

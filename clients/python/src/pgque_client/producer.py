@@ -89,18 +89,34 @@ def enqueue_flow(conn: psycopg.Connection[Any], queue: str, jobs: Iterable[Mappi
     return [FlowJob(r[0], r[1], r[2]) for r in rows]
 
 
+def _event_headers(
+    conn: psycopg.Connection[Any], explicit: Mapping[str, str] | None, traced: dict[str, str] | None
+) -> Mapping[str, str] | None:
+    # The catalogue is read only when there are headers to pass: an untraced
+    # send runs exactly the statement it always did.
+    if explicit is None and traced is None:
+        return None
+    return _sql.event_headers(features(conn), explicit, traced)
+
+
 def send(
     conn: psycopg.Connection[Any],
     queue: str,
     payload: Any,
     type: str | None = None,
     partition_key: str | None = None,
+    headers: Mapping[str, str] | None = None,
 ) -> int:
     """Sends one event (``pgque.send``); returns its id. A ``str`` payload is
-    sent as text, anything else as JSON. ``partition_key`` rides extra1."""
-    q, params = _sql.send_query(queue, payload, type, partition_key)
-    with translated():
-        return conn.execute(q, params).fetchone()[0]  # type: ignore[index]
+    sent as text, anything else as JSON. ``partition_key`` rides extra1.
+    ``headers`` (a dict of strings, e.g. W3C ``traceparent``; servers with
+    event headers) are stored with the event; in a traced context the
+    ``send <queue>`` span's trace context is, unless given (docs/tracing.md)."""
+    with _otel.send_span(queue) as traced:
+        h = _event_headers(conn, headers, traced)
+        q, params = _sql.send_query(queue, payload, type, partition_key, h)
+        with translated():
+            return conn.execute(q, params).fetchone()[0]  # type: ignore[index]
 
 
 def send_batch(
@@ -109,12 +125,17 @@ def send_batch(
     payloads: Sequence[Any],
     type: str | None = None,
     partition_keys: Sequence[str | None] | None = None,
+    headers: Mapping[str, str] | None = None,
 ) -> list[int]:
     """Sends many events in one statement (``pgque.send_batch``); ids aligned
-    with ``payloads``. All-``str`` payloads go as text, otherwise as JSON."""
-    q, params = _sql.send_batch_query(queue, payloads, type, partition_keys)
-    with translated():
-        return list(conn.execute(q, params).fetchone()[0])  # type: ignore[index]
+    with ``payloads``. All-``str`` payloads go as text, otherwise as JSON.
+    ``headers``: as for send, one object for every event of the batch (in a
+    traced context: one ``send <queue>`` span for the batch)."""
+    with _otel.send_span(queue, len(payloads)) as traced:
+        h = _event_headers(conn, headers, traced)
+        q, params = _sql.send_batch_query(queue, payloads, type, partition_keys, h)
+        with translated():
+            return list(conn.execute(q, params).fetchone()[0])  # type: ignore[index]
 
 
 def send_idem(
@@ -125,12 +146,16 @@ def send_idem(
     idem_key: str,
     ttl: timedelta | str = timedelta(hours=1),
     partition_key: str | None = None,
+    headers: Mapping[str, str] | None = None,
 ) -> IdemSend:
     """At most one event per (queue, idem_key) while the key's window is live
-    (``pgque.send_idem``). Returns (event_id, deduped)."""
-    q, params = _sql.send_idem_query(queue, type, payload, idem_key, ttl, partition_key)
-    with translated():
-        r = conn.execute(q, params).fetchone()
+    (``pgque.send_idem``). Returns (event_id, deduped). ``headers``: as for
+    send (a deduped send stores nothing, the original keeps its own)."""
+    with _otel.send_span(queue) as traced:
+        h = _event_headers(conn, headers, traced)
+        q, params = _sql.send_idem_query(queue, type, payload, idem_key, ttl, partition_key, h)
+        with translated():
+            r = conn.execute(q, params).fetchone()
     return IdemSend(r[0], r[1])  # type: ignore[index]
 
 
@@ -141,8 +166,12 @@ def send_at(
     payload: Any,
     deliver_at: datetime,
     partition_key: str | None = None,
+    headers: Mapping[str, str] | None = None,
 ) -> int:
-    """Delayed delivery (``pgque.send_at``); returns the event id."""
-    q, params = _sql.send_at_query(queue, type, payload, deliver_at, partition_key)
-    with translated():
-        return conn.execute(q, params).fetchone()[0]  # type: ignore[index]
+    """Delayed delivery (``pgque.send_at``); returns the event id.
+    ``headers``: as for send, kept until the event is delivered."""
+    with _otel.send_span(queue) as traced:
+        h = _event_headers(conn, headers, traced)
+        q, params = _sql.send_at_query(queue, type, payload, deliver_at, partition_key, h)
+        with translated():
+            return conn.execute(q, params).fetchone()[0]  # type: ignore[index]
