@@ -23,6 +23,7 @@ pub static WORKER_TURN_S: GucSetting<i32> = GucSetting::<i32>::new(10);
 
 // ---- event queues -------------------------------------------------------
 pub static TICK_PERIOD_MS: GucSetting<i32> = GucSetting::<i32>::new(100);
+pub static TICK_COALESCE_MS: GucSetting<i32> = GucSetting::<i32>::new(5);
 pub static MAINT_PERIOD_MS: GucSetting<i32> = GucSetting::<i32>::new(1_000);
 pub static LEDGER_ROTATION_S: GucSetting<i32> = GucSetting::<i32>::new(300);
 pub static DELAYED_PERIOD_MS: GucSetting<i32> = GucSetting::<i32>::new(100);
@@ -170,6 +171,14 @@ pub fn init() {
         &TICK_PERIOD_MS,
         1,
         60_000,
+        GucFlags::UNIT_MS,
+    );
+    int(
+        c"pgque.tick_coalesce_ms",
+        c"Least time between two ticks a producer's commit asks for: commits within it share one tick (and one batch).",
+        &TICK_COALESCE_MS,
+        1,
+        1_000,
         GucFlags::UNIT_MS,
     );
     int(
@@ -350,6 +359,10 @@ pub fn worker_turn() -> Duration {
 }
 pub fn tick_period() -> Duration {
     ms(TICK_PERIOD_MS.get())
+}
+/// The coalescing window of the tick on commit (duties::wake_min_interval).
+pub fn tick_coalesce() -> Duration {
+    ms(TICK_COALESCE_MS.get())
 }
 pub fn maint_period() -> Duration {
     ms(MAINT_PERIOD_MS.get())
