@@ -135,7 +135,7 @@ pub const DUTY_LOCK_TIMEOUT: &std::ffi::CStr = c"1s";
 /// so a stream of small commits costs at most one tick per window rather than
 /// one per commit; a commit that comes after a quiet window is ticked at once.
 /// Each tick is a batch for every waiting consumer (a NOTIFY, a receive, an
-/// ack, an empty receive: about 1.5-2 ms of server CPU here), so the window
+/// ack, an empty receive: about 1 ms of server CPU here), so the window
 /// trades server CPU per event at a steady rate against send -> receive
 /// latency: benches/results/cpu.md measures both at several windows.
 pub fn wake_min_interval() -> Duration {
