@@ -14,6 +14,10 @@ Each round prints the hops, from one clock (client and server on this host):
 
     BENCH_HOST=/tmp/pgque_bench BENCH_PORT=55515 IDLE_SECS=60 ROUNDS=3 \
         python3 benches/idle/first_send.py
+
+WARM=1: the consumer takes one batch before the idle spell (a long-lived
+consumer), so its receive is not the first batch its backend ever opened;
+w4's cell is WARM=0.
 """
 import json
 import multiprocessing as MP
@@ -28,6 +32,7 @@ from backend import CONNINFO  # noqa: E402
 
 IDLE_SECS = float(os.environ.get("IDLE_SECS", "60"))
 ROUNDS = int(os.environ.get("ROUNDS", "3"))
+WARM = os.environ.get("WARM", "0") == "1"
 
 
 def consumer(q, ready, outq):
@@ -44,6 +49,9 @@ def consumer(q, ready, outq):
                 cur.execute("SELECT pgque.ack(%s)", (rows[0][1],))
         if rows:
             p = rows[0][0] if isinstance(rows[0][0], dict) else json.loads(rows[0][0])
+            if p.get("warm"):
+                outq.put("warm")
+                continue
             outq.put((p["ts"], t_note, time.time()))
             break
         for _ in conn.notifies(timeout=0.5, stop_after=1):
@@ -61,6 +69,9 @@ def one_round(admin, rnd):
     p = MP.Process(target=consumer, args=(q, ready, outq))
     p.start()
     ready.wait(60)
+    if WARM:
+        admin.execute("SELECT pgque.send(%s, %s::jsonb)", (q, json.dumps({"warm": True})))
+        assert outq.get(timeout=60) == "warm"
     time.sleep(IDLE_SECS)
     idle = admin.execute("SELECT detail FROM pgque.status() WHERE component = 'worker'").fetchone()
     t0 = time.time()
@@ -84,7 +95,8 @@ def one_round(admin, rnd):
 
 def main():
     admin = psycopg.connect(CONNINFO, autocommit=True)
-    print(f"first_send.py: {ROUNDS} rounds, {IDLE_SECS:.0f} s idle before each send; load {os.getloadavg()[0]:.1f}",
+    print(f"first_send.py: {ROUNDS} rounds, {IDLE_SECS:.0f} s idle before each send, warm consumer {WARM}; "
+          f"load {os.getloadavg()[0]:.1f}",
           flush=True)
     for rnd in range(1, ROUNDS + 1):
         one_round(admin, rnd)

@@ -435,7 +435,11 @@ fn commits_within_the_coalescing_window_share_a_tick() {
         !runs.is_empty()
     });
     assert!(!runs.is_empty(), "no tick for a lone send within 5 s");
-    assert!(runs[0] < 0.25, "a lone send waited {:.3} s for its tick", runs[0]);
+    assert!(
+        runs[0] < 0.25,
+        "a lone send waited {:.3} s for its tick",
+        runs[0]
+    );
 
     // a burst: 60 commits 20 ms apart (1.2 s) after another quiet window
     std::thread::sleep(Duration::from_millis(1000));
