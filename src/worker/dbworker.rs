@@ -498,11 +498,15 @@ pub extern "C-unwind" fn pgque_db_worker_main(arg: pg_sys::Datum) {
                 };
         }
         let mut ran_idle = false;
+        // Whether an on_wake duty ran in this pass (see the break below).
+        let mut ticked = false;
         for (i, d) in DUTIES.iter().enumerate() {
-            if !d.on_wake && shmem::wake_pending(idx) && wake_duty_may_run(&sched) {
+            if !d.on_wake && !ticked && shmem::wake_pending(idx) && wake_duty_may_run(&sched) {
                 // A producer committed while the duties before this one ran
                 // (an idle worker's housekeeping, a due maint): its tick goes
-                // first, the rest of this pass after it.
+                // first, the rest of this pass after it. Once per pass at
+                // most: a pass that ticked runs every due duty, so a ticker
+                // slower than the window cannot starve the others.
                 break;
             }
             let s = &mut sched[i];
@@ -536,6 +540,7 @@ pub extern "C-unwind" fn pgque_db_worker_main(arg: pg_sys::Datum) {
                     continue;
                 }
             }
+            ticked |= d.on_wake;
             run_duty(idx, i, d, s, &dbname);
             let delay = duties::delay(period, s.consecutive_failures, gucs::duty_backoff_max())
                 .unwrap_or(period);
