@@ -23,6 +23,9 @@ pub static WORKER_TURN_S: GucSetting<i32> = GucSetting::<i32>::new(10);
 
 // ---- event queues -------------------------------------------------------
 pub static TICK_PERIOD_MS: GucSetting<i32> = GucSetting::<i32>::new(100);
+// 20 ms, measured against 2, 5 and 50 in benches/results/cpu.md ("the tick-on-commit
+// window"): the knee of server CPU per event against send -> receive latency.
+pub static TICK_COALESCE_MS: GucSetting<i32> = GucSetting::<i32>::new(20);
 pub static MAINT_PERIOD_MS: GucSetting<i32> = GucSetting::<i32>::new(1_000);
 pub static LEDGER_ROTATION_S: GucSetting<i32> = GucSetting::<i32>::new(300);
 pub static DELAYED_PERIOD_MS: GucSetting<i32> = GucSetting::<i32>::new(100);
@@ -170,6 +173,14 @@ pub fn init() {
         &TICK_PERIOD_MS,
         1,
         60_000,
+        GucFlags::UNIT_MS,
+    );
+    int(
+        c"pgque.tick_coalesce_ms",
+        c"Least time between two ticks a producer's commit asks for: commits within it share one tick (and one batch).",
+        &TICK_COALESCE_MS,
+        1,
+        1_000,
         GucFlags::UNIT_MS,
     );
     int(
@@ -350,6 +361,10 @@ pub fn worker_turn() -> Duration {
 }
 pub fn tick_period() -> Duration {
     ms(TICK_PERIOD_MS.get())
+}
+/// The coalescing window of the tick on commit (duties::wake_min_interval).
+pub fn tick_coalesce() -> Duration {
+    ms(TICK_COALESCE_MS.get())
 }
 pub fn maint_period() -> Duration {
     ms(MAINT_PERIOD_MS.get())

@@ -18,6 +18,12 @@ bench cluster (benches/run.sh leaves it running):
 
     BENCH_HOST=/tmp/pgque_bench BENCH_PORT=55515 BENCH_DATA=benches/.work/pg15 \
         RATES=500,2000,5000 SECS=15 ROUNDS=3 python3 benches/cpu/rate_cpu.py
+
+Each cell also prints its CPU split by process class (the producers' and the
+consumer's backends, pgque's worker, PgQ's ticker backend, walwriter, the
+rest) per event, and per batch. WINDOWS=5,20,50 runs pgque once per
+pgque.tick_coalesce_ms value (ALTER SYSTEM + reload before each cell; reset
+at the end).
 """
 import json
 import multiprocessing as MP
@@ -36,13 +42,14 @@ ROUNDS = int(os.environ.get("ROUNDS", "3"))
 POLL_MS = int(os.environ.get("POLL_MS", "10"))
 PGQ_TICK_MS = int(os.environ.get("PGQ_TICK_MS", "100"))
 SYSTEMS = os.environ.get("SYSTEMS", "pgque,pgq").split(",")
+WINDOWS = [w for w in os.environ.get("WINDOWS", "").split(",") if w]
 
 
-def server_cpu_ns():
-    """CPU time so far of the postmaster and every process it forked."""
+def server_cpu_by_pid():
+    """CPU time so far (ns) of the postmaster and every process it forked, by pid."""
     with open(os.path.join(DATA, "postmaster.pid")) as f:
         pm = int(f.readline())
-    total = 0
+    out = {}
     for d in os.listdir("/proc"):
         if not d.isdigit():
             continue
@@ -53,10 +60,30 @@ def server_cpu_ns():
             if int(d) != pm and ppid != pm:
                 continue
             with open(f"/proc/{d}/schedstat") as f:
-                total += int(f.read().split()[0])
+                out[int(d)] = int(f.read().split()[0])
         except (FileNotFoundError, ProcessLookupError, ValueError):
             pass  # exited meanwhile
-    return total
+    return out
+
+
+def proc_class(pid, roles):
+    """The class of server process `pid`: a role the clients reported for
+    their backends (producers, consumer, ticker), else from its title."""
+    if pid in roles:
+        return roles[pid]
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            title = f.read().replace(b"\0", b" ").decode(errors="replace")
+    except (FileNotFoundError, ProcessLookupError):
+        return "other"
+    if "pgque worker" in title or "pgque db worker" in title:
+        return "worker"
+    if "walwriter" in title:
+        return "walwriter"
+    return "other"
+
+
+CLASSES = ("producers", "consumer", "worker", "ticker", "walwriter", "other")
 
 
 def payload(i):
@@ -66,6 +93,7 @@ def payload(i):
 def producer(system, q, rate, secs, barrier, outq, end):
     conn = psycopg.connect(CONNINFO, autocommit=True)
     cur = conn.cursor()
+    outq.put(("pid", conn.info.backend_pid, "producers"))
     barrier.wait()
     t0 = time.time()
     i = 0
@@ -88,6 +116,7 @@ def producer(system, q, rate, secs, barrier, outq, end):
 def consumer(system, q, stop_at, barrier, outq, end):
     conn = psycopg.connect(CONNINFO, autocommit=True)
     cur = conn.cursor()
+    outq.put(("pid", conn.info.backend_pid, "consumer"))
     if system == "pgque":
         cur.execute(f'LISTEN "pgque_{q}"')
     lats, batches = [], 0
@@ -123,8 +152,9 @@ def consumer(system, q, stop_at, barrier, outq, end):
     conn.close()
 
 
-def pgq_ticker(stop_at, barrier, end):
+def pgq_ticker(stop_at, barrier, end, outq):
     conn = psycopg.connect(CONNINFO, autocommit=True)
+    outq.put(("pid", conn.info.backend_pid, "ticker"))
     barrier.wait()
     while time.time() < stop_at:
         conn.execute("SELECT pgq.ticker()")
@@ -155,20 +185,27 @@ def cell(admin, system, rate, rnd):
              for _ in range(nprod)]
     procs.append(MP.Process(target=consumer, args=(system, q, stop_at, barrier, outq, end)))
     if system == "pgq":
-        procs.append(MP.Process(target=pgq_ticker, args=(stop_at, barrier, end)))
+        procs.append(MP.Process(target=pgq_ticker, args=(stop_at, barrier, end, outq)))
     for p in procs:
         p.start()
     barrier.wait()
-    cpu0, t0 = server_cpu_ns(), time.time()
+    cpu0, t0 = server_cpu_by_pid(), time.time()
     sent, sent_secs, lats, batches = 0, 0.0, [], 0
-    for _ in range(nprod + 1):
+    roles, done = {}, 0
+    while done < nprod + 1:
         kind, val, extra = outq.get()
-        if kind == "sent":
-            sent, sent_secs = sent + val, max(sent_secs, extra)
+        if kind == "pid":
+            roles[val] = extra
+        elif kind == "sent":
+            sent, sent_secs, done = sent + val, max(sent_secs, extra), done + 1
         else:
-            lats, batches = val, extra
+            lats, batches, done = val, extra, done + 1
     # every client still connected: their backends' CPU is all there
-    cpu, wall = server_cpu_ns() - cpu0, time.time() - t0
+    cpu1, wall = server_cpu_by_pid(), time.time() - t0
+    split = {c: 0 for c in CLASSES}
+    for pid, ns in cpu1.items():
+        split[proc_class(pid, roles)] += ns - cpu0.get(pid, 0)
+    cpu = sum(split.values())
     end.wait()
     for p in procs:
         p.join()
@@ -180,28 +217,57 @@ def cell(admin, system, rate, rnd):
     pct = lambda p: lats[min(len(lats) - 1, int(len(lats) * p / 100))] if lats else float("nan")
     return {"sent": sent, "rate": sent / sent_secs, "recv": len(lats), "batches": batches,
             "cpu_us_per_event": cpu / 1000.0 / max(sent, 1), "cores": cpu / 1e9 / wall,
-            "p50": pct(50), "p99": pct(99)}
+            "p50": pct(50), "p99": pct(99),
+            "split": {c: split[c] / 1000.0 / max(sent, 1) for c in CLASSES},
+            "per_batch_us": cpu / 1000.0 / max(batches, 1)}
+
+
+def set_window(admin, ms):
+    """Sets pgque.tick_coalesce_ms on the cluster (None: back to its default)."""
+    if ms is None:
+        admin.execute("ALTER SYSTEM RESET pgque.tick_coalesce_ms")
+    else:
+        admin.execute(f"ALTER SYSTEM SET pgque.tick_coalesce_ms = {int(ms)}")
+    admin.execute("SELECT pg_reload_conf()")
 
 
 def main():
     admin = psycopg.connect(CONNINFO, autocommit=True)
-    print(f"rate_cpu.py: {SECS:.0f} s cells, {ROUNDS} rounds, poll {POLL_MS} ms, PgQ ticker {PGQ_TICK_MS} ms")
+    # WINDOWS=5,20: pgque runs once per pgque.tick_coalesce_ms value, as
+    # systems pgque@5, pgque@20 (unset: pgque at the server's setting)
+    systems = []
+    for s in SYSTEMS:
+        if s == "pgque" and WINDOWS:
+            systems += [f"pgque@{w}" for w in WINDOWS]
+        else:
+            systems.append(s)
+    print(f"rate_cpu.py: {SECS:.0f} s cells, {ROUNDS} rounds, poll {POLL_MS} ms, PgQ ticker {PGQ_TICK_MS} ms; "
+          f"{os.getloadavg()[0]:.2f} load", flush=True)
     for rate in RATES:
-        res = {s: [] for s in SYSTEMS}
+        res = {s: [] for s in systems}
         for rnd in range(1, ROUNDS + 1):
-            for s in SYSTEMS:
-                r = cell(admin, s, rate, rnd)
+            for s in systems:
+                base, _, w = s.partition("@")
+                if w:
+                    set_window(admin, w)
+                r = cell(admin, base, rate, rnd)
                 res[s].append(r)
-                print(f"rate={rate}/s round {rnd} {s:6}: {r['rate']:7.0f} ev/s sent, {r['recv']} received in "
+                sp = " ".join(f"{c} {r['split'][c]:.0f}" for c in CLASSES if r["split"][c] >= 0.5)
+                print(f"rate={rate}/s round {rnd} {s:8}: {r['rate']:7.0f} ev/s sent, {r['recv']} received in "
                       f"{r['batches']} batches; server CPU {r['cpu_us_per_event']:6.1f} us/event "
-                      f"({r['cores']:.2f} cores); latency p50 {r['p50']:.1f} ms, p99 {r['p99']:.1f} ms", flush=True)
-        med = {s: statistics.median(x["cpu_us_per_event"] for x in res[s]) for s in SYSTEMS}
-        line = "  ".join(f"{s} {med[s]:.1f}" for s in SYSTEMS)
-        ratio = ""
-        if "pgque" in med and "pgq" in med:
-            ratios = [a["cpu_us_per_event"] / b["cpu_us_per_event"] for a, b in zip(res["pgque"], res["pgq"])]
-            ratio = f"; pgque/pgq per round {' '.join(f'{x:.2f}' for x in ratios)}"
-        print(f"rate={rate}/s median server CPU us/event: {line}{ratio}", flush=True)
+                      f"({r['cores']:.2f} cores; {r['per_batch_us']:.0f} us/batch); latency p50 {r['p50']:.1f} ms, "
+                      f"p99 {r['p99']:.1f} ms; load {os.getloadavg()[0]:.1f}", flush=True)
+                print(f"    us/event by process: {sp}", flush=True)
+        med = {s: statistics.median(x["cpu_us_per_event"] for x in res[s]) for s in systems}
+        line = "  ".join(f"{s} {med[s]:.1f}" for s in systems)
+        print(f"rate={rate}/s median server CPU us/event: {line}", flush=True)
+        if "pgq" in res:
+            for s in systems:
+                if s.startswith("pgque"):
+                    ratios = [a["cpu_us_per_event"] / b["cpu_us_per_event"] for a, b in zip(res[s], res["pgq"])]
+                    print(f"rate={rate}/s {s}/pgq per round {' '.join(f'{x:.2f}' for x in ratios)}", flush=True)
+    if WINDOWS:
+        set_window(admin, None)
 
 
 if __name__ == "__main__":

@@ -385,3 +385,95 @@ fn databases_without_pgque_do_not_starve_one_with_it() {
         cl.log_tail(30)
     );
 }
+
+/// The ticker runs of `public.ticker_runs` (instrument_duties) at or after
+/// `t0`, as seconds after it.
+fn ticker_runs_since(c: &mut Client, t0: f64) -> Vec<f64> {
+    c.query(
+        "SELECT extract(epoch FROM at)::float8 - $1 FROM public.ticker_runs \
+          WHERE extract(epoch FROM at)::float8 >= $1 ORDER BY at",
+        &[&t0],
+    )
+    .unwrap()
+    .iter()
+    .map(|r| r.get(0))
+    .collect()
+}
+
+fn server_epoch(c: &mut Client) -> f64 {
+    c.query_one("SELECT extract(epoch FROM clock_timestamp())::float8", &[])
+        .unwrap()
+        .get(0)
+}
+
+/// pgque.tick_coalesce_ms: a producer's commit after a quiet window is
+/// ticked at once (a lone send never waits for the window), and a stream of
+/// commits closer together than the window shares one tick per window, the
+/// last commit's tick deferred to the window's end rather than dropped. The
+/// periodic tick is an hour away here, so every tick counted is a commit's.
+#[test]
+fn commits_within_the_coalescing_window_share_a_tick() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let cl = Cluster::start_new(
+        "coalesce",
+        "pgque.tick_coalesce_ms = 400\npgque.tick_period_ms = 60000\n",
+    );
+    let mut c = cl.create_db("wk_coalesce");
+    instrument_duties(&mut c);
+    c.batch_execute("SELECT pgque.create_queue('co')").unwrap();
+    let mut p = cl.connect("wk_coalesce");
+    // the worker's first pass ran every duty: let the window pass
+    std::thread::sleep(Duration::from_millis(1500));
+
+    // a lone send: its tick comes well before the 400 ms window
+    let t0 = server_epoch(&mut c);
+    p.execute("SELECT pgque.send('co', 'lone'::text)", &[])
+        .unwrap();
+    let mut runs = vec![];
+    wait_until(Duration::from_secs(5), || {
+        runs = ticker_runs_since(&mut c, t0);
+        !runs.is_empty()
+    });
+    assert!(!runs.is_empty(), "no tick for a lone send within 5 s");
+    assert!(
+        runs[0] < 0.25,
+        "a lone send waited {:.3} s for its tick",
+        runs[0]
+    );
+
+    // a burst: 60 commits 20 ms apart (1.2 s) after another quiet window
+    std::thread::sleep(Duration::from_millis(1000));
+    let t1 = server_epoch(&mut c);
+    let mut last = 0.0;
+    for i in 0..60 {
+        // the send's time, just before its commit
+        last = p
+            .query_one(
+                "SELECT extract(epoch FROM clock_timestamp())::float8 - $2 \
+                   FROM pgque.send('co', $1::text)",
+                &[&i.to_string(), &t1],
+            )
+            .unwrap()
+            .get(0);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(1000));
+    let runs = ticker_runs_since(&mut c, t1);
+    println!("burst of 60 commits over {last:.2} s: ticks at {runs:?}");
+    // one tick per 400 ms window at most: ~4 over 1.2 s (+1 for the edges)
+    assert!(
+        (2..=5).contains(&runs.len()),
+        "{} ticks for 60 commits over {last:.2} s at a 400 ms window",
+        runs.len()
+    );
+    for w in runs.windows(2) {
+        assert!(w[1] - w[0] >= 0.39, "two ticks {:.3} s apart", w[1] - w[0]);
+    }
+    // the burst's last commit is ticked after it committed (deferred to the
+    // window's end, not dropped)
+    let end = *runs.last().unwrap();
+    assert!(
+        end > last && end <= last + 0.6,
+        "last tick at {end:.3} s, the last send at {last:.3} s"
+    );
+}

@@ -27,7 +27,7 @@
 //! being dropped or not in pgque.databases, another worker already serves the
 //! database); 1 (restart after pgque.worker_restart_time) when it was
 //! terminated by a signal, so `pg_terminate_backend` is followed by a restart.
-use super::duties::{self, DUTIES, WAKE_MIN_INTERVAL};
+use super::duties::{self, DUTIES};
 use super::launcher::allowed;
 use crate::{gucs, shmem};
 use pgrx::bgworkers::{BackgroundWorker, SignalWakeFlags};
@@ -441,7 +441,7 @@ pub extern "C-unwind" fn pgque_db_worker_main(arg: pg_sys::Datum) {
         // The wake flag stays set until an on_wake duty runs for it: while it
         // is set, committing producers skip signalling us (a stream of small
         // commits would otherwise signal this process once per commit), and
-        // a wake that comes within WAKE_MIN_INTERVAL of the last run is
+        // a wake that comes within wake_min_interval() of the last run is
         // deferred to the end of that interval instead of being dropped.
         let woken = shmem::wake_pending(idx);
         let now = Instant::now();
@@ -498,7 +498,17 @@ pub extern "C-unwind" fn pgque_db_worker_main(arg: pg_sys::Datum) {
                 };
         }
         let mut ran_idle = false;
+        // Whether an on_wake duty ran in this pass (see the break below).
+        let mut ticked = false;
         for (i, d) in DUTIES.iter().enumerate() {
+            if !d.on_wake && !ticked && shmem::wake_pending(idx) && wake_duty_may_run(&sched) {
+                // A producer committed while the duties before this one ran
+                // (an idle worker's housekeeping, a due maint): its tick goes
+                // first, the rest of this pass after it. Once per pass at
+                // most: a pass that ticked runs every due duty, so a ticker
+                // slower than the window cannot starve the others.
+                break;
+            }
             let s = &mut sched[i];
             let now = Instant::now();
             let period = (d.period)();
@@ -512,10 +522,10 @@ pub extern "C-unwind" fn pgque_db_worker_main(arg: pg_sys::Datum) {
                 let wake_run = woken
                     && d.on_wake
                     && s.last_start
-                        .is_none_or(|t| now.duration_since(t) >= WAKE_MIN_INTERVAL);
+                        .is_none_or(|t| now.duration_since(t) >= duties::wake_min_interval());
                 if woken && d.on_wake && !wake_run {
                     if let Some(t) = s.last_start {
-                        s.next_due = s.next_due.min(t + WAKE_MIN_INTERVAL);
+                        s.next_due = s.next_due.min(t + duties::wake_min_interval());
                     }
                 }
                 if now < s.next_due && !wake_run {
@@ -530,6 +540,7 @@ pub extern "C-unwind" fn pgque_db_worker_main(arg: pg_sys::Datum) {
                     continue;
                 }
             }
+            ticked |= d.on_wake;
             run_duty(idx, i, d, s, &dbname);
             let delay = duties::delay(period, s.consecutive_failures, gucs::duty_backoff_max())
                 .unwrap_or(period);
@@ -555,6 +566,17 @@ pub extern "C-unwind" fn pgque_db_worker_main(arg: pg_sys::Datum) {
             }
         }
     }
+}
+
+/// Whether an `on_wake` duty (the ticker) would run now for a wake-up: it
+/// last started at least the coalescing window ago (or never).
+fn wake_duty_may_run(sched: &[Schedule]) -> bool {
+    let now = Instant::now();
+    sched.iter().zip(DUTIES).any(|(s, d)| {
+        d.on_wake
+            && s.last_start
+                .is_none_or(|t| now.duration_since(t) >= duties::wake_min_interval())
+    })
 }
 
 /// When each duty last ran, as Instants, from the counters the slot of
@@ -635,7 +657,7 @@ fn idle_check() -> Option<(bool, Vec<Option<f64>>)> {
 }
 
 thread_local! {
-    /// Each duty's call, prepared once: the ticker runs up to 1/WAKE_MIN_INTERVAL
+    /// Each duty's call, prepared once: the ticker runs up to once per pgque.tick_coalesce_ms
     /// times a second under load, and parsing and planning `SELECT pgque.ticker()`
     /// every time was ~6% of the worker's CPU. PostgreSQL's plan cache
     /// re-resolves the function when the extension is dropped and created again.

@@ -131,13 +131,16 @@ pub const SCHEDULES_MIN_GAP: Duration = Duration::from_millis(20);
 /// and the others run meanwhile.
 pub const DUTY_LOCK_TIMEOUT: &std::ffi::CStr = c"1s";
 
-/// A wake-up runs an `on_wake` duty at most this often, so a stream of small
-/// commits costs at most one run per interval rather than one per commit.
-/// 5 ms: under a heavy send load the ticker then takes at most 200 ticks a
-/// second (at 2 ms it took ~390, ~370 us of CPU each: 14% of a core beside
-/// the producers), while a commit still waits at most 5 ms for its tick,
-/// well inside the 10 ms p50 send-to-receive target.
-pub const WAKE_MIN_INTERVAL: Duration = Duration::from_millis(5);
+/// A wake-up runs an `on_wake` duty at most this often (pgque.tick_coalesce_ms),
+/// so a stream of small commits costs at most one tick per window rather than
+/// one per commit; a commit that comes after a quiet window is ticked at once.
+/// Each tick is a batch for every waiting consumer (a NOTIFY, a receive, an
+/// ack, an empty receive: about 1 ms of server CPU here), so the window
+/// trades server CPU per event at a steady rate against send -> receive
+/// latency: benches/results/cpu.md measures both at several windows.
+pub fn wake_min_interval() -> Duration {
+    gucs::tick_coalesce()
+}
 
 /// How long after its last start a duty is due again. A failing duty backs off
 /// exponentially from its period up to `max_backoff`; a period of zero means
