@@ -634,4 +634,23 @@ mod tests {
         );
         assert_eq!(href("a&b"), "/events/q/a%26b");
     }
+
+    #[test]
+    fn headers_show_escaped_and_nothing_without_them() {
+        let mut r = Row::new();
+        r.insert(
+            "headers".into(),
+            serde_json::json!({"traceparent": "00-ab-cd-01", "tracestate": "<x>"}),
+        );
+        let c = headers_cell(&r);
+        assert!(
+            c.contains("<pre>") && c.contains("&quot;traceparent&quot;: &quot;00-ab-cd-01&quot;"),
+            "{c}"
+        );
+        assert!(!c.contains("<x>") && c.contains("&lt;x&gt;"), "{c}");
+        // NULL headers, and a 0.7.0 row that has no headers column at all
+        r.insert("headers".into(), Value::Null);
+        assert_eq!(headers_cell(&r), "<td class=\"headers\"></td>");
+        assert_eq!(headers_cell(&Row::new()), "<td class=\"headers\"></td>");
+    }
 }
