@@ -6,7 +6,7 @@
 //! confirmation of their count, through pgque.dlq_replay and the
 //! pgque.dead_letter view, each all or nothing.
 use crate::db::DbError;
-use crate::explorer::{text, urlenc, when, Row};
+use crate::explorer::{pretty, text, urlenc, when, Row};
 use crate::pages::{esc, Ctx};
 use deadpool_postgres::Pool;
 use serde_json::Value;
@@ -156,8 +156,22 @@ fn payload_cell(r: &Row, k: &str) -> String {
     )
 }
 
-pub const CSS: &str =
-    "td.payload{max-width:28rem;word-break:break-all}td.payload code{font-size:.8rem}";
+/// The trace context an event carries (docs/tracing.md, "Events"), as the
+/// job page shows a job's: pretty JSON, escaped. Empty when it has none,
+/// and on a 0.7.0 schema, whose browse_* return no `headers` column (the
+/// rows are `to_jsonb` objects, so the key is simply absent).
+fn headers_cell(r: &Row) -> String {
+    match r.get("headers").filter(|v| !v.is_null()) {
+        None => "<td class=\"headers\"></td>".into(),
+        Some(h) => format!(
+            "<td class=\"headers\"><pre>{}</pre></td>",
+            esc(&pretty(Some(h)))
+        ),
+    }
+}
+
+pub const CSS: &str = "td.payload{max-width:28rem;word-break:break-all}td.payload code{font-size:.8rem}\
+td.headers pre{margin:0;padding:.2rem .4rem;font-size:.75rem;white-space:pre-wrap;word-break:break-all;max-width:24rem}";
 
 /// The queue's page content.
 pub fn queue_page(ctx: &Ctx, name: &str, at: Cursor, d: &QueueData) -> String {
@@ -199,15 +213,15 @@ consumers have still to process, their open batches and its dead letters.</p>",
     o.push_str(
         "<h2>Waiting events</h2><p class=\"muted\">Committed after the furthest-behind consumer's position, \
 in transaction order, a page at a time.</p><table id=\"waiting-events\"><thead><tr><th>event id</th><th>type</th>\
-<th>partition key</th><th>sent at</th><th>retries</th><th>for consumer</th><th>payload</th></tr></thead><tbody>",
+<th>partition key</th><th>sent at</th><th>retries</th><th>for consumer</th><th>payload</th><th>headers</th></tr></thead><tbody>",
     );
     if d.events.is_empty() {
-        o.push_str("<tr><td colspan=\"7\" class=\"muted\">no event waits</td></tr>");
+        o.push_str("<tr><td colspan=\"8\" class=\"muted\">no event waits</td></tr>");
     }
     for r in &d.events {
         let _ = write!(
             o,
-            "<tr data-ev=\"{}\"><td class=\"n\">{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"n\">{}</td><td>{}</td>{}</tr>",
+            "<tr data-ev=\"{}\"><td class=\"n\">{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"n\">{}</td><td>{}</td>{}{}</tr>",
             esc(&text(r, "ev_id")),
             esc(&text(r, "ev_id")),
             esc(&text(r, "ev_type")),
@@ -216,6 +230,7 @@ in transaction order, a page at a time.</p><table id=\"waiting-events\"><thead><
             esc(&text(r, "ev_retry")),
             esc(&text(r, "for_consumer")),
             payload_cell(r, "ev_data"),
+            headers_cell(r),
         );
     }
     o.push_str("</tbody></table><div class=\"pager\">");
@@ -252,9 +267,9 @@ in transaction order, a page at a time.</p><table id=\"waiting-events\"><thead><
         o.push_str("<th></th>");
     }
     o.push_str("<th>id</th><th>consumer</th><th>failed at</th><th>reason</th><th>event id</th><th>type</th>\
-<th>partition key</th><th>retries</th><th>payload</th></tr></thead><tbody>");
+<th>partition key</th><th>retries</th><th>payload</th><th>headers</th></tr></thead><tbody>");
     if d.dead.is_empty() {
-        o.push_str("<tr><td colspan=\"9\" class=\"muted\" id=\"no-dead-letters\">no dead letters</td></tr>");
+        o.push_str("<tr><td colspan=\"10\" class=\"muted\" id=\"no-dead-letters\">no dead letters</td></tr>");
     }
     for r in &d.dead {
         let id = esc(&text(r, "dl_id"));
@@ -268,7 +283,7 @@ in transaction order, a page at a time.</p><table id=\"waiting-events\"><thead><
         let _ = write!(
             o,
             "<td class=\"n\">{id}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"n\">{}</td><td>{}</td><td>{}</td>\
-<td class=\"n\">{}</td>{}</tr>",
+<td class=\"n\">{}</td>{}{}</tr>",
             esc(&text(r, "consumer")),
             esc(&when(r, "dl_time")),
             esc(&text(r, "dl_reason")),
@@ -277,6 +292,7 @@ in transaction order, a page at a time.</p><table id=\"waiting-events\"><thead><
             esc(&text(r, "partition_key")),
             esc(&text(r, "ev_retry")),
             payload_cell(r, "ev_data"),
+            headers_cell(r),
         );
     }
     o.push_str("</tbody></table>");
@@ -617,5 +633,24 @@ mod tests {
                 && p.contains("name=\"key\" value=\"&lt;k&gt;\"")
         );
         assert_eq!(href("a&b"), "/events/q/a%26b");
+    }
+
+    #[test]
+    fn headers_show_escaped_and_nothing_without_them() {
+        let mut r = Row::new();
+        r.insert(
+            "headers".into(),
+            serde_json::json!({"traceparent": "00-ab-cd-01", "tracestate": "<x>"}),
+        );
+        let c = headers_cell(&r);
+        assert!(
+            c.contains("<pre>") && c.contains("&quot;traceparent&quot;: &quot;00-ab-cd-01&quot;"),
+            "{c}"
+        );
+        assert!(!c.contains("<x>") && c.contains("&lt;x&gt;"), "{c}");
+        // NULL headers, and a 0.7.0 row that has no headers column at all
+        r.insert("headers".into(), Value::Null);
+        assert_eq!(headers_cell(&r), "<td class=\"headers\"></td>");
+        assert_eq!(headers_cell(&Row::new()), "<td class=\"headers\"></td>");
     }
 }

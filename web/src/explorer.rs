@@ -661,7 +661,8 @@ pub async fn job(pool: &Pool, id: i64) -> Result<JobData, DbError> {
     })
 }
 
-fn pretty(v: Option<&Value>) -> String {
+/// A JSON value pretty-printed (job and event pages); empty for none or null.
+pub fn pretty(v: Option<&Value>) -> String {
     match v {
         None | Some(Value::Null) => String::new(),
         Some(v) => serde_json::to_string_pretty(v).unwrap_or_default(),

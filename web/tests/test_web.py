@@ -1305,6 +1305,45 @@ def test_the_event_queue_page_shows_what_the_database_holds(ctx):
     assert st == 200 and "data-dl=" in body and "dead-form" not in body and "checkbox" not in body
 
 
+def test_the_event_queue_page_shows_the_trace_headers_events_carry(ctx):
+    """An event sent with headers shows them on the queue's page, escaped and
+    parsed back to what was sent, among the waiting events and, once
+    dead-lettered, among the dead letters; one sent without shows none."""
+    b, web, c = ctx["browser"], ctx["admin"], ctx["c"]
+    tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    hdrs = {"traceparent": tp, "tracestate": "v=<b>1</b>&x"}
+    q(c, "SELECT pgque.create_queue('traced_letters')")
+    q(c, "SELECT pgque.set_queue_config('traced_letters', 'max_retries', '0')")
+    q(c, "SELECT pgque.subscribe('traced_letters', 'worker')")
+    q(c, "SELECT pgque.subscribe('traced_letters', 'slowpoke')")
+    traced = one(c, "SELECT pgque.send('traced_letters', 'traced', '{\"n\": 1}'::jsonb, NULL, %s::jsonb)",
+                 (json.dumps(hdrs),))
+    plain = one(c, "SELECT pgque.send('traced_letters', 'plain', '{\"n\": 2}'::jsonb)")
+    ticked = lambda: one(c, "SELECT ev_new = 0 FROM pgque.get_queue_info('traced_letters')")
+    wait_for("the traced letters' tick", ticked)
+    # worker dead-letters both (max_retries 0); slowpoke keeps both waiting.
+    rows = q(c, "WITH r AS MATERIALIZED (SELECT m FROM pgque.receive('traced_letters', 'worker', 10) m) "
+                "SELECT (r.m).msg_id, pgque.nack((r.m).batch_id, r.m, '0 seconds', 'bounced') FROM r")
+    assert sorted(r[0] for r in rows) == sorted([traced, plain]), rows
+    q(c, "SELECT pgque.ack(b) FROM (SELECT current_batch b FROM pgque.get_consumer_info('traced_letters', 'worker')) x "
+         "WHERE b IS NOT NULL")
+    dead = dict(q(c, "SELECT ev_id, dl_id FROM pgque.dlq_inspect('traced_letters', 10)"))
+    assert sorted(dead) == sorted([traced, plain]), dead
+    ensure_login(b, web, ADMIN_TOKEN)
+    visit_static(b, web, "/events/q/traced_letters")
+    cell = "return (document.querySelector(\"#{t} tr[data-{a}='{i}'] td.headers\") || {{}})"
+    for table, attr, tid, pid in (("waiting-events", "ev", traced, plain),
+                                  ("dead-letters", "dl", dead[traced], dead[plain])):
+        shown = b.js(cell.format(t=table, a=attr, i=tid) + ".innerHTML")
+        assert shown and "<b>" not in shown, (table, shown)
+        assert json.loads(b.js(cell.format(t=table, a=attr, i=tid) + ".textContent")) == hdrs, table
+        assert tp in b.js(cell.format(t=table, a=attr, i=tid) + ".innerText"), table
+        assert b.js(cell.format(t=table, a=attr, i=pid) + ".textContent") == "", table
+        assert not b.js(f"return document.querySelector(\"#{table} tr[data-{attr}='{pid}'] td.headers pre\")")
+    errs = errors_in(b.console())
+    assert not errs, errs
+
+
 def test_replaying_and_purging_selected_dead_letters_changes_exactly_those(ctx):
     b, web, c = ctx["browser"], ctx["admin"], ctx["c"]
     letters_fixture(ctx)
@@ -1615,6 +1654,7 @@ TESTS = [
     test_a_reader_sees_the_explorer_without_actions,
     test_list_jobs_pages_match_all_jobs_and_bad_input_is_refused,
     test_the_event_queue_page_shows_what_the_database_holds,
+    test_the_event_queue_page_shows_the_trace_headers_events_carry,
     test_replaying_and_purging_selected_dead_letters_changes_exactly_those,
     test_a_blocked_partition_key_is_shown_and_an_admin_releases_it,
     test_a_fresh_dashboard_charts_the_history_the_database_keeps,
