@@ -818,8 +818,10 @@ ALTER TABLE pgque.partition_slot
 --             'dead': pb_event was dead-lettered, held events wait for
 --                     release_partition_key (or, on_dead_letter = 'resume',
 --                     for the open batch's ack: pb_unblock)
---             'release': the held events were put back into the queue and
---                     are being redelivered (pb_pending of them not yet acked)
+--             'release': the first held events (at most 1,000 a round,
+--                     PUT_BACK_MAX in src/log/pause.rs) were put back into
+--                     the queue and are being redelivered (pb_pending of them
+--                     not yet acked); the rest stay held for the next round
 --  pb_batch   the last batch that delivered events of the key: when it is
 --             acked, the block moves on
 --  pb_pending events put back into the queue that have not reached the
@@ -840,7 +842,8 @@ CREATE TABLE pgque.partition_blocked (
 
 -- Events of a blocked key held back from their slot subscription, as read
 -- from the event table (ev_retry as delivered: NULL for a first delivery).
--- Put back into the queue, in ev_id order, when the block ends.
+-- Put back into the queue, in ev_id order, when the block ends: at most
+-- 1,000 a round, the next round once those are delivered and acked.
 CREATE TABLE pgque.partition_held (
     ph_sub    int4 NOT NULL,
     ph_key    text NOT NULL,

@@ -523,3 +523,101 @@ fn pause_a_hot_blocked_key_delays_no_other_key_at_bounded_cost() {
 fn payloads_of(ms: &[Msg]) -> Vec<String> {
     payloads(ms)
 }
+
+/// held_events of key `k` as the view reports it, and the rows parked.
+fn held_of(c: &mut Client, k: &str) -> (i64, i64) {
+    let r = c
+        .query_one(
+            "SELECT (SELECT held_events::int8 FROM pgque.partition_blocked_keys WHERE partition_key = $1), \
+                    (SELECT count(*) FROM pgque.partition_held WHERE ph_key = $1)",
+            &[&k],
+        )
+        .unwrap();
+    (r.get::<_, Option<i64>>(0).unwrap_or(0), r.get(1))
+}
+
+/// Put-back is bounded: a key with 2,500 held events gets them back 1,000
+/// (PUT_BACK_MAX) at a time, the rest still held and counted; a failure of
+/// a put-back event re-parks at most those 1,000 (here the 700 behind it),
+/// never the whole backlog; and every event is acked once, in send order.
+#[test]
+fn pause_puts_back_a_bounded_part_so_a_new_failure_re_parks_at_most_that() {
+    const B: usize = 1_000;
+    let db = manual_db("slots_pause_bounded");
+    let mut c = db.connect();
+    c.batch_execute(
+        "SELECT pgque.create_queue('pb'); \
+         SELECT pgque.subscribe_partitioned('pb', 'c', 1, 'pause');",
+    )
+    .unwrap();
+    claim(&mut c, "pb", "c", 0, "w", "1 hour").unwrap();
+    let mut acked: Vec<String> = vec![];
+    send(&mut c, "pb", "a", "a0");
+    tick(&mut c, "pb");
+    let got = recv_slot(&mut c, "pb", "c", 0, 1, "w", 100).unwrap();
+    assert_eq!(payloads(&got), ["a0"]);
+    assert_eq!(nack(&mut c, "pb", 0, 1, "w", &got[0], "0 seconds"), 1);
+    ack_slot(&mut c, "pb", "c", 0, 1, "w").unwrap();
+    c.execute(
+        "SELECT pgque.send('pb', 't', 'a' || g, 'a') FROM generate_series(1, 2500) g",
+        &[],
+    )
+    .unwrap();
+    tick(&mut c, "pb");
+    assert!(recv_slot(&mut c, "pb", "c", 0, 1, "w", 1000)
+        .unwrap()
+        .is_empty());
+    assert_eq!(held_of(&mut c, "a"), (2500, 2500));
+    // a0 comes back and is acked: the first 1,000 held events are put back.
+    assert_eq!(i64s(&mut c, "SELECT pgque.maint_retry_events()::int8"), 1);
+    tick(&mut c, "pb");
+    let got = recv_slot(&mut c, "pb", "c", 0, 1, "w", 100).unwrap();
+    assert_eq!(payloads(&got), ["a0"]);
+    acked.extend(payloads(&got));
+    ack_slot(&mut c, "pb", "c", 0, 1, "w").unwrap();
+    assert_eq!(blocked(&mut c), "a:release:1500");
+    assert_eq!(held_of(&mut c, "a"), (1500, 1500));
+    assert_eq!(
+        i64s(
+            &mut c,
+            "SELECT redelivering_events::int8 FROM pgque.partition_blocked_keys"
+        ),
+        B as i64
+    );
+    tick(&mut c, "pb");
+    let got = recv_slot(&mut c, "pb", "c", 0, 1, "w", 1000).unwrap();
+    let want: Vec<String> = (1..=B).map(|i| format!("a{i}")).collect();
+    assert_eq!(payloads(&got), want);
+    assert!(got.iter().all(|m| m.retry == Some(0)));
+    // a300 fails: a301..a1000 of this batch are parked again (700 <= B),
+    // the 1,500 never put back stay as they are.
+    assert_eq!(nack(&mut c, "pb", 0, 1, "w", &got[299], "0 seconds"), 1);
+    let (held, rows) = held_of(&mut c, "a");
+    assert_eq!((held, rows), (2200, 2200));
+    assert!(held - 1500 <= B as i64);
+    acked.extend(payloads(&got[..299]));
+    ack_slot(&mut c, "pb", "c", 0, 1, "w").unwrap();
+    assert_eq!(blocked(&mut c), "a:retry:2200");
+    // The rest: a300 alone, then rounds of at most B, until a flows.
+    assert_eq!(i64s(&mut c, "SELECT pgque.maint_retry_events()::int8"), 1);
+    let mut rounds = 0;
+    loop {
+        tick(&mut c, "pb");
+        let got = recv_slot(&mut c, "pb", "c", 0, 1, "w", 2000).unwrap();
+        if got.is_empty() {
+            break;
+        }
+        rounds += 1;
+        assert!(rounds <= 10, "no end");
+        assert!(got.len() <= B, "{} events in one round", got.len());
+        acked.extend(payloads(&got));
+        ack_slot(&mut c, "pb", "c", 0, 1, "w").unwrap();
+        let (held, rows) = held_of(&mut c, "a");
+        assert_eq!(held, rows, "held_events after round {rounds}");
+    }
+    assert_eq!(rounds, 4, "a300, then a301..1300, 1301..2300, 2301..2500");
+    let want: Vec<String> = (0..=2500).map(|i| format!("a{i}")).collect();
+    assert_eq!(acked, want, "acked once each, in send order");
+    assert_eq!(blocked(&mut c), "");
+    assert_eq!(i64s(&mut c, "SELECT count(*) FROM pgque.partition_held"), 0);
+}

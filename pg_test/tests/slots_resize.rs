@@ -805,6 +805,119 @@ fn resize_moves_a_blocked_keys_marker_and_held_events_to_its_new_slot() {
     );
 }
 
+/// A pause-policy key in `release` with events still held at the cutover
+/// (put-back goes 1,000 events a round, src/log/pause.rs PUT_BACK_MAX): 1
+/// -> 2 slots sealed while the key's first round is open; the second round,
+/// put back after the seal, its remaining held events and the marker
+/// (release, pending, held) move to the key's new slot, which delivers the
+/// rest in send order, each once.
+#[test]
+fn resize_moves_a_released_key_with_events_still_held() {
+    let db = manual_db("slots_resize_release");
+    let mut c = db.connect();
+    c.batch_execute(
+        "SELECT pgque.create_queue('rl'); \
+         SELECT pgque.subscribe_partitioned('rl', 'c', 1, 'pause');",
+    )
+    .unwrap();
+    let k = (0..100)
+        .map(|i| format!("k{i}"))
+        .find(|k| slot_of(&mut c, k, 2) == 1)
+        .unwrap();
+    claim(&mut c, "rl", "c", 0, "w", "1 hour").unwrap();
+    c.execute("SELECT pgque.send('rl', 't', '0', $1)", &[&k])
+        .unwrap();
+    tick(&mut c, "rl");
+    let got = recv_slot(&mut c, "rl", "c", 0, 1, "w", 100).unwrap();
+    let n: i32 = c
+        .query_one(
+            "SELECT pgque.nack_partitioned('rl', 'c', 0, 1, 'w', \
+                 ROW($1, $2, 't', NULL, NULL, now(), NULL, NULL, NULL, NULL)::pgque.message, \
+                 '0 seconds'::interval, 'test')",
+            &[&got[0].id, &got[0].batch],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(n, 1);
+    ack_slot(&mut c, "rl", "c", 0, 1, "w").unwrap();
+    c.execute(
+        "SELECT pgque.send('rl', 't', g::text, $1) FROM generate_series(1, 2500) g",
+        &[&k],
+    )
+    .unwrap();
+    tick(&mut c, "rl");
+    assert!(recv_slot(&mut c, "rl", "c", 0, 1, "w", 1000)
+        .unwrap()
+        .is_empty());
+    // The failed event back and acked: round one (1..1000) put back.
+    assert_eq!(i64s(&mut c, "SELECT pgque.maint_retry_events()::int8"), 1);
+    tick(&mut c, "rl");
+    let mut seq: Vec<String> = vec![];
+    let got = recv_slot(&mut c, "rl", "c", 0, 1, "w", 100).unwrap();
+    seq.extend(got.iter().map(|m| m.payload.clone().unwrap()));
+    ack_slot(&mut c, "rl", "c", 0, 1, "w").unwrap();
+    tick(&mut c, "rl");
+    let got = recv_slot(&mut c, "rl", "c", 0, 1, "w", 1000).unwrap();
+    assert_eq!(got.len(), 1000);
+    seq.extend(got.iter().map(|m| m.payload.clone().unwrap()));
+    // Sealed while round one's batch is open; its ack puts round two back
+    // after the seal.
+    c.query_one("SELECT pgque.begin_resize('rl', 'c', 2)", &[])
+        .unwrap();
+    ack_slot(&mut c, "rl", "c", 0, 1, "w").unwrap();
+    let marker = |c: &mut Client| -> String {
+        c.query_one(
+            "SELECT string_agg(concat_ws(',', slot, n, state, held_events, redelivering_events), ';') \
+               FROM pgque.partition_blocked_keys",
+            &[],
+        )
+        .unwrap()
+        .get(0)
+    };
+    assert_eq!(marker(&mut c), "0,1,release,500,1000");
+    tick(&mut c, "rl");
+    for _ in 0..6 {
+        let m = recv_slot(&mut c, "rl", "c", 0, 1, "w", 2000).unwrap();
+        assert!(
+            m.is_empty(),
+            "the old slot reads past its seal: {}",
+            m.len()
+        );
+    }
+    assert_eq!(
+        c.query_one("SELECT pgque.complete_resize('rl', 'c')", &[])
+            .unwrap()
+            .get::<_, i32>(0),
+        2
+    );
+    assert_eq!(marker(&mut c), "1,2,release,500,1000");
+    assert_eq!(
+        i64s(
+            &mut c,
+            "SELECT count(*) FROM pgque.partition_held h JOIN pgque.partition_slot p ON p.ps_sub = h.ph_sub \
+              WHERE p.ps_slot = 1 AND p.ps_n = 2"
+        ),
+        500
+    );
+    claim(&mut c, "rl", "c", 1, "w", "1 hour").unwrap();
+    for _ in 0..6 {
+        tick(&mut c, "rl");
+        let m = recv_slot(&mut c, "rl", "c", 1, 2, "w", 2000).unwrap();
+        if m.is_empty() {
+            continue;
+        }
+        assert!(m.len() <= 1000);
+        seq.extend(m.iter().map(|x| x.payload.clone().unwrap()));
+        ack_slot(&mut c, "rl", "c", 1, 2, "w").unwrap();
+    }
+    let want: Vec<String> = (0..=2500).map(|i| i.to_string()).collect();
+    assert_eq!(seq, want, "in send order across the cutover, each once");
+    assert_eq!(
+        i64s(&mut c, "SELECT count(*) FROM pgque.partition_blocked"),
+        0
+    );
+}
+
 /// Percentiles of a list of lags (ms).
 fn pcts(mut v: Vec<f64>) -> (f64, f64, f64, usize) {
     v.sort_by(|a, b| a.partial_cmp(b).unwrap());

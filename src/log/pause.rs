@@ -17,13 +17,24 @@
 //! - `dead`: the failed event was dead-lettered. With on_dead_letter =
 //!   'block' K waits for release_partition_key; with 'resume' the block is
 //!   released at the ack of the batch (pb_unblock).
-//! - `release`: K's held events were put back into the queue (the current
-//!   event table, as redeliveries to this slot, in ev_id order, in one
-//!   transaction) and pb_pending of them have not reached the slot yet. Those
-//!   are delivered (a put-back event carries ev_retry, a first delivery
-//!   never does); K's newer events are still parked. Once all have reached
-//!   the slot and their batch is acked, the events parked meanwhile are put
-//!   back the same way, or, with none, the marker goes and K flows again.
+//! - `release`: the first PUT_BACK_MAX of K's held events (by ev_id) were
+//!   put back into the queue (the current event table, as redeliveries to
+//!   this slot, in ev_id order, in one transaction) and pb_pending of them
+//!   have not reached the slot yet; the rest stay parked (pb_held counts
+//!   them). The put-back ones are delivered (a put-back event carries
+//!   ev_retry, a first delivery never does); K's newer events are parked
+//!   behind the rest. Once all have reached the slot and their batch is
+//!   acked, the next PUT_BACK_MAX held events are put back the same way,
+//!   or, with none, the marker goes and K flows again.
+//!
+//! Put-back is bounded so that a key failing again costs bounded work: a
+//! failure of a put-back event blocks K at that event, and the put-back
+//! events behind it are parked again as they reach the slot. With the whole
+//! backlog put back at once, every failure re-parked all of it (measured:
+//! 1.5-4 parkings per event of keys failing often, growing with the
+//! backlog; benches/results/pause.md); with rounds of PUT_BACK_MAX, at most
+//! PUT_BACK_MAX events are re-parked per failure, and a key blocked once
+//! still parks each event exactly once.
 //!
 //! Every step runs under the slot's lease row lock (a batch opening, ack,
 //! nack, or release_partition_key), and held events are put back only at a
@@ -35,6 +46,17 @@ use pgrx::datum::{Interval, TimestampWithTimeZone};
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
 use std::collections::{HashMap, HashSet};
+
+/// Most held events of one key put back into the queue per round: what a
+/// failure during the round can re-park (one insert each), whatever the
+/// backlog. The order of a few batches (the clients' default batch size is
+/// 100; pgque.batch_max_events defaults to 10,000), so a failure costs
+/// about what delivering a round does. Large enough that a round, one tick
+/// plus the batches delivering it, drains a hot key faster than it arrives
+/// (w12's hottest tenant: ~750 events/s at 5,000 events/s; 1,000 per 100 ms
+/// tick is 10,000/s); a key that arrives faster stays blocked, at bounded
+/// work per round, its events still in order.
+pub const PUT_BACK_MAX: i32 = 1_000;
 
 extension_sql_file!(
     "../../sql/16_slots_pause.sql",
@@ -435,10 +457,11 @@ pub fn settle(c: &mut SpiClient<'_>, q: &Queue, sub: i32, batch_id: i64) {
 }
 
 /// One marker at a batch boundary (`acked`: the batch just finished; None
-/// for release_partition_key without an open batch). The key's held events
-/// are put back once nothing put back earlier is still on its way and
-/// either the block was released (pb_unblock) or the acked batch delivered
-/// what the key waited for.
+/// for release_partition_key without an open batch). The key's first
+/// PUT_BACK_MAX held events (by ev_id) are put back once nothing put back
+/// earlier is still on its way and either the block was released
+/// (pb_unblock) or the acked batch delivered what the key waited for; the
+/// rest stay held (pb_held) for the next round.
 fn settle_one(c: &mut SpiClient<'_>, q: &Queue, sub: i32, m: &Marker, acked: Option<i64>) {
     let here = acked.is_some() && m.batch == acked;
     let now = m.pending == 0 && (m.unblock || (here && m.state != State::Dead));
@@ -458,14 +481,18 @@ fn settle_one(c: &mut SpiClient<'_>, q: &Queue, sub: i32, m: &Marker, acked: Opt
     let sql = format!(
         "WITH r AS (DELETE FROM pgque.retry_queue WHERE $4 AND ev_owner = $1 AND ev_id = $3 \
                     RETURNING ev_id, ev_time, ev_retry, ev_type, ev_data, ev_extra1, ev_extra2, ev_extra3, ev_extra4{h}), \
-              h AS (DELETE FROM pgque.partition_held WHERE ph_sub = $1 AND ph_key = $2 \
+              h AS (DELETE FROM pgque.partition_held \
+                     WHERE ph_sub = $1 AND ev_id IN (SELECT ev_id FROM pgque.partition_held \
+                                                      WHERE ph_sub = $1 AND ph_key = $2 \
+                                                      ORDER BY ev_id LIMIT $5) \
                     RETURNING ev_id, ev_time, coalesce(ev_retry, 0) AS ev_retry, ev_type, ev_data, \
                               ev_extra1, ev_extra2, ev_extra3, ev_extra4{h}), \
               ins AS (INSERT INTO {} (ev_id, ev_time, ev_owner, ev_retry, ev_type, ev_data, \
                                       ev_extra1, ev_extra2, ev_extra3, ev_extra4{h}) \
                       SELECT ev_id, ev_time, $1, ev_retry, ev_type, ev_data, ev_extra1, ev_extra2, ev_extra3, ev_extra4{h} \
                         FROM (SELECT * FROM r UNION ALL SELECT * FROM h) x ORDER BY ev_id RETURNING ev_id) \
-         SELECT count(*)::int4, min(ev_id), (SELECT count(*) FROM r)::int4 FROM ins",
+         SELECT count(*)::int4, min(ev_id), (SELECT count(*) FROM r)::int4, \
+                (SELECT count(*) FROM h)::int4 FROM ins",
         event_table(q.id, q.cur_table),
         h = super::headers_col()
     );
@@ -477,12 +504,14 @@ fn settle_one(c: &mut SpiClient<'_>, q: &Queue, sub: i32, m: &Marker, acked: Opt
             m.key.as_str().into(),
             m.event.unwrap_or(0).into(),
             pull.into(),
+            PUT_BACK_MAX.into(),
         ],
     );
     let r = first_row(t).unwrap();
     let moved: i32 = col(&r, 1).unwrap();
     let first: Option<i64> = col(&r, 2);
     let pulled: i32 = col(&r, 3).unwrap();
+    let unheld: i32 = col(&r, 4).unwrap();
     drop(r);
     if moved > 0 {
         super::maint::tick_after_reinsert(c, q.id);
@@ -499,13 +528,14 @@ fn settle_one(c: &mut SpiClient<'_>, q: &Queue, sub: i32, m: &Marker, acked: Opt
             c,
             "UPDATE pgque.partition_blocked \
                 SET pb_state = 'release', pb_event = coalesce($3, pb_event), pb_pending = $4, \
-                    pb_batch = NULL, pb_unblock = false, pb_held = 0 \
+                    pb_batch = NULL, pb_unblock = false, pb_held = greatest(pb_held - $5, 0) \
               WHERE pb_sub = $1 AND pb_key = $2",
             &[
                 sub.into(),
                 m.key.as_str().into(),
                 first.into(),
                 pending.into(),
+                unheld.into(),
             ],
         );
     }
