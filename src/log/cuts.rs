@@ -23,7 +23,7 @@
 //! ranges consumers are still in.
 use super::batch::{event_cols, id_range, interval_cond, snapshots, take_events, Event};
 use super::slots::Slot;
-use super::{col, event_table, exec, Queue};
+use super::{col, event_table, exec, plan, Queue};
 use pgrx::pg_sys;
 use pgrx::spi::SpiClient;
 
@@ -52,6 +52,11 @@ pub struct Cut {
 /// Reads the range (prev_tick, tick] of consumer `sub_id` (with `slot`, that
 /// slot's events) above `floor` once and stores its chunks. Returns the
 /// number of chunk rows written (0: no event above the floor).
+///
+/// One sorted scan through a cursor, cut into chunks as it is read: SQL's
+/// GROUP BY over a row_number() would sort the range again by chunk and each
+/// `array_agg(... ORDER BY ev_id)` once more per chunk. The cursor keeps one
+/// chunk's tuples in memory at a time, whatever the range's size.
 #[allow(clippy::too_many_arguments)]
 pub fn build(
     client: &mut SpiClient<'_>,
@@ -68,15 +73,12 @@ pub fn build(
         .map(|n| format!("WHEN '{}'::regclass::oid THEN {n}", event_table(q.id, n)))
         .collect::<Vec<_>>()
         .join(" ");
+    // $5 and $6 (the ticks) are not read by the scan; they keep the
+    // parameter numbers interval_cond expects ($7, the slot).
     let sql = format!(
-        "INSERT INTO pgque.batch_cut (sub_id, prev_tick_id, tick_id, base, first_id, last_id, ids, tids, tbls, piece) \
-         SELECT $3, $5, $6, $4, min(s.ev_id), max(s.ev_id), array_agg(s.ev_id ORDER BY s.ev_id), \
-                array_agg(s.ctid ORDER BY s.ev_id), array_agg(s.tbl ORDER BY s.ev_id), \
-                (SELECT cur_piece FROM pgque.meta_state) \
-           FROM (SELECT ev_id, ctid, (CASE tableoid {child} END)::int2 AS tbl, \
-                        (row_number() OVER (ORDER BY ev_id) - 1) / {CHUNK} AS chunk \
-                   FROM {} WHERE {} AND {} > $4) s \
-          GROUP BY s.chunk",
+        "SELECT ev_id, ctid, (CASE tableoid {child} END)::int2 \
+           FROM {} WHERE {} AND {} > $4 \
+          ORDER BY ev_id",
         q.parent_table(),
         interval_cond(slot, 7),
         if slot.is_some() { "ev_id" } else { "ev_id + 0" }
@@ -92,7 +94,53 @@ pub fn build(
     if let Some(s) = slot {
         args.push((s.k as i64).into());
     }
-    exec(client, &sql, &args).len()
+    let k = plan(client, &sql, &args);
+    let mut cursor = client.open_cursor(&*k.plan, &args);
+    let mut written = 0;
+    loop {
+        let mut ids: Vec<i64> = Vec::with_capacity(CHUNK as usize);
+        let mut tids: Vec<pg_sys::ItemPointerData> = Vec::with_capacity(CHUNK as usize);
+        let mut tbls: Vec<i16> = Vec::with_capacity(CHUNK as usize);
+        {
+            let t = cursor
+                .fetch(CHUNK as std::ffi::c_long)
+                .unwrap_or_else(|e| panic!("pgque: statement failed: {e}"));
+            for r in t {
+                ids.push(col(&r, 1).expect("ev_id"));
+                tids.push(col(&r, 2).expect("ctid"));
+                tbls.push(col(&r, 3).expect("child table"));
+            }
+        }
+        // SAFETY: the chunk's rows were copied out above and nothing refers
+        // to the fetched table; SPI would otherwise keep every chunk's
+        // tuples until the function returns.
+        unsafe { pg_sys::SPI_freetuptable(pg_sys::SPI_tuptable) };
+        let n = ids.len();
+        if n == 0 {
+            break;
+        }
+        exec(
+            client,
+            "INSERT INTO pgque.batch_cut (sub_id, prev_tick_id, tick_id, base, first_id, last_id, ids, tids, tbls, piece) \
+             SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, (SELECT cur_piece FROM pgque.meta_state)",
+            &[
+                sub_id.into(),
+                prev_tick.into(),
+                tick.into(),
+                floor.into(),
+                ids[0].into(),
+                ids[n - 1].into(),
+                ids.into(),
+                tids.into(),
+                tbls.into(),
+            ],
+        );
+        written += 1;
+        if n < CHUNK as usize {
+            break;
+        }
+    }
+    written
 }
 
 /// The events of consumer `sub_id`'s range (prev_tick, tick] above `floor`
