@@ -5,7 +5,8 @@ Producer processes (one per 1,500 events/s) send one event per transaction
 at a paced rate (the payload carries its send time), one consumer process receives and acks,
 computing send->receive latency, as benches/harness w4 does. pgque: the
 background worker ticks at its defaults, the consumer LISTENs on
-`pgque_<queue>` between empty receives (at most POLL_MS). PgQ: a process
+`pgque_<queue>` between empty receives (at most PGQUE_POLL_MS, by default
+POLL_MS). PgQ: a process
 calls pgq.ticker() every PGQ_TICK_MS as pgqd would (queue ticker_max_lag the
 same), the consumer polls next_batch every POLL_MS.
 
@@ -40,6 +41,9 @@ RATES = [int(r) for r in os.environ.get("RATES", "500,2000,5000").split(",")]
 SECS = float(os.environ.get("SECS", "15"))
 ROUNDS = int(os.environ.get("ROUNDS", "3"))
 POLL_MS = int(os.environ.get("POLL_MS", "10"))
+# How long pgque's consumer waits for the tick's NOTIFY before it receives
+# again (default POLL_MS; the client libraries' Consumer waits 2 s).
+PGQUE_POLL_MS = int(os.environ.get("PGQUE_POLL_MS", str(POLL_MS)))
 PGQ_TICK_MS = int(os.environ.get("PGQ_TICK_MS", "100"))
 SYSTEMS = os.environ.get("SYSTEMS", "pgque,pgq").split(",")
 WINDOWS = [w for w in os.environ.get("WINDOWS", "").split(",") if w]
@@ -143,7 +147,7 @@ def consumer(system, q, stop_at, barrier, outq, end):
                 lats.append((now - p["ts"]) * 1000.0)
             continue
         if system == "pgque":
-            for _ in conn.notifies(timeout=POLL_MS / 1000.0, stop_after=1):
+            for _ in conn.notifies(timeout=PGQUE_POLL_MS / 1000.0, stop_after=1):
                 pass
         else:
             time.sleep(POLL_MS / 1000.0)
@@ -241,7 +245,7 @@ def main():
             systems += [f"pgque@{w}" for w in WINDOWS]
         else:
             systems.append(s)
-    print(f"rate_cpu.py: {SECS:.0f} s cells, {ROUNDS} rounds, poll {POLL_MS} ms, PgQ ticker {PGQ_TICK_MS} ms; "
+    print(f"rate_cpu.py: {SECS:.0f} s cells, {ROUNDS} rounds, poll {POLL_MS} ms (pgque {PGQUE_POLL_MS} ms), PgQ ticker {PGQ_TICK_MS} ms; "
           f"{os.getloadavg()[0]:.2f} load", flush=True)
     for rate in RATES:
         res = {s: [] for s in systems}
