@@ -116,6 +116,9 @@ CREATE INDEX batch_done_id_idx ON pgque.batch_done (batch_id);
 -- in chunks; read once when the range's first cut is needed, so every cut
 -- fetches its own events by address instead of re-reading the range.
 -- Not dumped: tuple addresses do not survive a restore (cuts are rebuilt).
+-- Unlogged: a derived cache, rebuilt from the event tables whenever it is
+-- missing (after a crash or on a promoted standby a cut reads by txid, or
+-- builds again), so a big range's build writes no WAL.
 CREATE TABLE pgque.batch_cut (
     sub_id       int4 NOT NULL,
     prev_tick_id bigint NOT NULL,
@@ -128,8 +131,8 @@ CREATE TABLE pgque.batch_cut (
     tbls         int2[] NOT NULL,
     piece        int2 NOT NULL
 ) PARTITION BY LIST (piece);
-CREATE TABLE pgque.batch_cut_p0 PARTITION OF pgque.batch_cut FOR VALUES IN (0);
-CREATE TABLE pgque.batch_cut_p1 PARTITION OF pgque.batch_cut FOR VALUES IN (1);
+CREATE UNLOGGED TABLE pgque.batch_cut_p0 PARTITION OF pgque.batch_cut FOR VALUES IN (0);
+CREATE UNLOGGED TABLE pgque.batch_cut_p1 PARTITION OF pgque.batch_cut FOR VALUES IN (1);
 CREATE INDEX batch_cut_idx ON pgque.batch_cut (sub_id, prev_tick_id, tick_id, last_id);
 
 -- Events waiting to be redelivered to one consumer (nack / event_retry).

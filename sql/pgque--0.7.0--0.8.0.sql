@@ -1924,3 +1924,11 @@ GRANT EXECUTE ON FUNCTION pgque.browse_events(text, text, bigint, bigint, int),
     pgque.browse_dead_letters(text, bigint, int)
   TO pgque_reader, pgque_admin;
 -- ==== end of trace context III ====
+
+-- ==== stored cuts unlogged (issue 33 item 2): sql/10_event_log.sql ====
+-- The cut store is a cache rebuilt from the event tables when missing; its
+-- chunks are now small enough to stay uncompressed, and unlogged they write
+-- no WAL (src/log/cuts.rs).
+ALTER TABLE pgque.batch_cut_p0 SET UNLOGGED;
+ALTER TABLE pgque.batch_cut_p1 SET UNLOGGED;
+-- ==== end of stored cuts unlogged ====

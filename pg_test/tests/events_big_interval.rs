@@ -8,6 +8,7 @@ mod events_util;
 use events_util::*;
 use pgque_pg_test::postgres::Client;
 use pgque_pg_test::{conninfo, postgres, TestDb};
+use std::cell::Cell;
 use std::sync::{Arc, Mutex};
 
 const N_SLOTS: i32 = 4;
@@ -78,6 +79,16 @@ fn event_rows_in(plans: &[String], qid: i32) -> i64 {
     total
 }
 
+thread_local! {
+    /// Scans of an event table by the receives `counted` saw since the last
+    /// `take_scans`: (TID range scans, TID scans).
+    static SCANS: Cell<(usize, usize)> = const { Cell::new((0, 0)) };
+}
+
+fn take_scans() -> (usize, usize) {
+    SCANS.with(|s| s.replace((0, 0)))
+}
+
 /// One receive in its own transaction: (batch id, ids, event rows its
 /// statements read, when the session's plans are collected).
 fn counted(
@@ -93,6 +104,21 @@ fn counted(
     let ids: Vec<i64> = rows.iter().map(|r| r.get("msg_id")).collect();
     let batch = rows.first().map(|r| r.get::<_, i64>("batch_id"));
     let read = plans.map_or(0, |p| event_rows_in(&p.lock().unwrap(), qid));
+    if let Some(p) = plans {
+        let on = |kind: &str| {
+            let key = format!("{kind} on event_{qid}_");
+            p.lock()
+                .unwrap()
+                .iter()
+                .map(|plan| plan.matches(&key).count())
+                .sum::<usize>()
+        };
+        let (range, list) = (on("Tid Range Scan"), on("Tid Scan"));
+        SCANS.with(|s| {
+            let (r, l) = s.get();
+            s.set((r + range, l + list));
+        });
+    }
     if read > 2 * ids.len() as i64 + 16 {
         // shown when the test fails
         println!(
@@ -380,6 +406,13 @@ fn big_interval_events_cut_reads_bounded_rows() {
     });
     exactly_once_in_order(&got, &ids, "plain");
     check("plain consumer", 250, &reads);
+    // The interval's events fill their pages: its cuts read page ranges.
+    let (range, list) = take_scans();
+    assert!(
+        range >= reads.len() - 2 && list <= 2,
+        "plain consumer: {range} TID range scans, {list} TID scans for {} cuts",
+        reads.len()
+    );
 
     // the batch sizes of the one-interval benchmark (w10: 100 and 500)
     for (consumer, max) in [("p100", 100), ("p500", 500)] {
@@ -392,10 +425,14 @@ fn big_interval_events_cut_reads_bounded_rows() {
     }
 
     let mut reads = vec![];
+    take_scans();
     drain_all(&mut e, Some(&plans), "ps", Some(1), 100, &mut |ids, r| {
         reads.push((ids.len(), r))
     });
     check("partition slot", 100, &reads);
+    // A slot's events are a quarter of every page's: never a page range.
+    let (range, _) = take_scans();
+    assert_eq!(range, 0, "partition slot: TID range scans");
 
     let mut reads = vec![];
     let got = drain_all(&mut e, Some(&plans), "co", None, 250, &mut |ids, r| {
@@ -408,4 +445,81 @@ fn big_interval_events_cut_reads_bounded_rows() {
         .unwrap()
         .get(0);
     assert!(stored > 0, "the cuts were stored");
+}
+
+/// The cut store is unlogged: a crash empties it. A consumer in the middle
+/// of a big interval gets its open batch again after crash recovery (the
+/// same events, read by txid up to the batch's ceiling), then the rest of
+/// the interval once and in order, the cuts built again.
+#[test]
+fn big_interval_after_a_crash_emptied_the_cut_store() {
+    let (cl, mut c) = private_db("ev_big_crash", true);
+    c.batch_execute("SELECT pgque.create_queue('q'); SELECT pgque.subscribe('q', 'p')")
+        .unwrap();
+    assert_eq!(drain(&mut c, "q", "p", 1000), Vec::<i64>::new());
+    for _ in 0..3 {
+        c.execute(
+            "SELECT pgque.send_batch('q', 'x', ARRAY(SELECT jsonb_build_object('i', g) FROM generate_series(1, 1000) g))",
+            &[],
+        )
+        .unwrap();
+    }
+    tick(&mut c, "q");
+    let stored = |c: &mut Client| -> i64 {
+        c.query_one("SELECT count(*) FROM pgque.batch_cut", &[])
+            .unwrap()
+            .get(0)
+    };
+    let (b1, mut got) = recv(&mut c, "q", "p", 250);
+    assert_eq!(got.len(), 250, "a cut of max_return events");
+    ack(&mut c, b1.unwrap());
+    let (b2, open) = recv(&mut c, "q", "p", 250);
+    assert_eq!(open.len(), 250);
+    assert!(stored(&mut c) > 0, "the interval's cuts were stored");
+
+    cl.stop_immediate();
+    cl.start();
+    let mut c = cl.connect("ev_big_crash");
+    assert_eq!(
+        stored(&mut c),
+        0,
+        "crash recovery empties the unlogged cut store"
+    );
+    let (again, ids) = recv(&mut c, "q", "p", 250);
+    assert_eq!(again, b2, "the open batch is handed out again");
+    assert_eq!(ids, open, "with the same events");
+    got.extend(ids);
+    ack(&mut c, again.unwrap());
+    let (b3, ids) = recv(&mut c, "q", "p", 250);
+    assert_eq!(ids.len(), 250);
+    assert!(
+        stored(&mut c) > 0,
+        "the rest of the interval is cut from a new store"
+    );
+    got.extend(ids);
+    ack(&mut c, b3.unwrap());
+    loop {
+        let (b, ids) = recv(&mut c, "q", "p", 250);
+        let Some(b) = b else { break };
+        got.extend(ids);
+        ack(&mut c, b);
+    }
+    let qid: i32 = c
+        .query_one(
+            "SELECT queue_id FROM pgque.queue WHERE queue_name = 'q'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    let want: Vec<i64> = c
+        .query(
+            &format!("SELECT ev_id FROM pgque.event_{qid} ORDER BY ev_id"),
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(want.len(), 3000);
+    exactly_once_in_order(&got, &want, "after the crash");
 }

@@ -12,7 +12,8 @@
 //! floor, in id order, are stored in `pgque.batch_cut` in chunks of
 //! [`CHUNK`] events. Every later cut (and every re-read of a cut batch) reads
 //! the chunks that cover it through an index range and fetches its events by
-//! address (a TID scan): O(cut). The events fetched are checked against the
+//! address (a TID range scan over the pages they fill, or a TID scan of the
+//! addresses when they are a fraction of their pages): O(cut). The events fetched are checked against the
 //! interval condition and the stored ids, and anything that does not match
 //! (a table rewritten by VACUUM FULL, chunks lost with a metadata rotation)
 //! falls back to the read by txid, which stays correct, only slower.
@@ -21,15 +22,20 @@
 //! cooperative consumer's parent), insert-only, and reclaimed by the
 //! metadata rotation (maint.rs), which copies forward the chunks of the
 //! ranges consumers are still in.
+//! The table is unlogged: what it holds is derived from the event tables,
+//! and a cut whose chunks are gone (a crash empties it) reads by txid or
+//! builds them again.
 use super::batch::{event_cols, id_range, interval_cond, snapshots, take_events, Event};
 use super::slots::Slot;
 use super::{col, event_table, exec, plan, Queue};
 use pgrx::pg_sys;
 use pgrx::spi::SpiClient;
 
-/// Events per stored chunk: small enough that a cut reads little beyond its
-/// own events, big enough that a 100,000-event cut reads a few hundred rows.
-pub const CHUNK: i64 = 500;
+/// Events per stored chunk: a row of 100 ids, addresses and table numbers
+/// (~1.7 kB) stays under the TOAST threshold, so the build neither
+/// compresses nor writes a TOAST table and a read detoasts nothing; a cut
+/// reads little beyond its own events, a 100,000-event cut a thousand rows.
+pub const CHUNK: i64 = 100;
 
 /// Whether `pgque.batch_cut` exists (a 0.6.0 schema not updated yet has
 /// none: batches are then cut by the read by txid, as 0.6.0 did).
@@ -143,6 +149,13 @@ pub fn build(
     written
 }
 
+/// One stored event of a cut: its id, tuple address and child table.
+struct Stored {
+    id: i64,
+    tid: pg_sys::ItemPointerData,
+    tbl: i16,
+}
+
 /// The events of consumer `sub_id`'s range (prev_tick, tick] above `floor`
 /// from the stored chunks: up to `ceiling` when given (a batch cut earlier),
 /// else the next `limit` (a new cut, whose ceiling is set when events are
@@ -169,10 +182,10 @@ pub fn read(
     // range is built again only when no such build has events above the
     // floor, so the rows read here are all of one build: no id twice.
     let mut rows = (limit / CHUNK).saturating_add(2).min(1_000_000);
-    let (ids, tbls, hi, cut_ceiling) = loop {
+    let (want, cut_ceiling) = loop {
         let t = exec(
             client,
-            "SELECT last_id, ids, tbls FROM pgque.batch_cut \
+            "SELECT last_id, ids, tids, tbls FROM pgque.batch_cut \
               WHERE sub_id = $1 AND prev_tick_id = $2 AND tick_id = $3 AND last_id > $4 \
                 AND base <= $4 \
               ORDER BY last_id LIMIT $5",
@@ -185,20 +198,19 @@ pub fn read(
             ],
         );
         let got = t.len() as i64;
-        let mut ids: Vec<i64> = vec![];
-        let mut tbls: Vec<i16> = vec![];
+        let mut want: Vec<Stored> = vec![];
         let mut hi = floor;
         for r in t {
-            hi = col(&r, 1).unwrap();
-            let rids: Vec<i64> = col(&r, 2).unwrap();
-            let rtbls: Vec<i16> = col(&r, 3).unwrap();
-            if rids.len() != rtbls.len() {
+            hi = col(&r, 1)?;
+            let ids: Vec<i64> = col(&r, 2)?;
+            let tids: Vec<pg_sys::ItemPointerData> = col(&r, 3)?;
+            let tbls: Vec<i16> = col(&r, 4)?;
+            if ids.len() != tids.len() || ids.len() != tbls.len() {
                 return None;
             }
-            for (id, tb) in rids.into_iter().zip(rtbls) {
+            for ((id, tid), tbl) in ids.into_iter().zip(tids).zip(tbls) {
                 if id > floor && ceiling.is_none_or(|c| id <= c) {
-                    ids.push(id);
-                    tbls.push(tb);
+                    want.push(Stored { id, tid, tbl });
                 }
             }
         }
@@ -209,51 +221,53 @@ pub fn read(
         match ceiling {
             Some(c) => {
                 if exhausted || hi >= c {
-                    break (ids, tbls, hi, Some(c));
+                    break (want, Some(c));
                 }
             }
             None => {
-                if ids.len() as i64 > limit {
-                    ids.truncate(limit as usize);
-                    tbls.truncate(limit as usize);
-                    let c = *ids.last().unwrap();
-                    break (ids, tbls, hi, Some(c));
+                if want.len() as i64 > limit {
+                    want.truncate(limit as usize);
+                    let c = want.last().unwrap().id;
+                    break (want, Some(c));
                 }
                 if exhausted {
-                    break (ids, tbls, hi, None);
+                    break (want, None);
                 }
             }
         }
         rows = rows.saturating_mul(2);
     };
-    if ids.is_empty() || !ids.windows(2).all(|w| w[0] < w[1]) {
+    if want.is_empty() || !want.windows(2).all(|w| w[0].id < w[1].id) {
         return None;
     }
     let upper = cut_ceiling.unwrap_or(i64::MAX);
     let (prev_snap, cur_snap) = snapshots(client, q, prev_tick, tick);
-    let mut children: Vec<i16> = tbls.clone();
+    let mut children: Vec<i16> = want.iter().map(|w| w.tbl).collect();
     children.sort_unstable();
     children.dedup();
-    let mut events: Vec<Event> = Vec::with_capacity(ids.len());
+    let mut events: Vec<Event> = Vec::with_capacity(want.len());
     for n in children {
         if n < 0 || n as i32 >= q.ntables {
             return None;
         }
-        // The addresses come from the chunk rows inside the statement (an
-        // InitPlan array, so the child is read by a TID scan); the interval
-        // condition and the id bounds re-check every row fetched.
+        let tids: Vec<pg_sys::ItemPointerData> =
+            want.iter().filter(|w| w.tbl == n).map(|w| w.tid).collect();
+        // The rows are fetched by address: the pages between the cut's
+        // lowest and highest address when its events fill them (a TID range
+        // scan reads a page's tuples under one buffer lock), else one by one
+        // (a slot's events are a fraction of every page's). The interval
+        // condition and the id bounds re-check every row fetched, and the ids
+        // must be exactly the stored ones.
+        let span = span(&tids);
+        let (fetch, slot_param) = match span {
+            Some(_) => ("ctid >= $6 AND ctid <= $7", 8),
+            None => ("ctid = ANY ($6)", 7),
+        };
         let sql = format!(
-            "SELECT {} FROM {} \
-              WHERE ctid = ANY (ARRAY(SELECT u.t FROM pgque.batch_cut c \
-                                        CROSS JOIN LATERAL unnest(c.ids, c.tids, c.tbls) AS u(i, t, n) \
-                                       WHERE c.sub_id = $3 AND c.prev_tick_id = $6 AND c.tick_id = $7 \
-                                         AND c.last_id > $4 AND c.last_id <= $8 AND c.base <= $4 \
-                                         AND u.i > $4 AND u.i <= $5 AND u.n = {n})) \
-                AND {} AND {} \
-              ORDER BY ev_id",
+            "SELECT {} FROM {} WHERE {fetch} AND {} AND {} ORDER BY ev_id",
             event_cols(with_txid),
             event_table(q.id, n as i32),
-            interval_cond(slot, 9),
+            interval_cond(slot, slot_param),
             id_range(slot)
         );
         let mut args = vec![
@@ -262,21 +276,21 @@ pub fn read(
             sub_id.into(),
             floor.into(),
             upper.into(),
-            prev_tick.into(),
-            tick.into(),
-            hi.into(),
         ];
+        match span {
+            Some((lo, hi)) => {
+                args.push(lo.into());
+                args.push(hi.into());
+            }
+            None => args.push(tids.into()),
+        }
         if let Some(s) = slot {
             args.push((s.k as i64).into());
         }
         let t = exec(client, &sql, &args);
         let got = take_events(t.len());
-        let want = ids
-            .iter()
-            .zip(&tbls)
-            .filter(|(_, tb)| **tb == n)
-            .map(|(id, _)| *id);
-        if !got.iter().map(|e| e.id).eq(want) {
+        let stored = want.iter().filter(|w| w.tbl == n).map(|w| w.id);
+        if !got.iter().map(|e| e.id).eq(stored) {
             return None;
         }
         events.extend(got);
@@ -286,4 +300,37 @@ pub fn read(
         events,
         ceiling: cut_ceiling.filter(|_| ceiling.is_none()),
     })
+}
+
+/// The lowest and highest of `tids` when a range scan between them reads
+/// at most about twice as many rows as `tids` (a page's rows estimated by
+/// the highest line number seen on it, a page with none of `tids` by the
+/// average of those with some). None otherwise.
+fn span(
+    tids: &[pg_sys::ItemPointerData],
+) -> Option<(pg_sys::ItemPointerData, pg_sys::ItemPointerData)> {
+    use pgrx::itemptr::{item_pointer_get_both, item_pointer_to_u64};
+    let mut sorted: Vec<(u32, u16)> = tids.iter().map(|t| item_pointer_get_both(*t)).collect();
+    sorted.sort_unstable();
+    let (&(lo_blk, lo_off), &(hi_blk, hi_off)) = (sorted.first()?, sorted.last()?);
+    // (block, highest line number of `tids` on it), in block order
+    let mut pages: Vec<(u32, u64)> = vec![];
+    for &(b, o) in &sorted {
+        match pages.last_mut() {
+            Some(p) if p.0 == b => p.1 = p.1.max(o as u64),
+            _ => pages.push((b, o as u64)),
+        }
+    }
+    let seen: u64 = pages.iter().map(|p| p.1).sum();
+    let avg = seen.div_ceil(pages.len() as u64);
+    let unseen = (hi_blk - lo_blk + 1) as u64 - pages.len() as u64;
+    // the first page is read from lo on, the last up to hi
+    let rows = if lo_blk == hi_blk {
+        (hi_off - lo_off) as u64 + 1
+    } else {
+        seen - lo_off as u64 + 1 - pages.last()?.1 + hi_off as u64 + unseen * avg
+    };
+    let lo = *tids.iter().min_by_key(|t| item_pointer_to_u64(**t))?;
+    let hi = *tids.iter().max_by_key(|t| item_pointer_to_u64(**t))?;
+    (rows <= 2 * tids.len() as u64 + 16).then_some((lo, hi))
 }
