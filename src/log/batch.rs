@@ -593,7 +593,12 @@ fn next_range(
     let from = frontier.map(|f| f.tick).unwrap_or(start_tick);
     // One statement: the next tick is looked up only when no tick within
     // `limit` exists (coalesce), and OFFSET 0 keeps the first lookup from
-    // being pulled up and run twice.
+    // being pulled up and run twice. A later tick has a later event
+    // sequence value, so the row bound (seq, id) > the frontier's is the
+    // same set as tick_id > its: it starts the index range at the frontier,
+    // where `tick_id >` alone, a filter, walked back through every older
+    // tick of the queue whenever no newer one existed (each caught-up
+    // receive, O(ticks kept)).
     let t = exec(
         client,
         "SELECT coalesce(w.t, (SELECT tick_id FROM pgque.tick WHERE tick_queue = $1 AND tick_id > $2 \
@@ -601,6 +606,7 @@ fn next_range(
            FROM (SELECT (SELECT t2.tick_id FROM pgque.tick t1 \
                            CROSS JOIN LATERAL (SELECT t2.tick_id FROM pgque.tick t2 \
                                                 WHERE t2.tick_queue = t1.tick_queue AND t2.tick_id > t1.tick_id \
+                                                  AND (t2.tick_event_seq, t2.tick_id) > (t1.tick_event_seq, t1.tick_id) \
                                                   AND t2.tick_event_seq <= t1.tick_event_seq + $3 \
                                                 ORDER BY t2.tick_event_seq DESC, t2.tick_id DESC LIMIT 1) t2 \
                           WHERE t1.tick_queue = $1 AND t1.tick_id = $2) AS t OFFSET 0) w",
