@@ -513,9 +513,13 @@ fn pause_a_hot_blocked_key_delays_no_other_key_at_bounded_cost() {
     );
     // 22x the held events; the work may grow only as index depths do
     // (measured 1.2-1.35x: the event table and the held table's indexes
-    // gain a level), never with the held count.
+    // gain a level), never with the held count. Compared by the least of
+    // each five: work that grew with the backlog would be in every tick,
+    // while one-off work lands in a few (seen once with the tier's other
+    // binaries alongside: 503, 1431, 1009, 348, 348 against 275-349).
+    let least = |v: &[i64]| *v.iter().min().unwrap();
     assert!(
-        med(&big) as f64 <= med(&small) as f64 * 1.6,
+        least(&big) as f64 <= least(&small) as f64 * 1.6,
         "a tick's work grew with the held backlog: {small:?} -> {big:?}"
     );
 }
