@@ -13,10 +13,11 @@
 //! [`CHUNK`] events. Every later cut (and every re-read of a cut batch) reads
 //! the chunks that cover it through an index range and fetches its events by
 //! address (a TID range scan over the pages they fill, or a TID scan of the
-//! addresses when they are a fraction of their pages): O(cut). The events fetched are checked against the
-//! interval condition and the stored ids, and anything that does not match
-//! (a table rewritten by VACUUM FULL, chunks lost with a metadata rotation)
-//! falls back to the read by txid, which stays correct, only slower.
+//! addresses when they are a fraction of their pages): O(cut). The events
+//! fetched are checked against the interval condition and the stored ids,
+//! and anything that does not match (a table rewritten by VACUUM FULL,
+//! chunks lost with a metadata rotation or a crash) falls back to the read
+//! by txid, which stays correct, only slower.
 //!
 //! The rows are per consumer subscription (a partition slot's own, a
 //! cooperative consumer's parent), insert-only, and reclaimed by the
@@ -250,8 +251,8 @@ pub fn read(
         if n < 0 || n as i32 >= q.ntables {
             return None;
         }
-        let tids: Vec<pg_sys::ItemPointerData> =
-            want.iter().filter(|w| w.tbl == n).map(|w| w.tid).collect();
+        let mine: Vec<&Stored> = want.iter().filter(|w| w.tbl == n).collect();
+        let tids: Vec<pg_sys::ItemPointerData> = mine.iter().map(|w| w.tid).collect();
         // The rows are fetched by address: the pages between the cut's
         // lowest and highest address when its events fill them (a TID range
         // scan reads a page's tuples under one buffer lock), else one by one
@@ -289,8 +290,7 @@ pub fn read(
         }
         let t = exec(client, &sql, &args);
         let got = take_events(t.len());
-        let stored = want.iter().filter(|w| w.tbl == n).map(|w| w.id);
-        if !got.iter().map(|e| e.id).eq(stored) {
+        if !got.iter().map(|e| e.id).eq(mine.iter().map(|w| w.id)) {
             return None;
         }
         events.extend(got);
@@ -310,27 +310,23 @@ fn span(
     tids: &[pg_sys::ItemPointerData],
 ) -> Option<(pg_sys::ItemPointerData, pg_sys::ItemPointerData)> {
     use pgrx::itemptr::{item_pointer_get_both, item_pointer_to_u64};
-    let mut sorted: Vec<(u32, u16)> = tids.iter().map(|t| item_pointer_get_both(*t)).collect();
-    sorted.sort_unstable();
-    let (&(lo_blk, lo_off), &(hi_blk, hi_off)) = (sorted.first()?, sorted.last()?);
+    let mut sorted = tids.to_vec();
+    sorted.sort_unstable_by_key(|t| item_pointer_to_u64(*t));
+    let (lo, hi) = (*sorted.first()?, *sorted.last()?);
     // (block, highest line number of `tids` on it), in block order
     let mut pages: Vec<(u32, u64)> = vec![];
-    for &(b, o) in &sorted {
+    for (b, o) in sorted.iter().map(|t| item_pointer_get_both(*t)) {
         match pages.last_mut() {
-            Some(p) if p.0 == b => p.1 = p.1.max(o as u64),
+            Some(p) if p.0 == b => p.1 = o as u64,
             _ => pages.push((b, o as u64)),
         }
     }
     let seen: u64 = pages.iter().map(|p| p.1).sum();
     let avg = seen.div_ceil(pages.len() as u64);
-    let unseen = (hi_blk - lo_blk + 1) as u64 - pages.len() as u64;
-    // the first page is read from lo on, the last up to hi
-    let rows = if lo_blk == hi_blk {
-        (hi_off - lo_off) as u64 + 1
-    } else {
-        seen - lo_off as u64 + 1 - pages.last()?.1 + hi_off as u64 + unseen * avg
-    };
-    let lo = *tids.iter().min_by_key(|t| item_pointer_to_u64(**t))?;
-    let hi = *tids.iter().max_by_key(|t| item_pointer_to_u64(**t))?;
+    let blocks = (pages.last()?.0 - pages[0].0 + 1) as u64;
+    // Read from lo on (the first page's rows before it are not); the last
+    // page's highest line number seen is hi's own.
+    let lo_off = item_pointer_get_both(lo).1 as u64;
+    let rows = seen - (lo_off - 1) + (blocks - pages.len() as u64) * avg;
     (rows <= 2 * tids.len() as u64 + 16).then_some((lo, hi))
 }
