@@ -7,77 +7,10 @@
 mod events_util;
 use events_util::*;
 use pgque_pg_test::postgres::Client;
-use pgque_pg_test::{conninfo, postgres, TestDb};
+use pgque_pg_test::TestDb;
 use std::cell::Cell;
-use std::sync::{Arc, Mutex};
 
 const N_SLOTS: i32 = 4;
-
-/// Plans of the statements a session ran, nested ones too (auto_explain
-/// with ANALYZE, sent to the client as log messages).
-type Plans = Arc<Mutex<Vec<String>>>;
-
-/// A connection whose session hands the test the plan, with actual row
-/// counts, of every statement it runs, including those inside pgque's
-/// functions.
-fn explained(db: &TestDb) -> (Client, Plans) {
-    let plans: Plans = Arc::new(Mutex::new(vec![]));
-    let sink = plans.clone();
-    let mut cfg: postgres::Config = conninfo(&db.name, "postgres").parse().unwrap();
-    cfg.notice_callback(move |n| sink.lock().unwrap().push(n.message().to_string()));
-    let mut c = cfg.connect(postgres::NoTls).unwrap();
-    c.batch_execute(
-        "LOAD 'auto_explain'; \
-         SET auto_explain.log_min_duration = 0; SET auto_explain.log_analyze = on; \
-         SET auto_explain.log_timing = off; SET auto_explain.log_nested_statements = on; \
-         SET client_min_messages = log",
-    )
-    .unwrap();
-    (c, plans)
-}
-
-/// Rows the plans read from the event tables of queue `qid`: for every scan
-/// node on one of them, the rows it returned and the rows its filters
-/// removed, times its loops.
-fn event_rows_in(plans: &[String], qid: i32) -> i64 {
-    let on = format!(" on event_{qid}_");
-    let num_after = |line: &str, key: &str| -> Option<i64> {
-        let i = line.find(key)? + key.len();
-        let digits: String = line[i..]
-            .chars()
-            .take_while(|c| c.is_ascii_digit())
-            .collect();
-        digits.parse().ok()
-    };
-    let mut total = 0;
-    for p in plans {
-        let (mut scan, mut loops) = (false, 1);
-        for line in p.lines() {
-            if line.contains("(actual rows=") || line.contains("(never executed)") {
-                // a node reading a child table itself (not one of its indexes)
-                scan = line.match_indices(&on).any(|(i, _)| {
-                    let rest = &line[i + on.len()..];
-                    let d = rest.chars().take_while(|c| c.is_ascii_digit()).count();
-                    d > 0 && rest[d..].starts_with(' ')
-                });
-                loops = num_after(line, " loops=").unwrap_or(0);
-                if scan {
-                    total += num_after(line, "(actual rows=").unwrap_or(0) * loops;
-                }
-            } else if scan {
-                for key in [
-                    "Rows Removed by Filter: ",
-                    "Rows Removed by Index Recheck: ",
-                ] {
-                    if let Some(n) = num_after(line, key) {
-                        total += n * loops;
-                    }
-                }
-            }
-        }
-    }
-    total
-}
 
 thread_local! {
     /// Scans of an event table by the receives `counted` saw since the last
@@ -103,7 +36,9 @@ fn counted(
     let rows = c.query(sql, &[]).unwrap();
     let ids: Vec<i64> = rows.iter().map(|r| r.get("msg_id")).collect();
     let batch = rows.first().map(|r| r.get::<_, i64>("batch_id"));
-    let read = plans.map_or(0, |p| event_rows_in(&p.lock().unwrap(), qid));
+    let read = plans.map_or(0, |p| {
+        rows_read_from(&p.lock().unwrap(), &format!(" on event_{qid}_"))
+    });
     if let Some(p) = plans {
         let on = |kind: &str| {
             let key = format!("{kind} on event_{qid}_");
@@ -138,13 +73,7 @@ fn counted(
 /// queue id and the interval's ids in order.
 fn one_big_interval(db: &TestDb, c: &mut Client, n: i64) -> (i32, Vec<i64>) {
     c.batch_execute("SELECT pgque.create_queue('q')").unwrap();
-    let qid: i32 = c
-        .query_one(
-            "SELECT queue_id FROM pgque.queue WHERE queue_name = 'q'",
-            &[],
-        )
-        .unwrap()
-        .get(0);
+    let qid = queue_id(c, "q");
     c.batch_execute(&format!(
         "SELECT pgque.subscribe('q', 'p'); \
          SELECT pgque.subscribe('q', 'p100'); \
@@ -270,13 +199,7 @@ fn drain_all(
             .get(0);
         assert!(e.is_some(), "slot {k} claimed");
     }
-    let qid: i32 = c
-        .query_one(
-            "SELECT queue_id FROM pgque.queue WHERE queue_name = 'q'",
-            &[],
-        )
-        .unwrap()
-        .get(0);
+    let qid = queue_id(c, "q");
     let mut all = vec![];
     for turn in 0.. {
         let who = match consumer {
@@ -504,13 +427,7 @@ fn big_interval_after_a_crash_emptied_the_cut_store() {
         got.extend(ids);
         ack(&mut c, b);
     }
-    let qid: i32 = c
-        .query_one(
-            "SELECT queue_id FROM pgque.queue WHERE queue_name = 'q'",
-            &[],
-        )
-        .unwrap()
-        .get(0);
+    let qid = queue_id(&mut c, "q");
     let want: Vec<i64> = c
         .query(
             &format!("SELECT ev_id FROM pgque.event_{qid} ORDER BY ev_id"),

@@ -6,31 +6,10 @@
 mod events_util;
 use events_util::*;
 use pgque_pg_test::postgres::Client;
-use pgque_pg_test::{conninfo, postgres, TestDb};
-use std::sync::{Arc, Mutex};
-
-type Logged = Arc<Mutex<Vec<String>>>;
-
-/// A connection that hands the test the text of every statement its
-/// session executes, pgque's nested ones included.
-fn traced(db: &TestDb) -> (Client, Logged) {
-    let logged: Logged = Arc::new(Mutex::new(vec![]));
-    let sink = logged.clone();
-    let mut cfg: postgres::Config = conninfo(&db.name, "postgres").parse().unwrap();
-    cfg.notice_callback(move |n| sink.lock().unwrap().push(n.message().to_string()));
-    let mut c = cfg.connect(postgres::NoTls).unwrap();
-    c.batch_execute(
-        "LOAD 'auto_explain'; \
-         SET auto_explain.log_min_duration = 0; SET auto_explain.log_nested_statements = on; \
-         SET client_min_messages = log",
-    )
-    .unwrap();
-    (c, logged)
-}
 
 /// The nested statements (inside pgque's functions) of what ran since
 /// the last call: the logged plans whose query text is not `top`.
-fn nested(logged: &Logged, top: &str) -> Vec<String> {
+fn nested(logged: &Plans, top: &str) -> Vec<String> {
     let mut l = logged.lock().unwrap();
     let out = l
         .iter()
@@ -61,7 +40,7 @@ fn caught_up_receive_is_one_read_only_statement() {
     .unwrap();
     let id = send(&mut c, "q", "1");
     assert_eq!(drain(&mut c, "q", "c", 10), vec![id]);
-    let (mut t, logged) = traced(&db);
+    let (mut t, logged) = explained(&db);
 
     // caught up: the receive after the ack finds nothing
     let top = "FROM pgque.receive('q', 'c')";
@@ -158,39 +137,6 @@ fn receive_errors_keep_their_order() {
     );
 }
 
-/// Rows the logged plans (auto_explain with ANALYZE) read from pgque's tick
-/// tables: each scan node on one, the rows it returned and those its filter
-/// removed, times its loops.
-fn tick_rows_read(plans: &[String]) -> i64 {
-    let num_after = |line: &str, key: &str| -> i64 {
-        line.find(key)
-            .map(|i| {
-                line[i + key.len()..]
-                    .chars()
-                    .take_while(|c| c.is_ascii_digit())
-                    .collect::<String>()
-            })
-            .and_then(|d| d.parse().ok())
-            .unwrap_or(0)
-    };
-    let mut total = 0;
-    for p in plans {
-        let (mut on_tick, mut loops) = (false, 1);
-        for line in p.lines() {
-            if line.contains("(actual rows=") {
-                on_tick = line.contains(" on tick_p");
-                loops = num_after(line, " loops=");
-                if on_tick {
-                    total += num_after(line, "(actual rows=") * loops;
-                }
-            } else if on_tick && line.contains("Rows Removed by Filter: ") {
-                total += num_after(line, "Rows Removed by Filter: ") * loops;
-            }
-        }
-    }
-    total
-}
-
 /// Opening a batch whose next tick is more than max_return events ahead
 /// (the start of a big range) finds the range's end in the tick index from
 /// the consumer's position on: the ticks the queue keeps from before it
@@ -209,23 +155,12 @@ fn opening_a_big_range_reads_no_older_ticks() {
     let ids = send_many(&mut c, "q", 50);
     tick(&mut c, "q");
 
-    let plans: Logged = Arc::new(Mutex::new(vec![]));
-    let sink = plans.clone();
-    let mut cfg: postgres::Config = conninfo(&db.name, "postgres").parse().unwrap();
-    cfg.notice_callback(move |n| sink.lock().unwrap().push(n.message().to_string()));
-    let mut t = cfg.connect(postgres::NoTls).unwrap();
-    t.batch_execute(
-        "LOAD 'auto_explain'; \
-         SET auto_explain.log_min_duration = 0; SET auto_explain.log_analyze = on; \
-         SET auto_explain.log_timing = off; SET auto_explain.log_nested_statements = on; \
-         SET client_min_messages = log",
-    )
-    .unwrap();
+    let (mut t, plans) = explained(&db);
     plans.lock().unwrap().clear();
     let (_, got) = recv(&mut t, "q", "c", 10);
     assert_eq!(got, ids[..10].to_vec(), "the first cut of the range");
     let plans = plans.lock().unwrap();
-    let read = tick_rows_read(&plans);
+    let read = rows_read_from(&plans, " on tick_p");
     assert!(
         read <= 20,
         "opening the batch read {read} tick rows (the queue keeps 302 ticks); plans:\n{}",

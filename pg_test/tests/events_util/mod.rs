@@ -103,3 +103,78 @@ pub fn send_many(c: &mut Client, q: &str, n: usize) -> Vec<i64> {
 pub fn i64s(c: &mut Client, sql: &str) -> i64 {
     c.query_one(sql, &[]).unwrap().get(0)
 }
+
+/// The id of queue `q`.
+pub fn queue_id(c: &mut Client, q: &str) -> i32 {
+    c.query_one(
+        "SELECT queue_id FROM pgque.queue WHERE queue_name = $1",
+        &[&q],
+    )
+    .unwrap()
+    .get(0)
+}
+
+/// Plans of the statements a session ran, nested ones too (auto_explain
+/// with ANALYZE, sent to the client as log messages).
+pub type Plans = std::sync::Arc<Mutex<Vec<String>>>;
+
+/// A connection to `db` whose session hands the test the plan, with actual
+/// row counts, of every statement it runs, including those inside pgque's
+/// functions.
+pub fn explained(db: &TestDb) -> (Client, Plans) {
+    let plans: Plans = Default::default();
+    let sink = plans.clone();
+    let mut cfg: postgres::Config = conninfo(&db.name, "postgres").parse().unwrap();
+    cfg.notice_callback(move |n| sink.lock().unwrap().push(n.message().to_string()));
+    let mut c = cfg.connect(postgres::NoTls).unwrap();
+    c.batch_execute(
+        "LOAD 'auto_explain'; \
+         SET auto_explain.log_min_duration = 0; SET auto_explain.log_analyze = on; \
+         SET auto_explain.log_timing = off; SET auto_explain.log_nested_statements = on; \
+         SET client_min_messages = log",
+    )
+    .unwrap();
+    (c, plans)
+}
+
+/// Rows the plans read from the tables named `prefix` + a number (e.g.
+/// " on event_7_" for queue 7's children, " on tick_p" for the tick
+/// pieces): for every scan node on one of them (not on one of its indexes),
+/// the rows it returned and the rows its filters removed, times its loops.
+pub fn rows_read_from(plans: &[String], prefix: &str) -> i64 {
+    let num_after = |line: &str, key: &str| -> Option<i64> {
+        let i = line.find(key)? + key.len();
+        let digits: String = line[i..]
+            .chars()
+            .take_while(|c| c.is_ascii_digit())
+            .collect();
+        digits.parse().ok()
+    };
+    let mut total = 0;
+    for p in plans {
+        let (mut scan, mut loops) = (false, 1);
+        for line in p.lines() {
+            if line.contains("(actual rows=") || line.contains("(never executed)") {
+                scan = line.match_indices(prefix).any(|(i, _)| {
+                    let rest = &line[i + prefix.len()..];
+                    let d = rest.chars().take_while(|c| c.is_ascii_digit()).count();
+                    d > 0 && rest[d..].starts_with(' ')
+                });
+                loops = num_after(line, " loops=").unwrap_or(0);
+                if scan {
+                    total += num_after(line, "(actual rows=").unwrap_or(0) * loops;
+                }
+            } else if scan {
+                for key in [
+                    "Rows Removed by Filter: ",
+                    "Rows Removed by Index Recheck: ",
+                ] {
+                    if let Some(n) = num_after(line, key) {
+                        total += n * loops;
+                    }
+                }
+            }
+        }
+    }
+    total
+}
