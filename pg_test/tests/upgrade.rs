@@ -14,8 +14,8 @@ use std::time::Duration;
 static CREATE: Mutex<()> = Mutex::new(());
 
 /// Every released version, oldest first: each must update to the current one.
-const RELEASED: [&str; 7] = [
-    "0.1.0", "0.2.0", "0.3.0", "0.4.0", "0.5.0", "0.6.0", "0.7.0",
+const RELEASED: [&str; 8] = [
+    "0.1.0", "0.2.0", "0.3.0", "0.4.0", "0.5.0", "0.6.0", "0.7.0", "0.8.0",
 ];
 
 fn default_version(c: &mut pgque_pg_test::postgres::Client) -> String {
@@ -55,7 +55,7 @@ fn update_from_0_3_0_equals_a_fresh_install_and_keeps_the_data() {
     update_from("0.3.0", true);
 }
 
-// 0.4.0, 0.5.0, 0.6.0 and 0.7.0 have the current job store, so their jobs are made by the current
+// 0.4.0 to 0.8.0 have the current job store, so their jobs are made by the current
 // functions: r1 and r3 go to the job log, r2 (an actor) and s1 (scheduled)
 // to pgque.jobs, and the update must keep both stores' jobs.
 #[test]
@@ -76,6 +76,11 @@ fn update_from_0_6_0_equals_a_fresh_install_and_keeps_the_data() {
 #[test]
 fn update_from_0_7_0_equals_a_fresh_install_and_keeps_the_data() {
     update_from("0.7.0", false);
+}
+
+#[test]
+fn update_from_0_8_0_equals_a_fresh_install_and_keeps_the_data() {
+    update_from("0.8.0", false);
 }
 
 fn update_from(from_v: &str, jobs_as_0_1_0: bool) {
