@@ -3,7 +3,8 @@
 # version, install pgque into it and start a throwaway cluster with pgque
 # preloaded, stopped when the sourcing script exits.
 #
-#   pgq_pg_config VER        sets PG_CONFIG and BINDIR (from cargo pgrx's config)
+#   pgq_pg_config VER        sets PG_CONFIG and BINDIR (from cargo pgrx's config, or
+#                            PGQ_PG_CONFIG: a copy of that major's installation)
 #   pgq_install VER TAG      builds and installs pgque (profile PGTEST_PROFILE, default
 #                            tier) with scripts/install.sh; the log is /tmp/pgque_TAG_install_VER.log
 #   pgq_cluster_start DATA PORT [CONF]
@@ -17,7 +18,9 @@ PGQ_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 as_pg() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
 
 pgq_pg_config() {
-  PG_CONFIG=$(sed -n "s/^pg$1 = \"\(.*\)\"$/\1/p" "${PGRX_HOME:-$HOME/.pgrx}/config.toml")
+  # PGQ_PG_CONFIG: another installation of that major (a private copy, so that
+  # two people's runs on one machine do not install into each other's server)
+  PG_CONFIG=${PGQ_PG_CONFIG:-$(sed -n "s/^pg$1 = \"\(.*\)\"$/\1/p" "${PGRX_HOME:-$HOME/.pgrx}/config.toml")}
   [ -n "$PG_CONFIG" ] || { echo "no pg$1 in ~/.pgrx/config.toml: run scripts/setup.sh" >&2; exit 1; }
   BINDIR=$("$PG_CONFIG" --bindir)
 }
