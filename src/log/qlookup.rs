@@ -50,7 +50,7 @@ pub fn find(name: &str) -> Option<Option<Queue>> {
         }
         let lock = pg_sys::AccessShareLock as pg_sys::LOCKMODE;
         let rel = pg_sys::table_open(relid, lock);
-        let Some(index) = name_index(rel, cols[0]) else {
+        let Some((index, collation)) = name_index(rel, cols[0]) else {
             pg_sys::table_close(rel, lock);
             return None;
         };
@@ -62,12 +62,18 @@ pub fn find(name: &str) -> Option<Option<Queue>> {
         let key_text =
             pg_sys::cstring_to_text_with_len(name.as_ptr() as *const _, name.len() as i32);
         let mut key: pg_sys::ScanKeyData = std::mem::zeroed();
-        // systable_beginscan takes the heap's attribute number and maps
-        // it to the index column
-        pg_sys::ScanKeyInit(
+        // systable_beginscan takes the heap's attribute number and maps it
+        // to the index column. The key carries the index's collation: the
+        // btree is sorted by it, and its descent compares the key with that
+        // collation (ScanKeyInit's C collation finds a name only where the
+        // two orders happen to agree).
+        pg_sys::ScanKeyEntryInitialize(
             &mut key,
+            0,
             cols[0],
             pg_sys::BTEqualStrategyNumber as u16,
+            pg_sys::InvalidOid,
+            collation,
             pg_sys::Oid::from(pg_sys::F_TEXTEQ),
             pg_sys::Datum::from(key_text),
         );
@@ -110,8 +116,9 @@ pub fn find(name: &str) -> Option<Option<Queue>> {
     }
 }
 
-/// The valid unique index of `rel` on the single column `attnum`.
-unsafe fn name_index(rel: pg_sys::Relation, attnum: i16) -> Option<pg_sys::Oid> {
+/// The valid unique index of `rel` on the single column `attnum`, with the
+/// collation of that index column.
+unsafe fn name_index(rel: pg_sys::Relation, attnum: i16) -> Option<(pg_sys::Oid, pg_sys::Oid)> {
     unsafe {
         let list = pg_sys::RelationGetIndexList(rel);
         let cells: &[pg_sys::ListCell] = if list.is_null() {
@@ -142,6 +149,12 @@ unsafe fn name_index(rel: pg_sys::Relation, attnum: i16) -> Option<pg_sys::Oid> 
             }
         }
         pg_sys::list_free(list);
-        found
+        let oid = found?;
+        // the index relation is in the relcache once the scan opens it; its
+        // rd_indcollation is what the btree sorts by
+        let irel = pg_sys::index_open(oid, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
+        let collation = *(*irel).rd_indcollation;
+        pg_sys::index_close(irel, pg_sys::NoLock as pg_sys::LOCKMODE);
+        Some((oid, collation))
     }
 }
