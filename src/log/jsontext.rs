@@ -30,6 +30,17 @@ const JENTRY_ISBOOL_TRUE: u32 = 0x3000_0000;
 const JENTRY_ISNULL: u32 = 0x4000_0000;
 const JENTRY_ISCONTAINER: u32 = 0x5000_0000;
 
+/// Containers nested deeper than this are written by PostgreSQL's jsonb_out
+/// instead: it walks the value with an iterator, without recursion, while
+/// this walk recurses once per level. Payloads nest a few levels; a value
+/// nested deeper costs one more pass, never a stack that grows with what
+/// the producer sent (max_stack_depth can be raised past what a recursion
+/// per level of a big value would need).
+const MAX_DEPTH: u32 = 128;
+
+/// A container nested deeper than [`MAX_DEPTH`] was met.
+struct TooDeep;
+
 /// Appends the text of the jsonb value at `jb` (a detoasted jsonb datum
 /// with a 4-byte header) to `out`.
 ///
@@ -39,13 +50,30 @@ pub unsafe fn append_jsonb_text(out: &mut Vec<u8>, jb: *const u8) {
     unsafe {
         let root = jb.add(4);
         let header = read_u32(root);
-        if header & JB_FSCALAR != 0 {
+        let from = out.len();
+        let walked = if header & JB_FSCALAR != 0 {
             // a raw scalar: an array of one element, written without brackets
             let (entry, start, end, base) = child(root, 1, 0, 0);
-            put_value(out, entry, base, start, end);
+            put_value(out, entry, base, start, end, 0)
         } else {
-            put_container(out, root);
+            put_container(out, root, 0)
+        };
+        if walked.is_err() {
+            out.truncate(from);
+            jsonb_out(out, jb);
         }
+    }
+}
+
+/// PostgreSQL's own text of the jsonb datum at `jb`.
+unsafe fn jsonb_out(out: &mut Vec<u8>, jb: *const u8) {
+    unsafe {
+        let s = pgrx::direct_function_call::<&core::ffi::CStr>(
+            pg_sys::jsonb_out,
+            &[Some(pg_sys::Datum::from(jb))],
+        )
+        .expect("jsonb_out returned NULL");
+        out.extend_from_slice(s.to_bytes());
     }
 }
 
@@ -77,7 +105,10 @@ unsafe fn child(
     }
 }
 
-unsafe fn put_container(out: &mut Vec<u8>, c: *const u8) {
+unsafe fn put_container(out: &mut Vec<u8>, c: *const u8, depth: u32) -> Result<(), TooDeep> {
+    if depth >= MAX_DEPTH {
+        return Err(TooDeep);
+    }
     unsafe {
         let header = read_u32(c);
         let count = (header & JB_CMASK) as usize;
@@ -104,7 +135,7 @@ unsafe fn put_container(out: &mut Vec<u8>, c: *const u8) {
                 out.extend_from_slice(b": ");
                 let (ve, vs, vend, base) = child(c, n, count + i, vstart);
                 vstart = vend;
-                put_value(out, ve, base, vs, vend);
+                put_value(out, ve, base, vs, vend, depth)?;
             }
             out.push(b'}');
         } else {
@@ -117,11 +148,12 @@ unsafe fn put_container(out: &mut Vec<u8>, c: *const u8) {
                 }
                 let (e, s, end, base) = child(c, count, i, start);
                 start = end;
-                put_value(out, e, base, s, end);
+                put_value(out, e, base, s, end, depth)?;
             }
             out.push(b']');
         }
     }
+    Ok(())
 }
 
 /// A container's child values are int-aligned within the data area.
@@ -130,7 +162,16 @@ fn intalign(x: usize) -> usize {
     (x + 3) & !3
 }
 
-unsafe fn put_value(out: &mut Vec<u8>, e: u32, base: *const u8, start: usize, end: usize) {
+/// Writes one entry of a container at `depth` (a nested container is at
+/// depth + 1).
+unsafe fn put_value(
+    out: &mut Vec<u8>,
+    e: u32,
+    base: *const u8,
+    start: usize,
+    end: usize,
+    depth: u32,
+) -> Result<(), TooDeep> {
     unsafe {
         match e & JENTRY_TYPEMASK {
             JENTRY_ISSTRING => put_string(
@@ -141,10 +182,11 @@ unsafe fn put_value(out: &mut Vec<u8>, e: u32, base: *const u8, start: usize, en
             JENTRY_ISBOOL_FALSE => out.extend_from_slice(b"false"),
             JENTRY_ISBOOL_TRUE => out.extend_from_slice(b"true"),
             JENTRY_ISNULL => out.extend_from_slice(b"null"),
-            JENTRY_ISCONTAINER => put_container(out, base.add(intalign(start))),
+            JENTRY_ISCONTAINER => return put_container(out, base.add(intalign(start)), depth + 1),
             other => pgrx::error!("pgque: unknown jsonb entry type {other:#x}"),
         }
     }
+    Ok(())
 }
 
 /// escape_json: `"`, `\` and the control characters escaped, the rest as it is.
