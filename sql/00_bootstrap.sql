@@ -1,6 +1,24 @@
 -- pgque bootstrap: objects every module needs, created before anything else.
 -- The schema `pgque` itself is created by CREATE EXTENSION (pgque.control: schema = pgque).
 
+-- pgque needs a UTF8 database. Its functions take and return text as Rust
+-- strings, which are UTF-8: in a LATIN1 (or SQL_ASCII, ...) database their
+-- bytes are not, and the results would differ from the SQL they stand for
+-- (a jsonb payload's "café" stored as "caf\ufffd"). Converting at every
+-- boundary would put a conversion on every hot path for a kind of database
+-- few create today, so the extension refuses them, before it creates
+-- anything (docs/operations.md, "Databases pgque runs in").
+DO $encoding$
+BEGIN
+    IF pg_catalog.getdatabaseencoding() OPERATOR(pg_catalog.<>) 'UTF8' THEN
+        RAISE EXCEPTION 'pgque needs a database with encoding UTF8, and this one is %',
+                        pg_catalog.getdatabaseencoding()
+            USING ERRCODE = 'feature_not_supported',
+                  HINT = 'Create the database with ENCODING ''UTF8'' (any locale and collation provider will do) and install pgque there.';
+    END IF;
+END
+$encoding$;
+
 -- Install-time trust (docs/operations.md, "Threat model"): CREATE EXTENSION
 -- reuses a schema `pgque` that exists already, and whoever owns that schema,
 -- or may create in it, can replace pgque's objects (the worker runs them as
@@ -29,32 +47,39 @@ BEGIN
             USING ERRCODE = 'insufficient_privilege',
                   HINT = 'Whoever controls schema pgque controls pgque. Check what it holds, then DROP SCHEMA pgque CASCADE (or ALTER SCHEMA pgque OWNER TO a superuser) before CREATE EXTENSION pgque.';
     END IF;
-    SELECT pg_catalog.string_agg(DISTINCT CASE WHEN x.grantee = 0 THEN 'PUBLIC'
-                                    ELSE pg_catalog.quote_ident(a.rolname) END || ' (' || x.privilege_type || ')', ', ')
+    -- Every operator here is pg_catalog's by name: a role that may create in
+    -- the schema could plant one (say pgque.=(oid, integer)) that an
+    -- unqualified comparison would resolve to, run as this superuser. A
+    -- grant to PUBLIC (grantee 0, no pg_authid row) is refused like any other.
+    SELECT pg_catalog.string_agg(DISTINCT CASE WHEN x.grantee OPERATOR(pg_catalog.=) 0::pg_catalog.oid THEN 'PUBLIC'
+                                    ELSE pg_catalog.quote_ident(a.rolname) END
+                                 OPERATOR(pg_catalog.||) ' (' OPERATOR(pg_catalog.||) x.privilege_type
+                                 OPERATOR(pg_catalog.||) ')', ', ')
       INTO bad
       FROM pg_catalog.pg_namespace n, pg_catalog.aclexplode(n.nspacl) x
-      LEFT JOIN pg_catalog.pg_authid a ON a.oid = x.grantee
-     WHERE n.oid = ns AND NOT coalesce(a.rolsuper, false)
-       AND NOT (x.privilege_type = 'USAGE'
-                AND a.rolname IN ('pgque_reader', 'pgque_writer', 'pgque_admin'));
+      LEFT JOIN pg_catalog.pg_authid a ON a.oid OPERATOR(pg_catalog.=) x.grantee
+     WHERE n.oid OPERATOR(pg_catalog.=) ns AND NOT coalesce(a.rolsuper, false)
+       AND NOT coalesce(x.privilege_type OPERATOR(pg_catalog.=) 'USAGE'::pg_catalog.text
+                        AND a.rolname OPERATOR(pg_catalog.=) ANY (ARRAY['pgque_reader', 'pgque_writer', 'pgque_admin']::pg_catalog.name[]),
+                        false);
     IF bad IS NOT NULL THEN
         RAISE EXCEPTION 'schema pgque exists already and grants privileges to roles that are not superusers: %', bad
             USING ERRCODE = 'insufficient_privilege',
                   HINT = 'Check what schema pgque holds, then DROP SCHEMA pgque CASCADE (or REVOKE those privileges) before CREATE EXTENSION pgque.';
     END IF;
     SELECT pg_catalog.string_agg(o.what, ', ') INTO bad FROM (
-        SELECT 'relation ' || c.relname AS what, c.relowner AS own FROM pg_catalog.pg_class c WHERE c.relnamespace = ns
-        UNION ALL SELECT 'function ' || p.proname, p.proowner FROM pg_catalog.pg_proc p WHERE p.pronamespace = ns
-        UNION ALL SELECT 'type ' || t.typname, t.typowner FROM pg_catalog.pg_type t WHERE t.typnamespace = ns
-        UNION ALL SELECT 'operator ' || o.oprname, o.oprowner FROM pg_catalog.pg_operator o WHERE o.oprnamespace = ns
-        UNION ALL SELECT 'collation ' || c.collname, c.collowner FROM pg_catalog.pg_collation c WHERE c.collnamespace = ns
-        UNION ALL SELECT 'conversion ' || c.conname, c.conowner FROM pg_catalog.pg_conversion c WHERE c.connamespace = ns
-        UNION ALL SELECT 'operator family ' || f.opfname, f.opfowner FROM pg_catalog.pg_opfamily f WHERE f.opfnamespace = ns
-        UNION ALL SELECT 'operator class ' || c.opcname, c.opcowner FROM pg_catalog.pg_opclass c WHERE c.opcnamespace = ns
-        UNION ALL SELECT 'text search configuration ' || c.cfgname, c.cfgowner FROM pg_catalog.pg_ts_config c WHERE c.cfgnamespace = ns
-        UNION ALL SELECT 'text search dictionary ' || d.dictname, d.dictowner FROM pg_catalog.pg_ts_dict d WHERE d.dictnamespace = ns
-        UNION ALL SELECT 'statistics ' || s.stxname, s.stxowner FROM pg_catalog.pg_statistic_ext s WHERE s.stxnamespace = ns
-    ) o JOIN pg_catalog.pg_authid a ON a.oid = o.own
+        SELECT 'relation ' OPERATOR(pg_catalog.||) c.relname AS what, c.relowner AS own FROM pg_catalog.pg_class c WHERE c.relnamespace OPERATOR(pg_catalog.=) ns
+        UNION ALL SELECT 'function ' OPERATOR(pg_catalog.||) p.proname, p.proowner FROM pg_catalog.pg_proc p WHERE p.pronamespace OPERATOR(pg_catalog.=) ns
+        UNION ALL SELECT 'type ' OPERATOR(pg_catalog.||) t.typname, t.typowner FROM pg_catalog.pg_type t WHERE t.typnamespace OPERATOR(pg_catalog.=) ns
+        UNION ALL SELECT 'operator ' OPERATOR(pg_catalog.||) o.oprname, o.oprowner FROM pg_catalog.pg_operator o WHERE o.oprnamespace OPERATOR(pg_catalog.=) ns
+        UNION ALL SELECT 'collation ' OPERATOR(pg_catalog.||) c.collname, c.collowner FROM pg_catalog.pg_collation c WHERE c.collnamespace OPERATOR(pg_catalog.=) ns
+        UNION ALL SELECT 'conversion ' OPERATOR(pg_catalog.||) c.conname, c.conowner FROM pg_catalog.pg_conversion c WHERE c.connamespace OPERATOR(pg_catalog.=) ns
+        UNION ALL SELECT 'operator family ' OPERATOR(pg_catalog.||) f.opfname, f.opfowner FROM pg_catalog.pg_opfamily f WHERE f.opfnamespace OPERATOR(pg_catalog.=) ns
+        UNION ALL SELECT 'operator class ' OPERATOR(pg_catalog.||) c.opcname, c.opcowner FROM pg_catalog.pg_opclass c WHERE c.opcnamespace OPERATOR(pg_catalog.=) ns
+        UNION ALL SELECT 'text search configuration ' OPERATOR(pg_catalog.||) c.cfgname, c.cfgowner FROM pg_catalog.pg_ts_config c WHERE c.cfgnamespace OPERATOR(pg_catalog.=) ns
+        UNION ALL SELECT 'text search dictionary ' OPERATOR(pg_catalog.||) d.dictname, d.dictowner FROM pg_catalog.pg_ts_dict d WHERE d.dictnamespace OPERATOR(pg_catalog.=) ns
+        UNION ALL SELECT 'statistics ' OPERATOR(pg_catalog.||) s.stxname, s.stxowner FROM pg_catalog.pg_statistic_ext s WHERE s.stxnamespace OPERATOR(pg_catalog.=) ns
+    ) o JOIN pg_catalog.pg_authid a ON a.oid OPERATOR(pg_catalog.=) o.own
      WHERE NOT a.rolsuper;
     IF bad IS NOT NULL THEN
         RAISE EXCEPTION 'schema pgque exists already and holds objects owned by roles that are not superusers: %', bad
@@ -63,16 +88,16 @@ BEGIN
     END IF;
 
     FOREACH r IN ARRAY ARRAY['pgque_reader', 'pgque_writer', 'pgque_admin'] LOOP
-        IF EXISTS (SELECT 1 FROM pg_catalog.pg_authid a WHERE a.rolname = r AND a.rolcanlogin) THEN
+        IF EXISTS (SELECT 1 FROM pg_catalog.pg_authid a WHERE a.rolname OPERATOR(pg_catalog.=) r AND a.rolcanlogin) THEN
             RAISE EXCEPTION 'role % exists already and can log in', r
                 USING ERRCODE = 'insufficient_privilege',
                       HINT = 'pgque''s roles are groups: ALTER ROLE ' || r || ' NOLOGIN (or drop it) before CREATE EXTENSION pgque.';
         END IF;
         SELECT pg_catalog.string_agg(pg_catalog.quote_ident(m.rolname), ', ') INTO bad
           FROM pg_catalog.pg_auth_members am
-          JOIN pg_catalog.pg_authid g ON g.oid = am.roleid
-          JOIN pg_catalog.pg_authid m ON m.oid = am.member
-         WHERE g.rolname = r AND am.admin_option AND NOT m.rolsuper;
+          JOIN pg_catalog.pg_authid g ON g.oid OPERATOR(pg_catalog.=) am.roleid
+          JOIN pg_catalog.pg_authid m ON m.oid OPERATOR(pg_catalog.=) am.member
+         WHERE g.rolname OPERATOR(pg_catalog.=) r AND am.admin_option AND NOT m.rolsuper;
         IF bad IS NOT NULL THEN
             RAISE EXCEPTION 'role % exists already and is administered by roles that are not superusers: %', r, bad
                 USING ERRCODE = 'insufficient_privilege',
@@ -80,10 +105,10 @@ BEGIN
         END IF;
         SELECT pg_catalog.string_agg(pg_catalog.quote_ident(m.rolname), ', ') INTO bad
           FROM pg_catalog.pg_auth_members am
-          JOIN pg_catalog.pg_authid g ON g.oid = am.roleid
-          JOIN pg_catalog.pg_authid m ON m.oid = am.member
-         WHERE g.rolname = r
-           AND m.rolname NOT IN ('pgque_reader', 'pgque_writer', 'pgque_admin');
+          JOIN pg_catalog.pg_authid g ON g.oid OPERATOR(pg_catalog.=) am.roleid
+          JOIN pg_catalog.pg_authid m ON m.oid OPERATOR(pg_catalog.=) am.member
+         WHERE g.rolname OPERATOR(pg_catalog.=) r
+           AND m.rolname OPERATOR(pg_catalog.<>) ALL (ARRAY['pgque_reader', 'pgque_writer', 'pgque_admin']::pg_catalog.name[]);
         IF bad IS NOT NULL THEN
             RAISE NOTICE 'role % exists already; its members get its pgque rights: %', r, bad;
         END IF;

@@ -44,6 +44,45 @@ fn security_install_refuses_a_pgque_schema_others_control() {
     assert!(!extension_installed(&mut su));
     su.batch_execute("DROP SCHEMA pgque CASCADE").unwrap();
 
+    // A grant to PUBLIC (grantee 0, no role row) is refused like any other.
+    su.batch_execute("CREATE SCHEMA pgque; GRANT USAGE ON SCHEMA pgque TO PUBLIC")
+        .unwrap();
+    let (st, msg) = failure(su.batch_execute("CREATE EXTENSION pgque"));
+    assert_eq!(st, "42501", "{msg}");
+    assert!(msg.contains("PUBLIC (USAGE)"), "{msg}");
+    assert!(!extension_installed(&mut su));
+    su.batch_execute("DROP SCHEMA pgque CASCADE").unwrap();
+
+    // The owner, allowed to create in a superuser's schema, plants the
+    // operator that the check of that very grant would have resolved its
+    // `grantee = 0` (oid = integer) to: the check runs pg_catalog's, so the
+    // planted one never runs as the installing superuser (it would leave a
+    // NOTICE behind, and flip the verdict).
+    su.batch_execute("CREATE SCHEMA pgque; GRANT CREATE, USAGE ON SCHEMA pgque TO sec_dbowner")
+        .unwrap();
+    o.batch_execute(
+        "CREATE FUNCTION pgque.planted_eq(oid, integer) RETURNS boolean LANGUAGE plpgsql AS \
+         $$BEGIN RAISE NOTICE 'planted operator ran as %', current_user; RETURN false; END$$; \
+         CREATE OPERATOR pgque.= (LEFTARG = oid, RIGHTARG = integer, FUNCTION = pgque.planted_eq); \
+         CREATE FUNCTION pgque.planted_cat(text, name) RETURNS text LANGUAGE plpgsql AS \
+         $$BEGIN RAISE NOTICE 'planted operator ran as %', current_user; RETURN 'x'; END$$; \
+         CREATE OPERATOR pgque.|| (LEFTARG = text, RIGHTARG = name, FUNCTION = pgque.planted_cat)",
+    )
+    .unwrap();
+    let out = db.psql("CREATE EXTENSION pgque;", &[]);
+    assert!(!out.contains("planted operator ran"), "{out}");
+    assert!(out.contains("sec_dbowner (CREATE)"), "{out}");
+    su.batch_execute("REVOKE CREATE, USAGE ON SCHEMA pgque FROM sec_dbowner")
+        .unwrap();
+    let out = db.psql("CREATE EXTENSION pgque;", &[]);
+    assert!(!out.contains("planted operator ran"), "{out}");
+    assert!(
+        out.contains("owned by roles that are not superusers"),
+        "{out}"
+    );
+    assert!(!extension_installed(&mut su));
+    su.batch_execute("DROP SCHEMA pgque CASCADE").unwrap();
+
     // What only superusers control is accepted: an empty schema of theirs
     // (as pg_restore creates it), and what DROP EXTENSION leaves behind
     // (the schema with pgque's grants, the event tables of a queue).
