@@ -29,6 +29,20 @@ pgq_install "$VER" pgtest
 
 DATA=/tmp/pgque_pgtest_$VER
 PORT=$((54000 + VER))
+# The tier's databases are made as users make theirs (DESIGN.md section 25):
+# every cluster's locale is en_US.UTF-8; its databases' default collation
+# comes from libc on 14 (and 16, 17), from ICU on 15 (Debian's build has it;
+# the other binaries here are built without) and from the builtin provider
+# on 18. tests/real_databases.rs adds the other kinds each server can make.
+# The private clusters the tests start (pgque_pg_test::Cluster) are made the
+# same way (PGQUE_TEST_LOCALE_OPTS).
+case "$VER" in
+  15) PGQ_LOCALE=${PGQ_LOCALE:-icu} ;;
+  18) PGQ_LOCALE=${PGQ_LOCALE:-builtin} ;;
+  *) PGQ_LOCALE=${PGQ_LOCALE:-libc} ;;
+esac
+export PGQ_LOCALE
+export PGQUE_TEST_LOCALE_OPTS="$(pgq_initdb_locale "$PGQ_LOCALE")"
 # the tests time duties on their active cadences; tests/idle.rs runs idle
 # mode (the default) on private clusters
 pgq_cluster_start "$DATA" "$PORT" "max_worker_processes = 64

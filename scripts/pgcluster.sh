@@ -9,7 +9,13 @@
 #                            tier) with scripts/install.sh; the log is /tmp/pgque_TAG_install_VER.log
 #   pgq_cluster_start DATA PORT [CONF]
 #                            initdb in DATA (removed first), the common settings plus the
-#                            lines CONF, start; the socket is in DATA; stopped on EXIT
+#                            lines CONF, start; the socket is in DATA; stopped on EXIT.
+#                            The cluster is made as users make theirs, not in the C
+#                            locale: PGQ_LOCALE picks its default (pgq_initdb_locale)
+#   pgq_initdb_locale KIND   initdb's locale options for KIND: libc (the default:
+#                            en_US.UTF-8, what initdb gives on most Linux machines), icu
+#                            (en-US; Debian's 15 is the build here with ICU), builtin
+#                            (C.UTF-8, 17 and later), c
 #   as_pg CMD...             runs CMD as the postgres OS user when we are root
 #                            (PostgreSQL refuses to run as root)
 
@@ -33,6 +39,16 @@ pgq_install() {
     || { tail -40 "$log"; exit 1; }
 }
 
+pgq_initdb_locale() {
+  case "$1" in
+    libc) echo "--locale=en_US.UTF-8" ;;
+    icu) echo "--locale=en_US.UTF-8 --locale-provider=icu --icu-locale=en-US" ;;
+    builtin) echo "--locale=en_US.UTF-8 --locale-provider=builtin --builtin-locale=C.UTF-8" ;;
+    c) echo "--locale=C" ;;
+    *) echo "pgq_initdb_locale: unknown kind '$1' (libc|icu|builtin|c)" >&2; return 2 ;;
+  esac
+}
+
 pgq_cluster_stop() {
   [ -n "${PGQ_DATA:-}" ] || return 0
   as_pg "$BINDIR/pg_ctl" -D "$PGQ_DATA" -m fast stop >/dev/null 2>&1 \
@@ -44,7 +60,10 @@ pgq_cluster_start() {
   if [ -f "$data/postmaster.pid" ]; then as_pg "$BINDIR/pg_ctl" -D "$data" -m immediate stop >/dev/null 2>&1 || true; fi
   rm -rf "$data"; mkdir -p "$data"
   [ "$(id -u)" = 0 ] && chown postgres "$data"
-  as_pg "$BINDIR/initdb" -D "$data" -A trust -U postgres --no-sync >/dev/null
+  local locale_opts
+  locale_opts=$(pgq_initdb_locale "${PGQ_LOCALE:-libc}") || exit 2
+  # shellcheck disable=SC2086 # the options are words
+  as_pg "$BINDIR/initdb" -D "$data" -A trust -U postgres --no-sync $locale_opts >/dev/null
   cat >> "$data/postgresql.conf" <<CONF
 port = $port
 listen_addresses = ''

@@ -4,6 +4,7 @@
 # second run takes seconds.
 #
 #   - Debian packages: clang, PostgreSQL 15 server + headers, PgQ (bench reference),
+#     locales (en_US.UTF-8 and en_US.ISO-8859-1 for the test clusters),
 #     PL/Proxy (the sharding router, make cluster), sudo,
 #     headless Chromium + chromedriver and Python's Prometheus parser (the dashboard tier)
 #   - cargo-pgrx 0.18.1 (pinned with pgrx; 0.19 needs rustc 1.96)
@@ -34,6 +35,27 @@ if [ ${#need_pkgs[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq "${need_pkgs[@]}" >/dev/null
 fi
 id postgres >/dev/null 2>&1 || { log "no postgres OS user after install"; exit 1; }
+
+# --- locales ----------------------------------------------------------------
+# The test clusters are made as users make theirs (DESIGN.md section 25): a
+# libc en_US.UTF-8 default, and LATIN1 databases (pgque refuses those; the
+# tests check that it says so). Debian's `locales` generates only what
+# /etc/locale.gen names.
+if ! dpkg-query -W -f='${Status}' locales 2>/dev/null | grep -q "install ok installed"; then
+  log "apt-get install locales"
+  as_root apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq locales >/dev/null
+fi
+need_locale=0
+for l in "en_US.UTF-8 UTF-8" "en_US ISO-8859-1"; do
+  grep -qx "$l" /etc/locale.gen 2>/dev/null || { echo "$l" | as_root tee -a /etc/locale.gen >/dev/null; need_locale=1; }
+done
+locale -a 2>/dev/null | grep -qix 'en_US.utf8' || need_locale=1
+locale -a 2>/dev/null | grep -qix 'en_US.iso88591' || need_locale=1
+if [ $need_locale = 1 ]; then
+  log "locale-gen (en_US.UTF-8, en_US ISO-8859-1)"
+  as_root locale-gen >/dev/null
+fi
 
 # --- cargo-pgrx ------------------------------------------------------------
 if ! cargo pgrx --version 2>/dev/null | grep -q "cargo-pgrx $PGRX_VERSION"; then

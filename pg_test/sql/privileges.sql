@@ -8,7 +8,7 @@ SELECT p.oid::regprocedure AS function,
        has_function_privilege('pgque_admin', p.oid, 'EXECUTE') AS admin
   FROM pg_proc p
  WHERE p.pronamespace = 'pgque'::regnamespace
- ORDER BY p.oid::regprocedure::text;
+ ORDER BY p.oid::regprocedure::text COLLATE "C";
 
 -- Nothing is executable by PUBLIC.
 SELECT p.oid::regprocedure AS public_executable

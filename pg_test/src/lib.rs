@@ -34,6 +34,17 @@ pub fn bindir() -> String {
 pub fn pgdata() -> String {
     env("PGQUE_TEST_PGDATA")
 }
+/// initdb's locale options for a cluster made as the tier's server was
+/// (pg_test/run.sh: en_US.UTF-8 with the version's collation provider),
+/// split into words; libc en_US.UTF-8 when run.sh did not say.
+pub fn initdb_locale() -> Vec<String> {
+    std::env::var("PGQUE_TEST_LOCALE_OPTS")
+        .unwrap_or_else(|_| "--locale=en_US.UTF-8".to_string())
+        .split_whitespace()
+        .map(String::from)
+        .collect()
+}
+
 /// The server's major version, e.g. 15.
 pub fn major() -> u32 {
     env("PGQUE_TEST_PGVER")
@@ -289,7 +300,20 @@ impl Cluster {
     }
 
     /// As `start_new`, with the binaries in `bin` (another major version).
+    /// A cluster of this server's major is made in the tier's locale
+    /// ([`initdb_locale`]); one of another major in libc en_US.UTF-8, which
+    /// every build here has (pg_upgrade between them wants the same).
     pub fn start_new_at(bin: &str, name: &str, extra_conf: &str) -> Cluster {
+        let locale = if bin == bindir() {
+            initdb_locale()
+        } else {
+            vec!["--locale=en_US.UTF-8".to_string()]
+        };
+        Cluster::start_new_with(bin, name, extra_conf, &locale)
+    }
+
+    /// As `start_new_at`, with initdb's locale options `locale`.
+    pub fn start_new_with(bin: &str, name: &str, extra_conf: &str, locale: &[String]) -> Cluster {
         let mut cl = Cluster::named(name);
         cl.bindir = bin.to_string();
         cl.pg_ctl(&["stop", "-m", "immediate"]);
@@ -302,10 +326,9 @@ impl Cluster {
                 .unwrap();
             assert!(st.success());
         }
-        let out = as_postgres(
-            &format!("{}/initdb", cl.bindir),
-            &["-D", &cl.dir, "-A", "trust", "-U", "postgres", "--no-sync"],
-        );
+        let mut args: Vec<&str> = vec!["-D", &cl.dir, "-A", "trust", "-U", "postgres", "--no-sync"];
+        args.extend(locale.iter().map(String::as_str));
+        let out = as_postgres(&format!("{}/initdb", cl.bindir), &args);
         assert!(out.status.success(), "initdb: {out:?}");
         let conf = format!(
             "port = {}\nlisten_addresses = ''\nunix_socket_directories = '{}'\n\

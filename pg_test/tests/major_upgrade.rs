@@ -204,7 +204,14 @@ fn upgrade(old: u32, new: u32) {
     drop(c);
 
     // The new major's cluster, initialised and stopped, as pg_upgrade wants.
-    let b = Cluster::start_new_at(&new_bin, &format!("mu{old}{new}_new"), "");
+    // (in the old cluster's locale: libc en_US.UTF-8, as start_new_at makes
+    // a cluster of another major)
+    let b = Cluster::start_new_with(
+        &new_bin,
+        &format!("mu{old}{new}_new"),
+        "",
+        &["--locale=en_US.UTF-8".to_string()],
+    );
     b.stop_fast();
     a.stop_fast();
     // initdb of 18 turns data checksums on by default; pg_upgrade wants the

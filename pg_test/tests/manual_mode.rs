@@ -29,10 +29,12 @@ fn without_preload_status_says_manual_mode() {
     std::fs::create_dir_all(&dir).unwrap();
     let _ = Command::new("chown").args(["postgres", &dir]).status();
     let bin = bindir();
-    let out = as_postgres(
-        &format!("{bin}/initdb"),
-        &["-D", &dir, "-A", "trust", "-U", "postgres", "--no-sync"],
-    );
+    let mut args: Vec<String> = ["-D", &dir, "-A", "trust", "-U", "postgres", "--no-sync"]
+        .map(String::from)
+        .to_vec();
+    args.extend(initdb_locale());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = as_postgres(&format!("{bin}/initdb"), &args);
     assert!(
         out.status.success(),
         "initdb: {}",

@@ -444,7 +444,7 @@ fn commits_within_the_coalescing_window_share_a_tick() {
     // a burst: 60 commits 20 ms apart (1.2 s) after another quiet window
     std::thread::sleep(Duration::from_millis(1000));
     let t1 = server_epoch(&mut c);
-    let mut last = 0.0;
+    let mut last: f64 = 0.0;
     for i in 0..60 {
         // the send's time, just before its commit
         last = p
@@ -460,9 +460,13 @@ fn commits_within_the_coalescing_window_share_a_tick() {
     std::thread::sleep(Duration::from_millis(1000));
     let runs = ticker_runs_since(&mut c, t1);
     println!("burst of 60 commits over {last:.2} s: ticks at {runs:?}");
-    // one tick per 400 ms window at most: ~4 over 1.2 s (+1 for the edges)
+    // one tick per 400 ms window at most: ~4 over 1.2 s, +1 for the edges;
+    // the bound follows how long the burst really took (on a loaded machine
+    // the 60 sends spread over more windows), never near the 60 that a tick
+    // per commit would make
+    let most = (last / 0.4).ceil() as usize + 1;
     assert!(
-        (2..=5).contains(&runs.len()),
+        (2..=most).contains(&runs.len()),
         "{} ticks for 60 commits over {last:.2} s at a 400 ms window",
         runs.len()
     );
