@@ -5,6 +5,7 @@
 //! the direct path must not write (a trigger, a CHECK constraint, a
 //! read-only transaction) goes through the SQL INSERT.
 mod events_util;
+use events_util::gen::Gen;
 use events_util::*;
 use pgque_pg_test::*;
 
@@ -290,126 +291,6 @@ fn tables_the_direct_path_must_not_write_take_the_sql_insert() {
         .unwrap();
     let got: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
     assert_eq!(got, vec!["a", "b", "c", "{\"d\": 1}", "e", "after"]);
-}
-
-/// A small deterministic generator of JSON texts: every kind of value,
-/// numbers in many forms and scales, strings that need escaping, wide
-/// containers (more than 32 children: entries that carry offsets) and deep ones.
-struct Gen(u64);
-
-impl Gen {
-    fn next(&mut self) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        self.0 >> 33
-    }
-    fn pick<'a>(&mut self, xs: &[&'a str]) -> &'a str {
-        xs[(self.next() as usize) % xs.len()]
-    }
-    fn number(&mut self) -> String {
-        match self.next() % 8 {
-            0 => self
-                .pick(&[
-                    "0",
-                    "-0",
-                    "0.0",
-                    "0.000",
-                    "1",
-                    "-1",
-                    "10000",
-                    "9999",
-                    "100000000",
-                ])
-                .to_string(),
-            1 => format!("{}", self.next() as i64 - (1 << 30)),
-            2 => format!(
-                "{}.{:0width$}",
-                self.next() % 100000,
-                self.next() % 1000,
-                width = (self.next() % 6) as usize
-            ),
-            3 => format!(
-                "-0.{:0width$}{}",
-                0,
-                self.next() % 997,
-                width = (self.next() % 12) as usize
-            ),
-            4 => format!("{}e{}", self.next() % 1000, (self.next() % 60) as i64 - 30),
-            5 => format!(
-                "-{}.{}E+{}",
-                self.next() % 10,
-                self.next() % 100,
-                self.next() % 25
-            ),
-            6 => "123456789012345678901234567890.123456789012345678900".to_string(),
-            _ => format!(
-                "{}.{}",
-                self.next() % 10,
-                "0".repeat(1 + (self.next() % 40) as usize)
-            ),
-        }
-    }
-    fn string(&mut self) -> String {
-        let mut s = String::from("\"");
-        for _ in 0..self.next() % 12 {
-            s.push_str(self.pick(&[
-                "a",
-                "Z",
-                " ",
-                "\\\"",
-                "\\\\",
-                "\\/",
-                "\\b",
-                "\\f",
-                "\\n",
-                "\\r",
-                "\\t",
-                "\\u0001",
-                "\\u001f",
-                "\\u007f",
-                "\\u00e9",
-                "é",
-                "✓",
-                "😀",
-                "\\ud83d\\ude00",
-                "key",
-                "0123456789abcdefghij",
-            ]));
-        }
-        s.push('"');
-        s
-    }
-    fn value(&mut self, depth: u32) -> String {
-        let k = self.next() % if depth > 4 { 5 } else { 8 };
-        match k {
-            0 => self.number(),
-            1 => self.string(),
-            2 => self.pick(&["true", "false", "null"]).to_string(),
-            3 | 4 => self.number(),
-            5 => {
-                let n = if self.next().is_multiple_of(5) {
-                    40 + self.next() % 40
-                } else {
-                    self.next() % 5
-                };
-                let items: Vec<String> = (0..n).map(|_| self.value(depth + 1)).collect();
-                format!("[{}]", items.join(","))
-            }
-            _ => {
-                let n = if self.next().is_multiple_of(5) {
-                    35 + self.next() % 40
-                } else {
-                    self.next() % 6
-                };
-                let items: Vec<String> = (0..n)
-                    .map(|_| format!("{}: {}", self.string(), self.value(depth + 1)))
-                    .collect();
-                format!("{{{}}}", items.join(", "))
-            }
-        }
-    }
 }
 
 #[test]

@@ -5,6 +5,8 @@ use pgque_pg_test::*;
 
 use std::sync::Mutex;
 
+pub mod gen;
+
 /// CREATE EXTENSION in two databases at once can race on creating the
 /// cluster-wide pgque_* roles (first install only); tests of one binary
 /// create their databases one at a time.
