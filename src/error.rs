@@ -18,6 +18,7 @@
 //! | an administrator's step by another role     | 42501    | insufficient_privilege      |
 //! | an array or count beyond its documented cap | 54000    | program_limit_exceeded      |
 //! | a job output or progress over its size cap  | 54000    | program_limit_exceeded      |
+//! | a partition key over 1 kB                   | 54000    | program_limit_exceeded      |
 //! | an unknown field in a flow's job            | 42703    | undefined_column            |
 //! | a dependency cycle in a flow                | 42P19    | invalid_recursion           |
 use pgrx::pg_sys::errcodes::PgSqlErrorCode;
@@ -88,6 +89,31 @@ pub const MAX_RETURN: i32 = 100_000;
 /// the server's shared lock table, so an unbounded array was a way to fill
 /// it for every database.
 pub const MAX_ARRAY: usize = 10_000;
+
+/// Longest partition key (an event's ev_extra1), in bytes. Under the pause
+/// policy a key is a btree key (the blocked-key markers, partition_held),
+/// and a btree entry holds at most ~2.7 kB: a longer key could be sent, but
+/// its event could then never be nacked and its slot's batch never moved
+/// on. 1 kB, as an idempotency key.
+pub const MAX_PARTITION_KEY: usize = 1024;
+
+/// 54000 when a partition key (ev_extra1) is longer than MAX_PARTITION_KEY
+/// bytes; `len` is its length in bytes.
+pub fn check_partition_key_len(len: usize) {
+    if len > MAX_PARTITION_KEY {
+        raise(
+            LIMIT_EXCEEDED,
+            format!("partition key is {len} bytes long; the limit is {MAX_PARTITION_KEY}"),
+        );
+    }
+}
+
+/// [`check_partition_key_len`] of an optional key.
+pub fn check_partition_key(key: Option<&str>) {
+    if let Some(k) = key {
+        check_partition_key_len(k.len());
+    }
+}
 
 /// 54000 when `what` has more than `max` elements.
 pub fn check_len(n: usize, what: &str, max: usize) {

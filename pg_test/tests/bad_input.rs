@@ -340,7 +340,8 @@ fn matrix() -> Vec<Row> {
             "pgque.insert_event(text,text,text,text,text,text,text)",
             "SELECT pgque.insert_event({Q}::text, 't', 'x', 'a', 'b', 'c', 'd')",
             Q,
-        ),
+        )
+        .with("extra1 (the partition key) over 1 kB", format!("SELECT pgque.insert_event('q', 't', 'x', '{}', NULL, NULL, NULL)", "k".repeat(1025)), St("54000")),
         row(
             "pgque.send_idem(text,text,jsonb,text,interval,text,jsonb)",
             "SELECT * FROM pgque.send_idem({Q}::text, 't', '{}'::jsonb, 'k1')",
@@ -364,7 +365,8 @@ fn matrix() -> Vec<Row> {
         .with("NULL key", "SELECT * FROM pgque.send_idem('q', 't', 'x'::text, NULL)", St("22004"))
         .with("zero TTL", "SELECT * FROM pgque.send_idem('q', 't', 'x'::text, 'k', '0')", St("22023"))
         .with("infinite TTL", "SELECT * FROM pgque.send_idem('q', 't', 'x'::text, 'k', 'infinity')", inf_interval())
-        .with("headers value not a string", "SELECT * FROM pgque.send_idem('q', 't', 'x'::text, 'k', headers => '{\"a\": 1}')", St("22023")),
+        .with("headers value not a string", "SELECT * FROM pgque.send_idem('q', 't', 'x'::text, 'k', headers => '{\"a\": 1}')", St("22023"))
+        .with("partition key over 1 kB", format!("SELECT * FROM pgque.send_idem('q', 't', 'x'::text, 'k', '1 hour', '{}')", "k".repeat(1025)), St("54000")),
         row(
             "pgque.send_at(text,text,jsonb,timestamp with time zone,text,jsonb)",
             "SELECT pgque.send_at({Q}::text, 't', '{}'::jsonb, now() + interval '1 hour')",
@@ -383,7 +385,8 @@ fn matrix() -> Vec<Row> {
         )
         .with("NULL time", "SELECT pgque.send_at('q', 't', 'x'::text, NULL)", St("22004"))
         .with("infinite time", "SELECT pgque.send_at('q', 't', 'x'::text, 'infinity')", St("22023"))
-        .with("headers over 1 kB", format!("SELECT pgque.send_at('q', 't', 'x'::text, now(), headers => '{{\"tracestate\": \"{}\"}}')", "x".repeat(1100)), St("54000")),
+        .with("headers over 1 kB", format!("SELECT pgque.send_at('q', 't', 'x'::text, now(), headers => '{{\"tracestate\": \"{}\"}}')", "x".repeat(1100)), St("54000"))
+        .with("partition key over 1 kB", format!("SELECT pgque.send_at('q', 't', 'x'::text, now() + interval '1 hour', '{}')", "k".repeat(1025)), St("54000")),
         // ---- consumers -------------------------------------------------------
         row("pgque.subscribe(text,text)", "SELECT pgque.subscribe({Q}::text, 'newc')", Q)
             .with("NULL consumer", "SELECT pgque.subscribe('q', NULL)", St("22004"))
@@ -560,7 +563,8 @@ fn matrix() -> Vec<Row> {
         .with("headers not an object", "SELECT pgque.send('q', 't', '{}'::jsonb, 'k', '[\"00-x\"]'::jsonb)", St("22023"))
         .with("headers value not a string", "SELECT pgque.send('q', 't', '{}'::jsonb, NULL, '{\"traceparent\": 1}'::jsonb)", St("22023"))
         .with("headers over 1 kB", format!("SELECT pgque.send('q', 't', '{{}}'::jsonb, NULL, '{{\"tracestate\": \"{}\"}}'::jsonb)", "x".repeat(1100)), St("54000"))
-        .with("headers not JSON", "SELECT pgque.send('q', 't', '{}'::jsonb, NULL, '{x'::jsonb)", bad_json),
+        .with("headers not JSON", "SELECT pgque.send('q', 't', '{}'::jsonb, NULL, '{x'::jsonb)", bad_json)
+        .with("partition key over 1 kB", format!("SELECT pgque.send('q', 't', '{{}}'::jsonb, '{}', NULL::jsonb)", "k".repeat(1025)), St("54000")),
         row(
             "pgque.send(text,text,text,text,jsonb)",
             "SELECT pgque.send({Q}::text, 't'::text, 'x'::text, 'k'::text, '{\"traceparent\": \"00-x\"}'::jsonb)",
@@ -575,6 +579,7 @@ fn matrix() -> Vec<Row> {
         )
         .with("NULL payloads", "SELECT pgque.send_batch('q', 't', NULL::jsonb[], NULL, '{}'::jsonb)", St("22004"))
         .with("keys not aligned", "SELECT pgque.send_batch('q', 't', ARRAY['{}', '{}']::jsonb[], ARRAY['k'], NULL::jsonb)", St("22023"))
+        .with("a partition key over 1 kB", format!("SELECT pgque.send_batch('q', 't', ARRAY['{{}}', '{{}}']::jsonb[], ARRAY['k', '{}'], NULL::jsonb)", "é".repeat(513)), St("54000"))
         .with("headers value null", "SELECT pgque.send_batch('q', 't', ARRAY['{}']::jsonb[], NULL, '{\"a\": null}'::jsonb)", St("22023")),
         row(
             "pgque.send_batch(text,text,text[],text[],jsonb)",

@@ -36,6 +36,7 @@ fn send_at_impl(
             "deliver_at must be a finite time",
         );
     }
+    error::check_partition_key(partition_key);
     let ev_type = super::send::type_arg(type_name);
     let headers = super::send::headers_arg(headers);
     Spi::connect_mut(|c| {

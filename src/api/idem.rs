@@ -100,6 +100,7 @@ fn send_idem_impl(
 ) -> (i64, bool) {
     let key = valid_key(idem_key);
     let ttl = valid_ttl(ttl);
+    error::check_partition_key(partition_key);
     let ev_type = super::send::type_arg(type_name);
     let headers = super::send::headers_arg(headers);
     Spi::connect_mut(|c| {

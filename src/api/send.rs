@@ -27,6 +27,7 @@ fn send_one_with(
     extra: [Option<&str>; 4],
     headers: Option<JsonB>,
 ) -> i64 {
+    error::check_partition_key(extra[0]);
     let headers = headers_arg(headers);
     owner::as_owner(|| {
         log::send_event(
@@ -121,6 +122,14 @@ fn send_many_with(
                     k.0.len, payloads.len
                 ),
             );
+        }
+        let (values, nulls) = unsafe { k.0.elements(pg_sys::TEXTOID) };
+        for (v, null) in values.iter().zip(nulls) {
+            if !null {
+                error::check_partition_key_len(unsafe {
+                    pgrx::varlena::varsize_any_exhdr(v.cast_mut_ptr::<pg_sys::varlena>())
+                });
+            }
         }
     }
     let headers = headers_arg(headers);
