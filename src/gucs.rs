@@ -31,6 +31,7 @@ pub static LEDGER_ROTATION_S: GucSetting<i32> = GucSetting::<i32>::new(300);
 pub static DELAYED_PERIOD_MS: GucSetting<i32> = GucSetting::<i32>::new(100);
 pub static BATCH_MAX_EVENTS: GucSetting<i32> = GucSetting::<i32>::new(10_000);
 pub static METADATA_ROTATION_MS: GucSetting<i32> = GucSetting::<i32>::new(60_000);
+pub static MAX_CONSUMERS_PER_QUEUE: GucSetting<i32> = GucSetting::<i32>::new(1_000);
 
 // ---- job queues ---------------------------------------------------------
 pub static JOB_MAINT_PERIOD_MS: GucSetting<i32> = GucSetting::<i32>::new(1_000);
@@ -210,6 +211,16 @@ pub fn init() {
         GucFlags::default(),
     );
     GucRegistry::define_int_guc(
+        c"pgque.max_consumers_per_queue",
+        c"Most consumers one event queue may have: plain ones, each slot of a partitioned one, cooperative members.",
+        c"Each consumer holds back the queue's table rotation and is read by metrics() and get_consumer_info(); a role that may subscribe could otherwise make any number. Superuser-only, so that such a role cannot raise it.",
+        &MAX_CONSUMERS_PER_QUEUE,
+        1,
+        1_000_000,
+        GucContext::Suset,
+        GucFlags::default(),
+    );
+    GucRegistry::define_int_guc(
         c"pgque.metadata_rotation_period",
         c"How often maint() switches the tick/batch metadata piece and truncates the old one.",
         c"",
@@ -371,6 +382,9 @@ pub fn maint_period() -> Duration {
 }
 pub fn batch_max_events() -> i64 {
     BATCH_MAX_EVENTS.get().max(1) as i64
+}
+pub fn max_consumers_per_queue() -> i64 {
+    MAX_CONSUMERS_PER_QUEUE.get() as i64
 }
 pub fn metadata_rotation_period_ms() -> i64 {
     METADATA_ROTATION_MS.get().max(0) as i64

@@ -15,6 +15,7 @@ use pgrx::spi::SpiClient;
 #[search_path(pg_catalog, pgque, pg_temp)]
 fn create_queue(queue_name: Option<&str>) -> i32 {
     let name = error::valid_name(queue_name, "queue_name", error::MAX_QUEUE_NAME);
+    crate::jobs::channel::refuse_shared_channel(name, true);
     Spi::connect_mut(|c| log::create_queue(c, name) as i32)
 }
 

@@ -198,6 +198,7 @@ pub(crate) fn register_member(
     if let Some(m) = found(c) {
         return (0, parent, m);
     }
+    log::check_consumer_room(c, q, 1);
     log::exec(
         c,
         "INSERT INTO pgque.subscription (sub_queue, sub_consumer, sub_parent, sub_start_tick) \

@@ -51,6 +51,66 @@ fn job_channel(queue_name: Option<&str>) -> String {
     channel_with(q, md5_hex)
 }
 
+/// Lock class of a NOTIFY channel while a queue that would use it is made:
+/// an event queue `jobs_x` and a job queue `x` made at the same moment
+/// take the same lock, so one of them sees the other.
+const CHANNEL_LOCK_CLASS: i32 = 0x6A6F_626E; // "jobn"
+
+/// 42710 when the NOTIFY channel of a queue about to be made is the channel
+/// of an existing queue of the other kind: an event queue's is
+/// `pgque_<queue>` (PgQue's, which its clients LISTEN on), a job queue's
+/// `pgque_jobs_<queue>` or its hashed form, so event queue `jobs_x` and job
+/// queue `x` would wake each other's listeners with each other's traffic.
+/// `event_queue`: the name is an event queue's (else a job queue's). Runs
+/// in the creating transaction, as the schema's owner.
+pub fn refuse_shared_channel(name: &str, event_queue: bool) {
+    let channel = if event_queue {
+        format!("pgque_{name}")
+    } else {
+        channel_with(name, md5_hex)
+    };
+    if !channel.starts_with(PREFIX) {
+        // no job queue's channel starts otherwise
+        return;
+    }
+    Spi::run_with_args(
+        crate::locks::sql("SELECT pgque.xact_lock($1, pg_catalog.hashtext($2))"),
+        &[CHANNEL_LOCK_CLASS.into(), channel.as_str().into()],
+    )
+    .unwrap_or_else(|e| pgrx::error!("{e}"));
+    let other = if event_queue {
+        // the job queue whose channel this is: named by the rest of it, or
+        // a long name whose md5 it is
+        Spi::get_one_with_args::<String>(
+            "SELECT j.queue_name FROM pgque.job_queues j
+              WHERE j.queue_name OPERATOR(pg_catalog.=) pg_catalog.substr($1, 12)
+                 OR (pg_catalog.octet_length(j.queue_name) > 52
+                     AND pg_catalog.md5(j.queue_name) OPERATOR(pg_catalog.=) pg_catalog.substr($1, 12))
+              LIMIT 1",
+            &[channel.as_str().into()],
+        )
+    } else {
+        Spi::get_one_with_args::<String>(
+            "SELECT q.queue_name FROM pgque.queue q
+              WHERE q.queue_name OPERATOR(pg_catalog.=) pg_catalog.substr($1, 7)",
+            &[channel.as_str().into()],
+        )
+    }
+    .unwrap_or(None);
+    if let Some(other) = other {
+        let (kind, other_kind) = if event_queue {
+            ("event queue", "job queue")
+        } else {
+            ("job queue", "event queue")
+        };
+        error::raise_detail(
+            error::DUPLICATE_OBJECT,
+            format!("{kind} {name:?} would share the NOTIFY channel {channel:?} with {other_kind} {other:?}"),
+            "Each queue's listeners are woken by its own channel only; choose another name.",
+        );
+    }
+}
+
 #[cfg(test)]
 mod pure_tests {
     use super::*;

@@ -54,6 +54,7 @@ fn create_job_queue(
     check_mode(mode);
     let shards = required(shards, "shards");
     check_shards(shards);
+    super::channel::refuse_shared_channel(queue, false);
     let created = Spi::get_one_with_args::<i32>(
         "WITH q AS (
              INSERT INTO pgque.job_queues (queue_name, mode, shards) VALUES ($1, $2, $3)

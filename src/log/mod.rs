@@ -733,6 +733,30 @@ pub fn sub_by_name(client: &mut SpiClient<'_>, q: &Queue, consumer: Option<&str>
     })
 }
 
+/// 54000 unless queue `q` has room for `adding` more consumers (rows of
+/// pgque.subscription: plain consumers, slots, cooperative members) under
+/// pgque.max_consumers_per_queue. Registration is rare; the count reads the
+/// queue's subscriptions, which the bound keeps few.
+pub fn check_consumer_room(client: &mut SpiClient<'_>, q: &Queue, adding: i64) {
+    let t = exec(
+        client,
+        "SELECT count(*) FROM pgque.subscription WHERE sub_queue = $1",
+        &[q.id.into()],
+    );
+    let have: i64 = first_row(t).and_then(|r| col(&r, 1)).unwrap_or(0);
+    let max = crate::gucs::max_consumers_per_queue();
+    if have + adding > max {
+        error::raise_detail(
+            error::LIMIT_EXCEEDED,
+            format!(
+                "queue {:?} has {have} consumers; {adding} more would pass pgque.max_consumers_per_queue ({max})",
+                q.name
+            ),
+            "Each slot of a partitioned consumer and each cooperative member counts. Unregister unused consumers, or have a superuser raise the setting.",
+        );
+    }
+}
+
 /// Registers a consumer at `tick` (default: the queue's last tick).
 /// Returns false when it was registered already.
 pub fn register(
@@ -753,6 +777,7 @@ pub fn register(
             ),
         );
     }
+    check_consumer_room(client, q, 1);
     let tick = match at_tick {
         Some(t) => {
             if tick::tick_snapshot(client, q.id, t).is_none() {

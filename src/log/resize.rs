@@ -205,6 +205,7 @@ pub fn begin(c: &mut SpiClient<'_>, q: &Queue, consumer: &str, new_n: i32) -> i6
 
 /// Inserts the new slots' subscriptions at tick `t`; their ids in slot order.
 fn insert_subs(c: &mut SpiClient<'_>, q: &Queue, names: &[String], t: i64) -> Vec<i32> {
+    super::check_consumer_room(c, q, names.len() as i64);
     let r = exec(
         c,
         "WITH s AS (INSERT INTO pgque.subscription (sub_queue, sub_consumer, sub_start_tick) \

@@ -409,6 +409,15 @@ pub fn subscribe_slots(
     to: i32,
     tick: i64,
 ) -> i32 {
+    let new_slots: i64 = first_row(exec(
+        client,
+        "SELECT count(*) FROM pgque.partition_slot \
+          WHERE ps_queue = $1 AND ps_consumer = $2 AND ps_slot BETWEEN $3 AND $4 AND ps_sub IS NULL",
+        &[q.id.into(), consumer.into(), from.into(), to.into()],
+    ))
+    .and_then(|r| col(&r, 1))
+    .unwrap_or(0);
+    super::check_consumer_room(client, q, new_slots);
     let t = exec(
         client,
         "WITH s AS ( \

@@ -1,0 +1,152 @@
+//! What a role with only pgque's group roles can make the server hold, and
+//! names that would cross another queue's path (docs/operations.md, "What a
+//! writer can make the server hold"): consumers per event queue are bounded
+//! by a superuser-only setting, and an event queue and a job queue never
+//! share a NOTIFY channel.
+mod sec_util;
+use pgque_pg_test::*;
+use sec_util::*;
+
+/// A pgque_reader registers consumers, slots and cooperative members up to
+/// pgque.max_consumers_per_queue and no further (54000, nothing made), and
+/// cannot raise the setting itself.
+#[test]
+fn consumers_per_queue_are_bounded_for_a_reader() {
+    let _g = serial();
+    let db = TestDb::new("bounds_consumers");
+    let mut su = connect_to("postgres");
+    ensure_role(&mut su, "bound_reader", "LOGIN");
+    su.batch_execute("GRANT pgque_reader TO bound_reader")
+        .unwrap();
+    let mut c = db.connect();
+    stop_worker(&mut c);
+    // an administrator's partitioned consumers (readers subscribe only with
+    // an N that one of those made the slot indexes for): 4 + 2 consumers
+    c.batch_execute(
+        "SELECT pgque.create_queue('q'); SELECT pgque.create_queue('other'); \
+         SELECT pgque.subscribe_partitioned('q', 'a4', 4); \
+         SELECT pgque.subscribe_partitioned('q', 'a2', 2); \
+         ALTER DATABASE bounds_consumers SET pgque.max_consumers_per_queue = 10",
+    )
+    .unwrap();
+    let mut r = db.connect_as("bound_reader");
+    let count = |c: &mut pgque_pg_test::postgres::Client| -> i64 {
+        c.query_one(
+            "SELECT count(*) FROM pgque.subscription s JOIN pgque.queue q ON q.queue_id = s.sub_queue \
+             WHERE q.queue_name = 'q'",
+            &[],
+        )
+        .unwrap()
+        .get(0)
+    };
+    let refused = |r: Result<u64, pgque_pg_test::postgres::Error>| -> String {
+        let e = r.unwrap_err();
+        assert_eq!(
+            e.code().map(|s| s.code()),
+            Some("54000"),
+            "{:?}",
+            e.as_db_error()
+        );
+        e.as_db_error().map(|d| d.message().to_string()).unwrap()
+    };
+    assert_eq!(count(&mut c), 6);
+    // the setting is the superuser's
+    assert_eq!(
+        sqlstate(r.batch_execute("SET pgque.max_consumers_per_queue = 100000")),
+        "42501"
+    );
+    for i in 0..2 {
+        r.execute(
+            "SELECT pgque.register_consumer('q', $1)",
+            &[&format!("c{i}")],
+        )
+        .unwrap();
+    }
+    // a partitioned consumer of 4 slots is 4 consumers: 8 + 4 > 10
+    refused(r.execute("SELECT pgque.subscribe_partitioned('q', 'p', 4)", &[]));
+    assert_eq!(
+        count(&mut c),
+        8,
+        "nothing of the refused partitioned consumer stays"
+    );
+    r.execute("SELECT pgque.subscribe_partitioned('q', 'p', 2)", &[])
+        .unwrap();
+    // subscribing it again adds nothing, so it is not refused
+    r.execute("SELECT pgque.subscribe_partitioned('q', 'p', 2)", &[])
+        .unwrap();
+    assert_eq!(count(&mut c), 10);
+    let msg = refused(r.execute("SELECT pgque.register_consumer('q', 'one_more')", &[]));
+    assert!(msg.contains("pgque.max_consumers_per_queue (10)"), "{msg}");
+    refused(r.execute("SELECT pgque.register_subconsumer('q', 'grp', 'm1')", &[]));
+    assert_eq!(count(&mut c), 10);
+    // the bound is per queue, and room comes back with an unregister
+    r.execute("SELECT pgque.register_consumer('other', 'c0')", &[])
+        .unwrap();
+    r.execute("SELECT pgque.unregister_consumer('q', 'c0')", &[])
+        .unwrap();
+    r.execute("SELECT pgque.register_consumer('q', 'one_more')", &[])
+        .unwrap();
+    assert_eq!(count(&mut c), 10);
+}
+
+/// Event queue `jobs_x` and job queue `x` would share `pgque_jobs_x`; a long
+/// job queue name's channel is its md5, which an event queue could spell
+/// too. Whichever comes second is refused (42710), in either order.
+#[test]
+fn an_event_queue_and_a_job_queue_never_share_a_notify_channel() {
+    let db = TestDb::new("bounds_channels");
+    let mut c = db.connect();
+    stop_worker(&mut c);
+    c.batch_execute("SELECT pgque.create_job_queue('x'); SELECT pgque.create_queue('y')")
+        .unwrap();
+    assert_eq!(
+        sqlstate(c.execute("SELECT pgque.create_queue('jobs_x')", &[])),
+        "42710"
+    );
+    // "jobs_y" is an event queue's channel away from job queue "y"
+    c.execute("SELECT pgque.create_queue('jobs_y')", &[])
+        .unwrap();
+    assert_eq!(
+        sqlstate(c.execute("SELECT pgque.create_job_queue('y')", &[])),
+        "42710"
+    );
+    let long = "l".repeat(55);
+    c.execute("SELECT pgque.create_job_queue($1)", &[&long])
+        .unwrap();
+    let channel: String = c
+        .query_one("SELECT pgque.job_channel($1)", &[&long])
+        .unwrap()
+        .get(0);
+    let spelled = channel.strip_prefix("pgque_").unwrap().to_string();
+    assert!(
+        spelled.starts_with("jobs_") && spelled.len() == 37,
+        "{spelled}"
+    );
+    assert_eq!(
+        sqlstate(c.execute("SELECT pgque.create_queue($1)", &[&spelled])),
+        "42710"
+    );
+    // names that merely look alike are fine, and nothing refused was made
+    c.batch_execute("SELECT pgque.create_queue('jobs'); SELECT pgque.create_queue('jobsx')")
+        .unwrap();
+    let made: Vec<String> = c
+        .query(
+            "SELECT queue_name FROM pgque.queue ORDER BY queue_name COLLATE \"C\"",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(made, ["jobs", "jobs_y", "jobsx", "y"]);
+    let jobs: Vec<String> = c
+        .query(
+            "SELECT queue_name FROM pgque.job_queues ORDER BY queue_name COLLATE \"C\"",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(jobs, [long.as_str(), "x"]);
+}
