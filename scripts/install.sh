@@ -36,7 +36,14 @@ esac
 stage="${CARGO_TARGET_DIR:-$ROOT/target}/pgque-stage-pg$VER.$$"
 rm -rf "$stage"
 trap 'rm -rf "$stage"' EXIT
-cargo pgrx package "${profile[@]}" --pg-config "$PG_CONFIG" --no-default-features \
+# cargo-pgrx packages target/<profile>/libpgque.so, the file every build of
+# that profile links there, whatever its PostgreSQL major: two installs
+# sharing a target dir (two majors, two checkouts) could each package the
+# other's library. One build and copy at a time per target dir.
+target="${CARGO_TARGET_DIR:-$ROOT/target}"
+mkdir -p "$target"
+flock "$target/.pgque-package.lock" \
+  cargo pgrx package "${profile[@]}" --pg-config "$PG_CONFIG" --no-default-features \
   --features "pg$VER" --out-dir "$stage"
 put() { # MODE SRC DESTDIR: a new file beside the old one, then an atomic rename
   local dest="$3/$(basename "$2")"
