@@ -80,10 +80,35 @@ PORT=$((54100 + VER))
 # The TypeScript tier alone gets a cluster of its own, so that it can run
 # beside another client's run on the same machine.
 if [ "$WHAT" = typescript ]; then DATA=/tmp/pgque_clients_ts_$VER; PORT=$((54200 + VER)); fi
+# Databases as users make them: an ICU default on 15 (the build here with
+# ICU), libc en_US.UTF-8 elsewhere (scripts/pgcluster.sh).
+if [ "$VER" = 15 ]; then export PGQ_LOCALE=${PGQ_LOCALE:-icu}; fi
 pgq_cluster_start "$DATA" "$PORT" "max_worker_processes = 32
-max_connections = 200"
+max_connections = 200
+listen_addresses = '127.0.0.1'
+password_encryption = 'scram-sha-256'"
 export PGQUE_TEST_HOST=$DATA PGQUE_TEST_PORT=$PORT
 echo "[clients] PostgreSQL $VER on port $PORT (socket $DATA)"
+
+# An application role as applications have one: it logs in over TCP with a
+# scram-sha-256 password and holds only pgque_writer and pgque_reader (the
+# tests' app_role files run every client through it; the other tests keep
+# the superuser for their set-up). pgque's group roles are made here as
+# CREATE EXTENSION would make them, which adopts them later.
+APP_PASSWORD=$(head -c 18 /dev/urandom | base64 | tr -d '/+=')
+as_pg sed -i '1i host all pgque_app 127.0.0.1/32 scram-sha-256' "$DATA/pg_hba.conf"
+"$BINDIR/psql" -X -q -h "$DATA" -p "$PORT" -U postgres -d postgres -v ON_ERROR_STOP=1 -v pw="$APP_PASSWORD" <<'SQL' >/dev/null
+DO $$ DECLARE r text; BEGIN
+  FOREACH r IN ARRAY ARRAY['pgque_reader', 'pgque_writer', 'pgque_admin'] LOOP
+    IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = r) THEN EXECUTE format('CREATE ROLE %I NOLOGIN', r); END IF;
+  END LOOP;
+END $$;
+CREATE ROLE pgque_app LOGIN IN ROLE pgque_writer, pgque_reader;
+ALTER ROLE pgque_app PASSWORD :'pw';
+SELECT pg_reload_conf();
+SQL
+export PGQUE_TEST_APP_HOST=127.0.0.1 PGQUE_TEST_APP_USER=pgque_app PGQUE_TEST_APP_PASSWORD=$APP_PASSWORD
+echo "[clients] application role pgque_app (pgque_writer, pgque_reader) over TCP 127.0.0.1:$PORT, scram-sha-256"
 
 rc=0
 if want python; then
