@@ -92,13 +92,13 @@ fn fixture(c: &mut Client) -> Fixture {
     );
     ok(
         c,
-        "SELECT pgque.fail($1, $2, 'ERROR-SECRET once', pg_catalog.now())",
+        "SELECT pgque.fail($1, $2, 'ERROR-SECRET once', pg_catalog.now()) IS NOT NULL",
         rerun,
         tok(rerun),
     );
     ok(
         c,
-        "SELECT pgque.fail($1, $2, E'ERROR-SECRET for good\\nTraceback: SECRET.py line 1')",
+        "SELECT pgque.fail($1, $2, E'ERROR-SECRET for good\\nTraceback: SECRET.py line 1') IS NOT NULL",
         failed,
         tok(failed),
     );

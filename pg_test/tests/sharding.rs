@@ -517,7 +517,11 @@ fn sharding_router_trust_check_runs_no_planted_operator() {
             r#"
 CREATE TABLE public.planted_calls (what text, who text, superuser boolean);
 GRANT INSERT ON public.planted_calls TO PUBLIC;
+-- a refusal rolls the rows back: the sequence counts the calls regardless
+CREATE SEQUENCE public.planted_seq;
+GRANT USAGE ON SEQUENCE public.planted_seq TO PUBLIC;
 CREATE FUNCTION public.planted(w text) RETURNS void LANGUAGE sql AS $$
+    SELECT pg_catalog.nextval('public.planted_seq'::pg_catalog.regclass);
     INSERT INTO public.planted_calls
     SELECT w, current_user, r.rolsuper FROM pg_catalog.pg_roles r
      WHERE r.rolname OPERATOR(pg_catalog.=) current_user
@@ -574,6 +578,14 @@ ALTER DATABASE shard_router_plant SET search_path = public, pg_catalog;
     assert!(path.starts_with("public"), "{path}");
     let err = su.batch_execute(&router_sql()).unwrap_err();
     assert_eq!(err.code().map(|c| c.code()), Some("42501"), "{err:?}");
+    let counted: bool = su
+        .query_one("SELECT is_called FROM public.planted_seq", &[])
+        .unwrap()
+        .get(0);
+    assert!(
+        !counted,
+        "planted operators ran as the superuser (their rows rolled back with the refusal)"
+    );
     let ran = calls(&mut su);
     assert!(
         ran.is_empty(),
@@ -603,5 +615,13 @@ ALTER DATABASE shard_router_plant SET search_path = public, pg_catalog;
     assert!(
         ran.is_empty(),
         "planted operators ran while the router installed: {ran:?}"
+    );
+    let counted: bool = su
+        .query_one("SELECT is_called FROM public.planted_seq", &[])
+        .unwrap()
+        .get(0);
+    assert!(
+        !counted,
+        "planted operators ran as the superuser (their rows rolled back with the refusal)"
     );
 }
