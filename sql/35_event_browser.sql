@@ -1,6 +1,7 @@
 -- pgque event browser: what pgque-web's page of one event queue reads
 -- (web/src/events.rs): the events its consumers have still to process and
--- its dead letters with their payloads, a page at a time. SECURITY DEFINER
+-- its dead letters, with their payloads, headers and reasons for a member of
+-- pgque_admin (sql/34_explorer.sql: who sees contents), a page at a time. SECURITY DEFINER
 -- with a pinned search_path and schema-qualified names, granted to
 -- pgque_reader and pgque_admin, so a dashboard role never reads pgque's
 -- tables. Replaying and purging dead letters go through dlq_replay and

@@ -1,6 +1,7 @@
 //! The page of one event queue: the events its consumers have still to
-//! process, the open batch of each consumer and the dead letters with their
-//! payloads, a page at a time (pgque.browse_events, get_consumer_info,
+//! process, the open batch of each consumer and the dead letters (their
+//! payloads, headers and reasons for an admin login only: redact_event), a
+//! page at a time (pgque.browse_events, get_consumer_info,
 //! get_batch_info, pgque.browse_dead_letters: sql/35_event_browser.sql);
 //! and replaying or purging selected dead letters (admin) behind a
 //! confirmation of their count, through pgque.dlq_replay and the

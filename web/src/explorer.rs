@@ -3,7 +3,9 @@
 //! schedules with their actions. Reads only pgque's explorer functions
 //! (sql/34_explorer.sql: list_jobs, job_detail, job_timeline, job_children,
 //! flow_graph, match_jobs) and job_parents, flow_status, the schedules
-//! view, all with bound parameters.
+//! view, all with bound parameters. What a viewer may not see (contents
+//! without an admin login, lease tokens for everyone) is taken out of the
+//! rows before a page is made of them (redact_job).
 use crate::db::DbError;
 use crate::pages::{esc, Ctx};
 use deadpool_postgres::Pool;
