@@ -13,6 +13,21 @@
 -- that moved to pgque.jobs); when that window ends before the page is full,
 -- the page ends with a row whose id is NULL and whose cursor_id says where
 -- to go on. So a page costs the same with 100 or 10 million jobs stored.
+--
+-- What a caller sees (docs/operations.md, "What each role can see and do"):
+-- every caller the states, counts, kinds, queues, keys, timings, attempts
+-- and workers of jobs; never a lease token (it is the running worker's
+-- capability: whoever holds it can complete, fail, heartbeat or snooze the
+-- job, so showing it to readers let any reader finish another worker's
+-- job); contents (args, outputs, progress, error texts and tracebacks,
+-- headers) only a member of pgque_admin, as pgque.get_job, all_jobs and
+-- job_history show them only to pgque_admin. "The caller" is the role in
+-- effect outside any SECURITY DEFINER function: the one SET ROLE chose, else
+-- the session's (inside these functions current_user is pgque's owner, and
+-- only a member of a role can SET ROLE to it):
+--   pg_has_role(COALESCE(NULLIF(current_setting('role'), 'none'), session_user), 'pgque_admin', 'USAGE')
+-- written out in each function (a helper would be one more function in
+-- every grant and bad-input matrix for one expression).
 
 -- The jobs list's index on pgque.jobs: a queue's jobs in a state, newest
 -- first (queue and state filters; a queue alone is its 7 states merged, a
@@ -29,8 +44,12 @@ CREATE INDEX jobs_explorer_idx ON pgque.jobs (queue, state, id);
 -- with id NULL says the search window ended there with the page not full:
 -- nothing matched above its cursor_id, go on from it. Fewer than max_jobs
 -- rows and no such row: the end.
+-- last_error is NULL and `search` is refused for a caller without
+-- pgque_admin (a search of args and errors would read them out a
+-- substring at a time).
 -- Errors: 22023 unknown state, 42704 unknown queue, 22003 max_jobs outside
--- 1..1000, 22001 a search over 200 characters.
+-- 1..1000, 22001 a search over 200 characters, 42501 a search by a caller
+-- without pgque_admin.
 CREATE FUNCTION pgque.list_jobs(of_queue text DEFAULT NULL, in_state text DEFAULT NULL,
                                 of_kind text DEFAULT NULL, search text DEFAULT NULL,
                                 before_id bigint DEFAULT NULL, max_jobs int DEFAULT 50)
@@ -71,6 +90,9 @@ DECLARE
     v_rows int;
     v_hi bigint;
     v_done bigint[];
+    -- contents (the last error) for pgque_admin only: see the top of this file
+    v_admin boolean := pg_catalog.pg_has_role(COALESCE(NULLIF(pg_catalog.current_setting('role'), 'none'), session_user::text)::name,
+                                'pgque_admin', 'USAGE');
 BEGIN
     IF v_st IS NOT NULL AND v_st <> ALL (ARRAY['waiting', 'scheduled', 'ready', 'running',
                                               'completed', 'failed', 'cancelled']) THEN
@@ -82,6 +104,10 @@ BEGIN
     END IF;
     IF pg_catalog.length(v_s) > 200 THEN
         RAISE EXCEPTION 'search is longer than 200 characters' USING ERRCODE = '22001';
+    END IF;
+    IF v_s IS NOT NULL AND NOT v_admin THEN
+        RAISE EXCEPTION 'searching job args and errors needs pgque_admin' USING ERRCODE = '42501',
+            HINT = 'filter by queue, state or kind instead';
     END IF;
     IF v_q IS NOT NULL AND NOT EXISTS (SELECT 1 FROM pgque.job_queues jq WHERE jq.queue_name = v_q) THEN
         RAISE EXCEPTION 'job queue % does not exist', v_q USING ERRCODE = '42704';
@@ -250,7 +276,7 @@ BEGIN
         WHERE v_front IS NULL OR m.jid >= v_front
         ORDER BY m.jid DESC LIMIT v_lim)
     SELECT g.id, g.queue, g.kind, g.state, g.priority::int, g.attempt, g.max_attempts,
-           g.enqueued_at, g.finished_at, g.errors -> -1 ->> 'error', g.stored_in,
+           g.enqueued_at, g.finished_at, CASE WHEN v_admin THEN g.errors -> -1 ->> 'error' END, g.stored_in,
            (SELECT j.flow_id FROM pgque.jobs j WHERE j.id = p.jid), g.id
     FROM page p
     CROSS JOIN LATERAL pgque.get_job(p.jid) g
@@ -336,17 +362,31 @@ $match_jobs$;
 -- One job for its page: pgque.get_job's row as jsonb, with its flow (id,
 -- key, parents still pending), its full errors list (attempt, at, error
 -- and traceback when the worker recorded one) and its progress. NULL for
--- an unknown (or pruned) job.
+-- an unknown (or pruned) job. Never the lease token. For a caller without
+-- pgque_admin (see the top of this file) no args, output, progress or
+-- headers, and each error only its attempt and time; `contents_hidden`
+-- says which.
 CREATE FUNCTION pgque.job_detail(job_id bigint) RETURNS jsonb
 LANGUAGE sql STABLE STRICT SECURITY DEFINER
 SET search_path = pg_catalog, pgque, pg_temp
 SET jit = off
 AS $job_detail$
-SELECT pg_catalog.to_jsonb(g)
+WITH who AS (
+    SELECT pg_catalog.pg_has_role(COALESCE(NULLIF(pg_catalog.current_setting('role'), 'none'), session_user::text)::name,
+                                'pgque_admin', 'USAGE') AS admin
+)
+SELECT CASE WHEN who.admin THEN pg_catalog.to_jsonb(g) - 'lease_token'
+            ELSE (pg_catalog.to_jsonb(g) - ARRAY['lease_token', 'args', 'output', 'progress', 'headers', 'errors'])
+                 || pg_catalog.jsonb_build_object(
+                        'errors', (SELECT pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
+                                              'attempt', e.e -> 'attempt', 'at', e.e -> 'at') ORDER BY e.o)
+                                     FROM pg_catalog.jsonb_array_elements(g.errors) WITH ORDINALITY AS e(e, o)))
+       END
        || pg_catalog.jsonb_build_object('flow_id', j.flow_id, 'flow_key', j.flow_key,
                                         'pending_parents', j.pending_parents,
-                                        'run_on_parent_failure', j.run_on_parent_failure)
-FROM pgque.get_job($1) g
+                                        'run_on_parent_failure', j.run_on_parent_failure,
+                                        'contents_hidden', NOT who.admin)
+FROM who, pgque.get_job($1) g
 LEFT JOIN pgque.jobs j ON j.id = g.id
 $job_detail$;
 
@@ -355,20 +395,29 @@ $job_detail$;
 -- advises) and, for a job of the log, its enqueue, dispatch and completion,
 -- which are the log's own rows (for a job that left the log, its first
 -- enqueue and last dispatch as its row has them). `source` says which. No row: unknown job.
+-- The detail of a failed or retried attempt is the error text the worker
+-- gave pgque.fail: NULL for a caller without pgque_admin (see the top).
 CREATE FUNCTION pgque.job_timeline(job_id bigint)
 RETURNS TABLE (at timestamptz, event text, attempt int, detail text, source text)
 LANGUAGE sql STABLE STRICT SECURITY DEFINER
 SET search_path = pg_catalog, pgque, pg_temp
 SET jit = off
 AS $job_timeline$
-WITH g AS (SELECT * FROM pgque.get_job($1)),
+WITH who AS (
+    SELECT pg_catalog.pg_has_role(COALESCE(NULLIF(pg_catalog.current_setting('role'), 'none'), session_user::text)::name,
+                                'pgque_admin', 'USAGE') AS admin
+),
+g AS (SELECT * FROM pgque.get_job($1)),
 ev AS (
     SELECT e.id, e.at, e.event, e.attempt, e.detail
     FROM g, pgque.job_events e
     WHERE e.at >= g.enqueued_at - interval '1 minute'
       AND (e.job_id = $1 OR $1 = ANY (e.job_ids))
 )
-SELECT t.at, t.event, t.attempt, t.detail, t.source FROM (
+SELECT t.at, t.event, t.attempt,
+       CASE WHEN t.event IN ('failed', 'retried') AND NOT (SELECT w.admin FROM who w) THEN NULL
+            ELSE t.detail END,
+       t.source FROM (
     SELECT ev.at, ev.event, ev.attempt, ev.detail, 'job_events'::text AS source, ev.id AS o FROM ev
     UNION ALL
     SELECT g.enqueued_at, 'enqueued', 0, NULL, 'job log', NULL FROM g

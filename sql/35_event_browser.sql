@@ -1,6 +1,7 @@
 -- pgque event browser: what pgque-web's page of one event queue reads
 -- (web/src/events.rs): the events its consumers have still to process and
--- its dead letters with their payloads, a page at a time. SECURITY DEFINER
+-- its dead letters, with their payloads, headers and reasons for a member of
+-- pgque_admin (sql/34_explorer.sql: who sees contents), a page at a time. SECURITY DEFINER
 -- with a pinned search_path and schema-qualified names, granted to
 -- pgque_reader and pgque_admin, so a dashboard role never reads pgque's
 -- tables. Replaying and purging dead letters go through dlq_replay and
@@ -22,6 +23,8 @@ CREATE INDEX dead_letter_queue_id_idx ON pgque.dead_letter_store (dl_queue, dl_i
 -- Each page reads its rows through the index from the cursor on: its cost
 -- is the page's (plus the rest of the largest transaction it enters: rows
 -- of one transaction come in id order), whatever the queue holds.
+-- ev_data and headers (contents) are NULL for a caller without pgque_admin
+-- (sql/34_explorer.sql says who the caller is and why).
 -- Errors: 22004 NULL queue_name, 42704 unknown queue or consumer, 22003
 -- max_events outside 1..1000 or a negative cursor.
 CREATE FUNCTION pgque.browse_events(queue_name text, consumer text DEFAULT NULL,
@@ -41,6 +44,8 @@ DECLARE
     v_snap pg_catalog.pg_snapshot;
     v_lim int := COALESCE($5, 50);
     v_from pg_catalog.xid8;
+    v_admin boolean := pg_catalog.pg_has_role(COALESCE(NULLIF(pg_catalog.current_setting('role'), 'none'), session_user::text)::name,
+                                'pgque_admin', 'USAGE');
 BEGIN
     IF $1 IS NULL THEN
         RAISE EXCEPTION 'queue_name must not be NULL' USING ERRCODE = '22004';
@@ -83,8 +88,9 @@ BEGIN
     END IF;
     -- (the table's name is made of the queue's integer id)
     RETURN QUERY EXECUTE pg_catalog.format(
-        'SELECT e.ev_id, e.ev_txid::text::int8, e.ev_time, e.ev_type, e.ev_data, e.ev_extra1,
-                e.ev_retry, s.sub_consumer, e.ev_headers
+        'SELECT e.ev_id, e.ev_txid::text::int8, e.ev_time, e.ev_type,
+                CASE WHEN $7 THEN e.ev_data END, e.ev_extra1,
+                e.ev_retry, s.sub_consumer, CASE WHEN $7 THEN e.ev_headers END
            FROM pgque.%I e
            LEFT JOIN pgque.subscription s ON s.sub_id OPERATOR(pg_catalog.=) e.ev_owner
           WHERE e.ev_txid OPERATOR(pg_catalog.>=) $1
@@ -94,7 +100,7 @@ BEGIN
             AND ($5::int4 IS NULL OR e.ev_owner IS NULL OR e.ev_owner OPERATOR(pg_catalog.=) $5)
           ORDER BY e.ev_txid, e.ev_id
           LIMIT $6', 'event_' || v_q::text)
-    USING v_from, v_snap, $3, $4, v_sub, v_lim;
+    USING v_from, v_snap, $3, $4, v_sub, v_lim, v_admin;
 END
 $browse_events$;
 
@@ -103,6 +109,8 @@ $browse_events$;
 -- `max_letters` (1..1000), with their payloads, partition keys and the
 -- reason each was given up on. Pass the last row's dl_id as before_id for
 -- the next page. One index range per page (dead_letter_queue_id_idx).
+-- ev_data, headers and dl_reason (the consumer's error text) are NULL for a
+-- caller without pgque_admin (sql/34_explorer.sql says who and why).
 -- Errors: 22004 NULL queue_name, 42704 unknown queue, 22003 max_letters
 -- outside 1..1000.
 CREATE FUNCTION pgque.browse_dead_letters(queue_name text, before_id bigint DEFAULT NULL,
@@ -118,6 +126,8 @@ AS $browse_dead_letters$
 DECLARE
     v_q int4;
     v_lim int := COALESCE($3, 50);
+    v_admin boolean := pg_catalog.pg_has_role(COALESCE(NULLIF(pg_catalog.current_setting('role'), 'none'), session_user::text)::name,
+                                'pgque_admin', 'USAGE');
 BEGIN
     IF $1 IS NULL THEN
         RAISE EXCEPTION 'queue_name must not be NULL' USING ERRCODE = '22004';
@@ -130,8 +140,9 @@ BEGIN
         RAISE EXCEPTION 'queue not found: %', $1 USING ERRCODE = '42704';
     END IF;
     RETURN QUERY
-    SELECT d.dl_id, d.dl_consumer, d.dl_time, d.dl_reason, d.ev_id, d.ev_time, d.ev_retry,
-           d.ev_type, d.ev_data, d.ev_extra1, d.ev_headers
+    SELECT d.dl_id, d.dl_consumer, d.dl_time, CASE WHEN v_admin THEN d.dl_reason END, d.ev_id,
+           d.ev_time, d.ev_retry, d.ev_type, CASE WHEN v_admin THEN d.ev_data END, d.ev_extra1,
+           CASE WHEN v_admin THEN d.ev_headers END
       FROM pgque.dead_letter_store d
      WHERE d.dl_queue OPERATOR(pg_catalog.=) v_q
        AND d.dl_id OPERATOR(pg_catalog.<) COALESCE($2, 9223372036854775807)

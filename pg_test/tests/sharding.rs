@@ -489,3 +489,139 @@ fn sharding_router_refuses_a_schema_someone_else_controls() {
     su.batch_execute("DROP SCHEMA pgque CASCADE").unwrap();
     su.batch_execute(&router_sql()).unwrap();
 }
+
+/// The router script runs as plain SQL under the installing superuser's
+/// search_path, which the router database's owner controls (objects in
+/// `public`, `ALTER DATABASE ... SET search_path`). Its trust check compared
+/// `oid = 0` unqualified, and pg_catalog has no exact `=(oid, int4)`, so a
+/// planted `public.=(oid, int4)` ran as the superuser in exactly the case the
+/// check is for: a schema pgque the owner created first. Now no planted
+/// operator for what the script compares (oid with int4 and with oid, names,
+/// text, `||`) ever runs: on every version the check refuses the owner's
+/// schema (it runs before anything needs PL/Proxy); on 15 the whole script
+/// then installs in the cleaned database with the planted objects and the
+/// owner's search_path still in place.
+#[test]
+fn sharding_router_trust_check_runs_no_planted_operator() {
+    let db = TestDb::without_extension("shard_router_plant");
+    let mut su = db.connect();
+    su.batch_execute(
+        "DO $r$ BEGIN CREATE ROLE router_owner LOGIN; EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL; END $r$;
+         ALTER DATABASE shard_router_plant OWNER TO router_owner;",
+    )
+    .unwrap();
+    drop(su);
+    let mut owner = db.connect_as("router_owner");
+    owner
+        .batch_execute(
+            r#"
+CREATE TABLE public.planted_calls (what text, who text, superuser boolean);
+GRANT INSERT ON public.planted_calls TO PUBLIC;
+-- a refusal rolls the rows back: the sequence counts the calls regardless
+CREATE SEQUENCE public.planted_seq;
+GRANT USAGE ON SEQUENCE public.planted_seq TO PUBLIC;
+CREATE FUNCTION public.planted(w text) RETURNS void LANGUAGE sql AS $$
+    SELECT pg_catalog.nextval('public.planted_seq'::pg_catalog.regclass);
+    INSERT INTO public.planted_calls
+    SELECT w, current_user, r.rolsuper FROM pg_catalog.pg_roles r
+     WHERE r.rolname OPERATOR(pg_catalog.=) current_user
+$$;
+-- each records that it ran, then answers as pg_catalog's would
+CREATE FUNCTION public.eq_oid_int4(oid, int4) RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN PERFORM public.planted('=(oid, int4)'); RETURN $1 OPERATOR(pg_catalog.=) $2::pg_catalog.oid; END $$;
+CREATE OPERATOR public.= (LEFTARG = oid, RIGHTARG = int4, FUNCTION = public.eq_oid_int4);
+CREATE FUNCTION public.eq_oid(oid, oid) RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN PERFORM public.planted('=(oid, oid)'); RETURN $1 OPERATOR(pg_catalog.=) $2; END $$;
+CREATE OPERATOR public.= (LEFTARG = oid, RIGHTARG = oid, FUNCTION = public.eq_oid);
+CREATE FUNCTION public.eq_name(name, name) RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN PERFORM public.planted('=(name, name)'); RETURN $1 OPERATOR(pg_catalog.=) $2; END $$;
+CREATE OPERATOR public.= (LEFTARG = name, RIGHTARG = name, FUNCTION = public.eq_name);
+CREATE FUNCTION public.eq_name_text(name, text) RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN PERFORM public.planted('=(name, text)'); RETURN $1 OPERATOR(pg_catalog.=) $2; END $$;
+CREATE OPERATOR public.= (LEFTARG = name, RIGHTARG = text, FUNCTION = public.eq_name_text);
+CREATE FUNCTION public.eq_text(text, text) RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN PERFORM public.planted('=(text, text)'); RETURN $1 OPERATOR(pg_catalog.=) $2; END $$;
+CREATE OPERATOR public.= (LEFTARG = text, RIGHTARG = text, FUNCTION = public.eq_text);
+CREATE FUNCTION public.cat(text, text) RETURNS text LANGUAGE plpgsql AS $$
+BEGIN PERFORM public.planted('||(text, text)'); RETURN $1 OPERATOR(pg_catalog.||) $2; END $$;
+CREATE OPERATOR public.|| (LEFTARG = text, RIGHTARG = text, FUNCTION = public.cat);
+CREATE FUNCTION public.cat_name(text, name) RETURNS text LANGUAGE plpgsql AS $$
+BEGIN PERFORM public.planted('||(text, name)'); RETURN $1 OPERATOR(pg_catalog.||) $2::pg_catalog.text; END $$;
+CREATE OPERATOR public.|| (LEFTARG = text, RIGHTARG = name, FUNCTION = public.cat_name);
+-- the case the check is for: a schema pgque made first, with a grant (so
+-- the check's grant branch has rows)
+CREATE SCHEMA pgque;
+GRANT USAGE ON SCHEMA pgque TO PUBLIC;
+ALTER DATABASE shard_router_plant SET search_path = public, pg_catalog;
+"#,
+        )
+        .unwrap();
+    drop(owner);
+    let calls = |c: &mut Client| -> Vec<String> {
+        c.query(
+            // (qualified: this session's path puts the planted operators first)
+            "SELECT pg_catalog.concat(what, ' as ', who, CASE WHEN superuser THEN ' (superuser)' END) \
+               FROM public.planted_calls",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+    };
+    // a new session of the superuser: the owner's search_path applies
+    let mut su = db.connect();
+    let path: String = su
+        .query_one("SELECT pg_catalog.current_setting('search_path')", &[])
+        .unwrap()
+        .get(0);
+    assert!(path.starts_with("public"), "{path}");
+    let err = su.batch_execute(&router_sql()).unwrap_err();
+    assert_eq!(err.code().map(|c| c.code()), Some("42501"), "{err:?}");
+    let counted: bool = su
+        .query_one("SELECT is_called FROM public.planted_seq", &[])
+        .unwrap()
+        .get(0);
+    assert!(
+        !counted,
+        "planted operators ran as the superuser (their rows rolled back with the refusal)"
+    );
+    let ran = calls(&mut su);
+    assert!(
+        ran.is_empty(),
+        "planted operators ran in the router's trust check: {ran:?}"
+    );
+    let owner_super: bool = su
+        .query_one(
+            "SELECT r.rolsuper FROM pg_catalog.pg_roles r \
+              WHERE r.rolname OPERATOR(pg_catalog.=) 'router_owner'::pg_catalog.name",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert!(!owner_super);
+    if major() != 15 {
+        eprintln!(
+            "sharding: the full install with planted operators skipped on PostgreSQL {}: PL/Proxy is packaged for 15 only",
+            major()
+        );
+        return;
+    }
+    su.batch_execute("DROP SCHEMA pgque CASCADE").unwrap();
+    drop(su);
+    let mut su = db.connect();
+    su.batch_execute(&router_sql()).unwrap();
+    let ran = calls(&mut su);
+    assert!(
+        ran.is_empty(),
+        "planted operators ran while the router installed: {ran:?}"
+    );
+    let counted: bool = su
+        .query_one("SELECT is_called FROM public.planted_seq", &[])
+        .unwrap()
+        .get(0);
+    assert!(
+        !counted,
+        "planted operators ran as the superuser (their rows rolled back with the refusal)"
+    );
+}

@@ -32,7 +32,17 @@
 -- unless only superusers control it; so are pgque's roles when they can log
 -- in or are administered by a role that is not a superuser. A schema left
 -- by an earlier run of this script (all owned by the superuser who ran it)
--- passes. Every name is qualified.
+-- passes.
+--
+-- This file runs as plain SQL under the installing superuser's search_path,
+-- which the database's owner can set (ALTER DATABASE ... SET search_path =
+-- public, pg_catalog) and whose schemas that owner can fill. So every
+-- statement below that runs here, not inside a function with a pinned
+-- search_path, names every function, type and operator schema-qualified:
+-- an unqualified `oid = 0` found a planted public.=(oid, int4) (pg_catalog
+-- has no exact match for it) and ran it as the superuser, in exactly the
+-- pre-created-schema case this check is for. (Casts to pg_catalog types and
+-- OPERATOR(pg_catalog.x) leave nothing to resolve through the path.)
 DO $trust$
 DECLARE
     ns pg_catalog.oid := pg_catalog.to_regnamespace('pgque')::pg_catalog.oid;
@@ -40,35 +50,46 @@ DECLARE
     r pg_catalog.text;
 BEGIN
     SELECT pg_catalog.string_agg(w.what, ', ') INTO bad FROM (
-        SELECT 'the schema''s owner ' || pg_catalog.quote_ident(a.rolname) AS what
-          FROM pg_catalog.pg_namespace n JOIN pg_catalog.pg_authid a ON a.oid = n.nspowner
-         WHERE n.oid = ns AND NOT a.rolsuper
+        SELECT 'the schema''s owner ' OPERATOR(pg_catalog.||) pg_catalog.quote_ident(a.rolname) AS what
+          FROM pg_catalog.pg_namespace n JOIN pg_catalog.pg_authid a ON a.oid OPERATOR(pg_catalog.=) n.nspowner
+         WHERE n.oid OPERATOR(pg_catalog.=) ns AND NOT a.rolsuper
         UNION ALL
-        SELECT 'a grant of ' || x.privilege_type || ' to '
-               || CASE WHEN x.grantee = 0 THEN 'PUBLIC' ELSE pg_catalog.quote_ident(a.rolname) END
+        SELECT 'a grant of ' OPERATOR(pg_catalog.||) x.privilege_type OPERATOR(pg_catalog.||) ' to '
+               OPERATOR(pg_catalog.||) CASE WHEN x.grantee OPERATOR(pg_catalog.=) 0::pg_catalog.oid THEN 'PUBLIC'
+                                            ELSE pg_catalog.quote_ident(a.rolname) END
           FROM pg_catalog.pg_namespace n, pg_catalog.aclexplode(n.nspacl) x
-          LEFT JOIN pg_catalog.pg_authid a ON a.oid = x.grantee
-         WHERE n.oid = ns AND NOT coalesce(a.rolsuper, false)
-           AND NOT (x.privilege_type = 'USAGE'
-                    AND a.rolname IN ('pgque_reader', 'pgque_writer', 'pgque_admin'))
+          LEFT JOIN pg_catalog.pg_authid a ON a.oid OPERATOR(pg_catalog.=) x.grantee
+         WHERE n.oid OPERATOR(pg_catalog.=) ns AND NOT coalesce(a.rolsuper, false)
+           AND NOT (x.privilege_type OPERATOR(pg_catalog.=) 'USAGE'::pg_catalog.text
+                    AND a.rolname OPERATOR(pg_catalog.=) ANY
+                        (ARRAY['pgque_reader', 'pgque_writer', 'pgque_admin']::pg_catalog.name[]))
         UNION ALL
-        SELECT o.kind || ' ' || o.name || ' owned by ' || pg_catalog.quote_ident(a.rolname)
-          FROM (SELECT 'relation' AS kind, c.relname::pg_catalog.text AS name, c.relowner AS own
-                  FROM pg_catalog.pg_class c WHERE c.relnamespace = ns
-                UNION ALL SELECT 'function', p.proname, p.proowner FROM pg_catalog.pg_proc p WHERE p.pronamespace = ns
-                UNION ALL SELECT 'type', t.typname, t.typowner FROM pg_catalog.pg_type t WHERE t.typnamespace = ns
-                UNION ALL SELECT 'operator', o.oprname, o.oprowner FROM pg_catalog.pg_operator o WHERE o.oprnamespace = ns
-               ) o JOIN pg_catalog.pg_authid a ON a.oid = o.own
+        SELECT o.kind OPERATOR(pg_catalog.||) ' ' OPERATOR(pg_catalog.||) o.name
+               OPERATOR(pg_catalog.||) ' owned by ' OPERATOR(pg_catalog.||) pg_catalog.quote_ident(a.rolname)
+          FROM (SELECT 'relation'::pg_catalog.text AS kind, c.relname::pg_catalog.text AS name, c.relowner AS own
+                  FROM pg_catalog.pg_class c WHERE c.relnamespace OPERATOR(pg_catalog.=) ns
+                UNION ALL SELECT 'function', p.proname::pg_catalog.text, p.proowner
+                            FROM pg_catalog.pg_proc p WHERE p.pronamespace OPERATOR(pg_catalog.=) ns
+                UNION ALL SELECT 'type', t.typname::pg_catalog.text, t.typowner
+                            FROM pg_catalog.pg_type t WHERE t.typnamespace OPERATOR(pg_catalog.=) ns
+                UNION ALL SELECT 'operator', o.oprname::pg_catalog.text, o.oprowner
+                            FROM pg_catalog.pg_operator o WHERE o.oprnamespace OPERATOR(pg_catalog.=) ns
+               ) o JOIN pg_catalog.pg_authid a ON a.oid OPERATOR(pg_catalog.=) o.own
          WHERE NOT a.rolsuper
         UNION ALL
-        SELECT 'role ' || a.rolname || ' can log in' FROM pg_catalog.pg_authid a
-         WHERE a.rolname IN ('pgque_reader', 'pgque_writer', 'pgque_admin') AND a.rolcanlogin
+        SELECT 'role ' OPERATOR(pg_catalog.||) a.rolname::pg_catalog.text OPERATOR(pg_catalog.||) ' can log in'
+          FROM pg_catalog.pg_authid a
+         WHERE a.rolname OPERATOR(pg_catalog.=) ANY
+                   (ARRAY['pgque_reader', 'pgque_writer', 'pgque_admin']::pg_catalog.name[])
+           AND a.rolcanlogin
         UNION ALL
-        SELECT 'role ' || g.rolname || ' is administered by ' || pg_catalog.quote_ident(m.rolname)
+        SELECT 'role ' OPERATOR(pg_catalog.||) g.rolname::pg_catalog.text
+               OPERATOR(pg_catalog.||) ' is administered by ' OPERATOR(pg_catalog.||) pg_catalog.quote_ident(m.rolname)
           FROM pg_catalog.pg_auth_members am
-          JOIN pg_catalog.pg_authid g ON g.oid = am.roleid
-          JOIN pg_catalog.pg_authid m ON m.oid = am.member
-         WHERE g.rolname IN ('pgque_reader', 'pgque_writer', 'pgque_admin')
+          JOIN pg_catalog.pg_authid g ON g.oid OPERATOR(pg_catalog.=) am.roleid
+          JOIN pg_catalog.pg_authid m ON m.oid OPERATOR(pg_catalog.=) am.member
+         WHERE g.rolname OPERATOR(pg_catalog.=) ANY
+                   (ARRAY['pgque_reader', 'pgque_writer', 'pgque_admin']::pg_catalog.name[])
            AND am.admin_option AND NOT m.rolsuper
     ) w;
     IF bad IS NOT NULL THEN
@@ -84,13 +105,16 @@ CREATE SCHEMA IF NOT EXISTS pgque;
 
 DO $roles$
 BEGIN
-    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'pgque_reader') THEN
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles
+                    WHERE rolname OPERATOR(pg_catalog.=) 'pgque_reader'::pg_catalog.name) THEN
         CREATE ROLE pgque_reader NOLOGIN;
     END IF;
-    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'pgque_writer') THEN
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles
+                    WHERE rolname OPERATOR(pg_catalog.=) 'pgque_writer'::pg_catalog.name) THEN
         CREATE ROLE pgque_writer NOLOGIN;
     END IF;
-    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'pgque_admin') THEN
+    IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles
+                    WHERE rolname OPERATOR(pg_catalog.=) 'pgque_admin'::pg_catalog.name) THEN
         CREATE ROLE pgque_admin NOLOGIN IN ROLE pgque_reader, pgque_writer;
     END IF;
 END

@@ -2,6 +2,17 @@
 //! Every figure comes from pgque's own functions (pgque.metrics(),
 //! pgque.status(), dlq_inspect, the all_jobs view), all with bound
 //! parameters; the binary has no SQL of its own over pgque's tables.
+//!
+//! Names: the dashboard's role is often pgque_admin, and a database's owner
+//! (who needs no pgque role at all) can plant functions and operators in
+//! `public` and put them first with `ALTER DATABASE ... SET search_path`; a
+//! planted `public.to_jsonb(record)` beat pg_catalog's `to_jsonb(anyelement)`
+//! and ran as the dashboard's role. So every connection pins
+//! `search_path = pg_catalog, pg_temp` in its startup options ([`pool`]),
+//! which outrank the database's and the role's settings, startup checks that
+//! it holds ([`identity`]), and every statement of web/ still names its
+//! functions `pg_catalog.` and its operators `OPERATOR(pg_catalog.x)`, so
+//! that no name of it depends on the path.
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use std::collections::BTreeMap;
 use std::str::FromStr;
@@ -47,6 +58,21 @@ impl From<deadpool_postgres::PoolError> for DbError {
     }
 }
 
+/// The search_path every connection of pgque-web runs with.
+pub const SEARCH_PATH: &str = "pg_catalog,pg_temp";
+
+/// The startup options of a connection: the URL's own, then the pinned
+/// search_path. The server applies them in order, so ours wins over an
+/// `options=-c search_path=...` in the URL, and options of the startup
+/// packet outrank ALTER DATABASE / ALTER ROLE settings.
+pub fn startup_options(own: Option<&str>) -> String {
+    let pin = format!("-c search_path={SEARCH_PATH}");
+    match own.map(str::trim).filter(|o| !o.is_empty()) {
+        Some(o) => format!("{o} {pin}"),
+        None => pin,
+    }
+}
+
 /// The pool. `url` is a libpq URL or key=value string; it is parsed here
 /// and never logged (it may hold a password).
 pub fn pool(url: &str, size: usize) -> Result<Pool, String> {
@@ -55,6 +81,8 @@ pub fn pool(url: &str, size: usize) -> Result<Pool, String> {
     if cfg.get_application_name().is_none() {
         cfg.application_name("pgque-web");
     }
+    let opts = startup_options(cfg.get_options());
+    cfg.options(opts);
     let mgr = Manager::from_config(
         cfg,
         NoTls,
@@ -78,17 +106,42 @@ pub struct Identity {
     pub is_admin: bool,
     /// The server is a hot standby (pg_is_in_recovery()) at startup.
     pub standby: bool,
+    /// The connection's search_path as the server reports it.
+    pub search_path: String,
+}
+
+impl Identity {
+    /// Err when the connection does not run with the pinned search_path
+    /// (a pooler that drops startup options, say): pgque-web then refuses
+    /// to start rather than resolve names through someone else's path.
+    pub fn check_search_path(&self) -> Result<(), String> {
+        let got: String = self.search_path.split_whitespace().collect();
+        if got == SEARCH_PATH {
+            Ok(())
+        } else {
+            Err(format!(
+                "the database connection's search_path is {:?}, not {SEARCH_PATH:?}: pgque-web pins it in the \
+connection's startup options (-c search_path=...), so something between it and the server dropped them \
+(a pooler?): connect directly or let the pooler pass startup options",
+                self.search_path
+            ))
+        }
+    }
 }
 
 pub async fn identity(pool: &Pool) -> Result<Identity, DbError> {
     let c = pool.get().await?;
     let r = c
         .query_one(
-            "SELECT current_user::text, current_database()::text,
-                    (SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'pgque'),
-                    COALESCE((SELECT pg_catalog.pg_has_role(current_user, oid, 'MEMBER')
-                                FROM pg_catalog.pg_roles WHERE rolname = 'pgque_admin'), false),
-                    pg_catalog.pg_is_in_recovery()",
+            "SELECT current_user::pg_catalog.text, pg_catalog.current_database()::pg_catalog.text,
+                    (SELECT e.extversion FROM pg_catalog.pg_extension e
+                      WHERE e.extname OPERATOR(pg_catalog.=) 'pgque'::pg_catalog.name),
+                    COALESCE((SELECT pg_catalog.pg_has_role(current_user, r.oid, 'MEMBER')
+                                FROM pg_catalog.pg_roles r
+                               WHERE r.rolname OPERATOR(pg_catalog.=) 'pgque_admin'::pg_catalog.name),
+                             false),
+                    pg_catalog.pg_is_in_recovery(),
+                    pg_catalog.current_setting('search_path')",
             &[],
         )
         .await?;
@@ -98,6 +151,7 @@ pub async fn identity(pool: &Pool) -> Result<Identity, DbError> {
         pgque_version: r.get(2),
         is_admin: r.get(3),
         standby: r.get(4),
+        search_path: r.get(5),
     })
 }
 
@@ -113,7 +167,10 @@ pub async fn in_recovery(pool: &Pool) -> Result<bool, DbError> {
 pub async fn metrics(pool: &Pool) -> Result<Vec<Metric>, DbError> {
     let c = pool.get().await?;
     let rows = c
-        .query("SELECT name, labels, value FROM pgque.metrics()", &[])
+        .query(
+            "SELECT m.name, m.labels, m.value FROM pgque.metrics() m",
+            &[],
+        )
         .await?;
     Ok(rows
         .iter()
@@ -192,7 +249,7 @@ async fn json_table(
 pub async fn status(pool: &Pool) -> Result<Table, DbError> {
     json_table(
         pool,
-        "SELECT to_jsonb(s) FROM pgque.status() s",
+        "SELECT pg_catalog.to_jsonb(s) FROM pgque.status() s",
         &[],
         Some(&["component", "status", "detail"]),
     )
@@ -200,26 +257,38 @@ pub async fn status(pool: &Pool) -> Result<Table, DbError> {
 }
 
 /// The newest dead letters of a queue, without their payloads (user data
-/// that may be sensitive: dlq_inspect shows them to whoever needs them).
-pub async fn dead_letters(pool: &Pool, queue: &str, limit: i32) -> Result<Table, DbError> {
+/// that may be sensitive: dlq_inspect shows them to whoever needs them),
+/// and with the reason each was given up on (the consumer's error text)
+/// only for a viewer who may see contents (pages::Ctx::contents).
+pub async fn dead_letters(
+    pool: &Pool,
+    queue: &str,
+    limit: i32,
+    contents: bool,
+) -> Result<Table, DbError> {
+    let mut cols = vec![
+        "dead_letter_id",
+        "consumer",
+        "msg_id",
+        "ev_type",
+        "retry_count",
+        "reason",
+        "failed_at",
+    ];
+    if !contents {
+        cols.retain(|c| *c != "reason");
+    }
     json_table(
         pool,
-        "SELECT jsonb_build_object('dead_letter_id', d.dl_id, 'consumer', co.co_name,
+        "SELECT pg_catalog.jsonb_build_object('dead_letter_id', d.dl_id, 'consumer', co.co_name,
                                    'msg_id', d.ev_id, 'ev_type', d.ev_type,
-                                   'retry_count', d.ev_retry, 'reason', d.dl_reason,
+                                   'retry_count', d.ev_retry,
+                                   'reason', CASE WHEN $3 THEN d.dl_reason END,
                                    'failed_at', d.dl_time)
            FROM pgque.dlq_inspect($1, $2) d
-           LEFT JOIN pgque.consumer co ON co.co_id = d.dl_consumer_id",
-        &[&queue, &limit],
-        Some(&[
-            "dead_letter_id",
-            "consumer",
-            "msg_id",
-            "ev_type",
-            "retry_count",
-            "reason",
-            "failed_at",
-        ]),
+           LEFT JOIN pgque.consumer co ON co.co_id OPERATOR(pg_catalog.=) d.dl_consumer_id",
+        &[&queue, &limit, &contents],
+        Some(&cols),
     )
     .await
 }
@@ -230,11 +299,13 @@ pub async fn dead_letters(pool: &Pool, queue: &str, limit: i32) -> Result<Table,
 pub async fn failed_jobs(pool: &Pool, limit: i64) -> Result<Table, DbError> {
     json_table(
         pool,
-        "SELECT jsonb_build_object('id', j.id, 'queue', j.queue, 'kind', j.kind,
+        "SELECT pg_catalog.jsonb_build_object('id', j.id, 'queue', j.queue, 'kind', j.kind,
                                    'attempt', j.attempt, 'finished_at', j.finished_at,
-                                   'last_error', j.errors -> -1 ->> 'error')
+                                   'last_error', (j.errors OPERATOR(pg_catalog.->) -1)
+                                                 OPERATOR(pg_catalog.->>) 'error'::pg_catalog.text)
            FROM pgque.all_jobs j
-          WHERE j.stored_in = 'jobs' AND j.state = 'failed'
+          WHERE j.stored_in OPERATOR(pg_catalog.=) 'jobs'::pg_catalog.text
+            AND j.state OPERATOR(pg_catalog.=) 'failed'::pg_catalog.text
           ORDER BY j.finished_at DESC NULLS LAST LIMIT $1",
         &[&limit],
         Some(&[
@@ -366,9 +437,9 @@ pub async fn history(pool: &Pool, since_s: i64) -> Result<Vec<HistRow>, DbError>
     let secs = since_s as f64;
     let rows = c
         .query(
-            "SELECT extract(epoch FROM h.bucket)::float8, h.kind, h.queue, h.per_second,
-                    h.depth::float8, h.lag_seconds
-               FROM pgque.read_history(make_interval(secs => $1)) h",
+            "SELECT pg_catalog.date_part('epoch', h.bucket)::pg_catalog.float8, h.kind, h.queue,
+                    h.per_second, h.depth::pg_catalog.float8, h.lag_seconds
+               FROM pgque.read_history(pg_catalog.make_interval(secs => $1)) h",
             &[&secs],
         )
         .await?;
@@ -383,4 +454,58 @@ pub async fn history(pool: &Pool, since_s: i64) -> Result<Vec<HistRow>, DbError>
             lag: r.get(5),
         })
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_connection_pins_the_search_path_last() {
+        assert_eq!(startup_options(None), "-c search_path=pg_catalog,pg_temp");
+        assert_eq!(
+            startup_options(Some("  ")),
+            "-c search_path=pg_catalog,pg_temp"
+        );
+        // the URL's own options stay, and ours come after them (the server
+        // applies them in order: a search_path of the URL's loses)
+        assert_eq!(
+            startup_options(Some("-c search_path=public -c statement_timeout=5s")),
+            "-c search_path=public -c statement_timeout=5s -c search_path=pg_catalog,pg_temp"
+        );
+        let cfg = {
+            let mut c =
+                tokio_postgres::Config::from_str("host=/tmp dbname=x options='-c work_mem=1MB'")
+                    .unwrap();
+            let o = startup_options(c.get_options());
+            c.options(o);
+            c
+        };
+        assert_eq!(
+            cfg.get_options(),
+            Some("-c work_mem=1MB -c search_path=pg_catalog,pg_temp")
+        );
+    }
+
+    #[test]
+    fn startup_refuses_a_connection_without_the_pinned_path() {
+        let id = |p: &str| Identity {
+            role: "r".into(),
+            database: "d".into(),
+            pgque_version: None,
+            is_admin: true,
+            standby: false,
+            search_path: p.into(),
+        };
+        assert!(id("pg_catalog,pg_temp").check_search_path().is_ok());
+        assert!(id("pg_catalog, pg_temp").check_search_path().is_ok());
+        for bad in [
+            "\"$user\", public",
+            "public, pg_catalog",
+            "pg_catalog, pg_temp, public",
+        ] {
+            let e = id(bad).check_search_path().unwrap_err();
+            assert!(e.contains("startup options"), "{e}");
+        }
+    }
 }

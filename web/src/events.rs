@@ -1,6 +1,7 @@
 //! The page of one event queue: the events its consumers have still to
-//! process, the open batch of each consumer and the dead letters with their
-//! payloads, a page at a time (pgque.browse_events, get_consumer_info,
+//! process, the open batch of each consumer and the dead letters (their
+//! payloads, headers and reasons for an admin login only: redact_event), a
+//! page at a time (pgque.browse_events, get_consumer_info,
 //! get_batch_info, pgque.browse_dead_letters: sql/35_event_browser.sql);
 //! and replaying or purging selected dead letters (admin) behind a
 //! confirmation of their count, through pgque.dlq_replay and the
@@ -82,22 +83,43 @@ async fn rows(
         .collect())
 }
 
+/// Takes the contents (payload, headers, and a dead letter's reason: the
+/// consumer's error text) out of a row of browse_events or
+/// browse_dead_letters for a viewer who may not see them
+/// (pages::Ctx::contents). pgque leaves them out itself for a role without
+/// pgque_admin, but the dashboard's role is often pgque_admin while its
+/// viewer has a read login.
+pub fn redact_event(r: &mut Row, contents: bool) {
+    if !contents {
+        for k in ["ev_data", "headers", "dl_reason"] {
+            r.remove(k);
+        }
+    }
+}
+
 /// Reads the queue's page from `at`: one call of each function (a page
-/// and one row more, to know whether another page follows).
-pub async fn queue(pool: &Pool, name: &str, at: Cursor) -> Result<QueueData, DbError> {
+/// and one row more, to know whether another page follows), without what
+/// the viewer may not see (redact_event).
+pub async fn queue(
+    pool: &Pool,
+    name: &str,
+    at: Cursor,
+    contents: bool,
+) -> Result<QueueData, DbError> {
     let c = pool.get().await?;
     let (t, i) = (at.after.map(|a| a.0), at.after.map(|a| a.1));
     let more = PAGE_SIZE as i32 + 1;
     let mut events = rows(
         &c,
-        "SELECT to_jsonb(e) FROM pgque.browse_events($1, NULL, $2, $3, $4) e",
+        "SELECT pg_catalog.to_jsonb(e) FROM pgque.browse_events($1, NULL, $2, $3, $4) e",
         &[&name, &t, &i, &more],
     )
     .await?;
     let consumers = rows(
         &c,
-        "SELECT to_jsonb(ci) || CASE WHEN ci.current_batch IS NULL THEN '{}'::jsonb ELSE
-                (SELECT jsonb_build_object('batch_start', b.batch_start, 'batch_end', b.batch_end,
+        "SELECT pg_catalog.to_jsonb(ci) OPERATOR(pg_catalog.||)
+                CASE WHEN ci.current_batch IS NULL THEN '{}'::pg_catalog.jsonb ELSE
+                (SELECT pg_catalog.jsonb_build_object('batch_start', b.batch_start, 'batch_end', b.batch_end,
                                            'prev_tick_id', b.prev_tick_id, 'tick_id', b.tick_id)
                    FROM pgque.get_batch_info(ci.current_batch) b) END
            FROM pgque.get_consumer_info($1) ci",
@@ -106,7 +128,7 @@ pub async fn queue(pool: &Pool, name: &str, at: Cursor) -> Result<QueueData, DbE
     .await?;
     let mut dead = rows(
         &c,
-        "SELECT to_jsonb(d) FROM pgque.browse_dead_letters($1, $2, $3) d",
+        "SELECT pg_catalog.to_jsonb(d) FROM pgque.browse_dead_letters($1, $2, $3) d",
         &[&name, &at.dl_before, &more],
     )
     .await?;
@@ -114,8 +136,8 @@ pub async fn queue(pool: &Pool, name: &str, at: Cursor) -> Result<QueueData, DbE
     // consumer); the view reads them through the markers, not the events.
     let blocked = match rows(
         &c,
-        "SELECT to_jsonb(b) FROM pgque.partition_blocked_keys b
-          WHERE b.queue_name = $1 ORDER BY b.blocked_since, b.consumer, b.partition_key LIMIT $2",
+        "SELECT pg_catalog.to_jsonb(b) FROM pgque.partition_blocked_keys b
+          WHERE b.queue_name OPERATOR(pg_catalog.=) $1::pg_catalog.text ORDER BY b.blocked_since, b.consumer, b.partition_key LIMIT $2",
         &[&name, &PAGE_SIZE],
     )
     .await
@@ -124,6 +146,9 @@ pub async fn queue(pool: &Pool, name: &str, at: Cursor) -> Result<QueueData, DbE
         Err(e) if e.0.contains("SQLSTATE 42P01") => Vec::new(),
         Err(e) => return Err(e),
     };
+    for r in events.iter_mut().chain(dead.iter_mut()) {
+        redact_event(r, contents);
+    }
     let events_more = events.len() > PAGE_SIZE as usize;
     events.truncate(PAGE_SIZE as usize);
     let dead_more = dead.len() > PAGE_SIZE as usize;
@@ -143,7 +168,13 @@ pub fn href(name: &str) -> String {
     format!("/events/q/{}", urlenc(name))
 }
 
-fn payload_cell(r: &Row, k: &str) -> String {
+fn payload_cell(ctx: &Ctx, r: &Row, k: &str) -> String {
+    if !ctx.contents {
+        return format!(
+            "<td class=\"payload\">{}</td>",
+            crate::pages::hidden_short(ctx)
+        );
+    }
     let p = text(r, k);
     if p.chars().count() <= PAYLOAD_SHOWN {
         return format!("<td class=\"payload\"><code>{}</code></td>", esc(&p));
@@ -160,7 +191,13 @@ fn payload_cell(r: &Row, k: &str) -> String {
 /// job page shows a job's: pretty JSON, escaped. Empty when it has none,
 /// and on a 0.7.0 schema, whose browse_* return no `headers` column (the
 /// rows are `to_jsonb` objects, so the key is simply absent).
-fn headers_cell(r: &Row) -> String {
+fn headers_cell(ctx: &Ctx, r: &Row) -> String {
+    if !ctx.contents {
+        return format!(
+            "<td class=\"headers\">{}</td>",
+            crate::pages::hidden_short(ctx)
+        );
+    }
     match r.get("headers").filter(|v| !v.is_null()) {
         None => "<td class=\"headers\"></td>".into(),
         Some(h) => format!(
@@ -229,8 +266,8 @@ in transaction order, a page at a time.</p><table id=\"waiting-events\"><thead><
             esc(&when(r, "ev_time")),
             esc(&text(r, "ev_retry")),
             esc(&text(r, "for_consumer")),
-            payload_cell(r, "ev_data"),
-            headers_cell(r),
+            payload_cell(ctx, r, "ev_data"),
+            headers_cell(ctx, r),
         );
     }
     o.push_str("</tbody></table><div class=\"pager\">");
@@ -286,13 +323,17 @@ in transaction order, a page at a time.</p><table id=\"waiting-events\"><thead><
 <td class=\"n\">{}</td>{}{}</tr>",
             esc(&text(r, "consumer")),
             esc(&when(r, "dl_time")),
-            esc(&text(r, "dl_reason")),
+            if ctx.contents {
+                esc(&text(r, "dl_reason"))
+            } else {
+                crate::pages::hidden_short(ctx)
+            },
             esc(&text(r, "ev_id")),
             esc(&text(r, "ev_type")),
             esc(&text(r, "partition_key")),
             esc(&text(r, "ev_retry")),
-            payload_cell(r, "ev_data"),
-            headers_cell(r),
+            payload_cell(ctx, r, "ev_data"),
+            headers_cell(ctx, r),
         );
     }
     o.push_str("</tbody></table>");
@@ -430,8 +471,10 @@ async fn found<C: tokio_postgres::GenericClient>(
 ) -> Result<Vec<i64>, DbError> {
     Ok(c.query(
         "SELECT d.dl_id FROM pgque.dead_letter d
-          WHERE d.dl_queue_id = (SELECT q.queue_id FROM pgque.queue q WHERE q.queue_name = $1)
-            AND d.dl_id = ANY ($2) ORDER BY d.dl_id",
+          WHERE d.dl_queue_id OPERATOR(pg_catalog.=)
+                (SELECT q.queue_id FROM pgque.queue q
+                  WHERE q.queue_name OPERATOR(pg_catalog.=) $1::pg_catalog.text)
+            AND d.dl_id OPERATOR(pg_catalog.=) ANY ($2::pg_catalog.int8[]) ORDER BY d.dl_id",
         &[&queue, &ids],
     )
     .await?
@@ -541,14 +584,17 @@ pub async fn apply(
             }
             got.len() as i64
         }
-        DeadOp::Purge => tx
-            .execute(
+        DeadOp::Purge => {
+            tx.execute(
                 "DELETE FROM pgque.dead_letter d
-                  WHERE d.dl_queue_id = (SELECT q.queue_id FROM pgque.queue q WHERE q.queue_name = $1)
-                    AND d.dl_id = ANY ($2)",
+                  WHERE d.dl_queue_id OPERATOR(pg_catalog.=)
+                        (SELECT q.queue_id FROM pgque.queue q
+                          WHERE q.queue_name OPERATOR(pg_catalog.=) $1::pg_catalog.text)
+                    AND d.dl_id OPERATOR(pg_catalog.=) ANY ($2::pg_catalog.int8[])",
                 &[&queue, &got],
             )
-            .await? as i64,
+            .await? as i64
+        }
     };
     if n as usize != count {
         tx.rollback().await?;
@@ -602,6 +648,7 @@ mod tests {
             message: None,
             user: None,
             standby: false,
+            contents: false,
         };
         let mut r = Row::new();
         r.insert("dl_id".into(), Value::from(5));
@@ -623,9 +670,21 @@ mod tests {
             !p.contains("<k>") && p.contains("&lt;k&gt;"),
             "keys are escaped"
         );
+        // without contents no payload, even one the rows still carried
+        assert!(!p.contains("&lt;b&gt;x") && !p.contains("<b>x"), "{p}");
+        assert!(p.contains("data-hidden=\"contents\""), "{p}");
+        let reader = Ctx {
+            contents: true,
+            ..ctx
+        };
+        let p = queue_page(&reader, "a&b", Cursor::default(), &d);
         assert!(!p.contains("<b>x</b>") && p.contains("&lt;b&gt;x&lt;/b&gt;"));
         assert!(p.contains("…"), "a long payload is cut");
-        let admin = Ctx { admin: true, ..ctx };
+        let admin = Ctx {
+            admin: true,
+            contents: true,
+            ..ctx
+        };
         let p = queue_page(&admin, "a&b", Cursor::default(), &d);
         assert!(p.contains("name=\"ids\" value=\"5\"") && p.contains("value=\"tok\""));
         assert!(
@@ -636,7 +695,37 @@ mod tests {
     }
 
     #[test]
+    fn contents_leave_the_rows_of_a_viewer_without_them() {
+        let mut r = Row::new();
+        for (k, v) in [
+            ("ev_id", "7"),
+            ("ev_data", "secret"),
+            ("headers", "{}"),
+            ("dl_reason", "smtp said secret"),
+        ] {
+            r.insert(k.into(), Value::from(v));
+        }
+        let mut kept = r.clone();
+        redact_event(&mut kept, true);
+        assert_eq!(kept, r);
+        redact_event(&mut r, false);
+        assert_eq!(r.keys().collect::<Vec<_>>(), ["ev_id"]);
+    }
+
+    #[test]
     fn headers_show_escaped_and_nothing_without_them() {
+        let ctx = Ctx {
+            role: "r",
+            database: "d",
+            admin: false,
+            csrf: "tok",
+            refresh_ms: 2000,
+            message: None,
+            user: None,
+            standby: false,
+            contents: true,
+        };
+        let headers_cell = |r: &Row| headers_cell(&ctx, r);
         let mut r = Row::new();
         r.insert(
             "headers".into(),

@@ -3,7 +3,9 @@
 //! schedules with their actions. Reads only pgque's explorer functions
 //! (sql/34_explorer.sql: list_jobs, job_detail, job_timeline, job_children,
 //! flow_graph, match_jobs) and job_parents, flow_status, the schedules
-//! view, all with bound parameters.
+//! view, all with bound parameters. What a viewer may not see (contents
+//! without an admin login, lease tokens for everyone) is taken out of the
+//! rows before a page is made of them (redact_job).
 use crate::db::DbError;
 use crate::pages::{esc, Ctx};
 use deadpool_postgres::Pool;
@@ -148,11 +150,43 @@ pub struct JobPage {
     pub window_end: bool,
 }
 
-/// pgque.list_jobs for these filters.
-pub async fn list(pool: &Pool, f: &Filter) -> Result<JobPage, DbError> {
+/// Takes out of a job's row what the viewer may not see
+/// (pages::Ctx::contents): the lease token always (whoever holds it can
+/// complete, fail, heartbeat or snooze the job; job_detail leaves it out
+/// since pgque 0.9.0, an older pgque still returns it), and without
+/// `contents` the args, output, progress, headers and each error's text
+/// (its attempt and time stay). Done to the data, before any page is made
+/// of it, so that no part of a page can show them.
+pub fn redact_job(j: &mut Row, contents: bool) {
+    j.remove("lease_token");
+    if contents {
+        return;
+    }
+    for k in ["args", "output", "progress", "headers"] {
+        j.remove(k);
+    }
+    if let Some(Value::Array(errors)) = j.get_mut("errors") {
+        for e in errors.iter_mut() {
+            if let Value::Object(o) = e {
+                o.retain(|k, _| k == "attempt" || k == "at");
+            }
+        }
+    }
+}
+
+/// pgque.list_jobs for these filters. Without `contents`
+/// (pages::Ctx::contents) the last errors are left out, and a text search
+/// is refused: the dashboard's role may be pgque_admin, and a search of
+/// args and errors would read them out a substring at a time.
+pub async fn list(pool: &Pool, f: &Filter, contents: bool) -> Result<JobPage, DbError> {
+    if !contents && f.search().is_some() {
+        return Err(DbError(
+            "searching args and errors needs an admin login (they are contents)".into(),
+        ));
+    }
     let rows = json_rows(
         pool,
-        "SELECT to_jsonb(l) FROM pgque.list_jobs($1, $2, $3, $4, $5, $6) l",
+        "SELECT pg_catalog.to_jsonb(l) FROM pgque.list_jobs($1, $2, $3, $4, $5, $6) l",
         &[
             &f.queue(),
             &f.state(),
@@ -176,6 +210,12 @@ pub async fn list(pool: &Pool, f: &Filter) -> Result<JobPage, DbError> {
     let jobs = rows
         .into_iter()
         .filter(|r| r.get("id") != Some(&Value::Null))
+        .map(|mut r| {
+            if !contents {
+                r.remove("last_error");
+            }
+            r
+        })
         .collect();
     Ok(JobPage {
         jobs,
@@ -253,11 +293,19 @@ pub fn list_page(ctx: &Ctx, f: &Filter, page: &Result<JobPage, String>) -> Strin
     }
     let _ = write!(
         o,
-        "</select></label><label>kind<input name=\"kind\" id=\"f-kind\" value=\"{}\" size=\"12\"></label>\
-<label>args or last error contain<input name=\"q\" id=\"f-q\" value=\"{}\" size=\"24\" maxlength=\"200\"></label>\
-<button type=\"submit\" id=\"f-go\">Filter</button> <a href=\"/jobs/list\">clear</a></form>",
-        esc(f.kind().unwrap_or("")),
-        esc(f.search().unwrap_or(""))
+        "</select></label><label>kind<input name=\"kind\" id=\"f-kind\" value=\"{}\" size=\"12\"></label>",
+        esc(f.kind().unwrap_or(""))
+    );
+    // a search reads args and errors: contents (see list)
+    if ctx.contents {
+        let _ = write!(
+            o,
+            "<label>args or last error contain<input name=\"q\" id=\"f-q\" value=\"{}\" size=\"24\" maxlength=\"200\"></label>",
+            esc(f.search().unwrap_or(""))
+        );
+    }
+    o.push_str(
+        "<button type=\"submit\" id=\"f-go\">Filter</button> <a href=\"/jobs/list\">clear</a></form>",
     );
     let page = match page {
         Ok(p) => p,
@@ -338,7 +386,11 @@ pub fn list_page(ctx: &Ctx, f: &Filter, page: &Result<JobPage, String>) -> Strin
             esc(&text(r, "max_attempts")),
             esc(&when(r, "enqueued_at")),
             esc(&when(r, "finished_at")),
-            esc(&text(r, "last_error")),
+            if ctx.contents {
+                esc(&text(r, "last_error"))
+            } else {
+                crate::pages::hidden_short(ctx)
+            },
             esc(&text(r, "stored_in")),
             if flow.is_empty() {
                 String::new()
@@ -429,9 +481,9 @@ pub async fn bulk_targets(
         Some(ids) => {
             let ids: Vec<i64> = ids.iter().copied().take(BULK_MAX as usize).collect();
             c.query(
-                "SELECT g.id FROM unnest($1::bigint[]) AS i(id)
+                "SELECT g.id FROM pg_catalog.unnest($1::pg_catalog.int8[]) AS i(id)
                    CROSS JOIN LATERAL pgque.get_job(i.id) g
-                  WHERE g.state = ANY ($2) ORDER BY g.id DESC",
+                  WHERE g.state OPERATOR(pg_catalog.=) ANY ($2::pg_catalog.text[]) ORDER BY g.id DESC",
                 &[&ids, &states],
             )
             .await?
@@ -491,10 +543,12 @@ pub async fn bulk_apply(
     }
     let sql = match act {
         Bulk::Retry => {
-            "SELECT count(*) FILTER (WHERE pgque.retry_job(i)) FROM unnest($1::bigint[]) AS i"
+            "SELECT pg_catalog.count(*) FILTER (WHERE pgque.retry_job(i))
+               FROM pg_catalog.unnest($1::pg_catalog.int8[]) AS i"
         }
         Bulk::Cancel => {
-            "SELECT count(*) FILTER (WHERE pgque.cancel(i)) FROM unnest($1::bigint[]) AS i"
+            "SELECT pg_catalog.count(*) FILTER (WHERE pgque.cancel(i))
+               FROM pg_catalog.unnest($1::pg_catalog.int8[]) AS i"
         }
     };
     let n: i64 = tx.query_one(sql, &[&targets]).await?.get(0);
@@ -625,7 +679,29 @@ pub struct JobData {
     pub children: Vec<Row>,
 }
 
-pub async fn job(pool: &Pool, id: i64) -> Result<JobData, DbError> {
+/// A job's page data, with what the viewer may not see taken out
+/// (redact_job; without `contents` also the error texts of its history and
+/// its parents' outputs).
+pub async fn job(pool: &Pool, id: i64, contents: bool) -> Result<JobData, DbError> {
+    let mut d = job_rows(pool, id).await?;
+    if let Some(j) = d.job.as_mut() {
+        redact_job(j, contents);
+    }
+    if !contents {
+        for t in d.timeline.iter_mut() {
+            // a failed or retried attempt's detail is the worker's error text
+            if matches!(text(t, "event").as_str(), "failed" | "retried") {
+                t.remove("detail");
+            }
+        }
+        for p in d.parents.iter_mut() {
+            p.remove("output");
+        }
+    }
+    Ok(d)
+}
+
+async fn job_rows(pool: &Pool, id: i64) -> Result<JobData, DbError> {
     let job = json_rows(pool, "SELECT pgque.job_detail($1)", &[&id])
         .await?
         .into_iter()
@@ -642,19 +718,19 @@ pub async fn job(pool: &Pool, id: i64) -> Result<JobData, DbError> {
         job,
         timeline: json_rows(
             pool,
-            "SELECT to_jsonb(t) FROM pgque.job_timeline($1) t",
+            "SELECT pg_catalog.to_jsonb(t) FROM pgque.job_timeline($1) t",
             &[&id],
         )
         .await?,
         parents: json_rows(
             pool,
-            "SELECT to_jsonb(p) FROM pgque.job_parents($1) p",
+            "SELECT pg_catalog.to_jsonb(p) FROM pgque.job_parents($1) p",
             &[&id],
         )
         .await?,
         children: json_rows(
             pool,
-            "SELECT to_jsonb(c) FROM pgque.job_children($1) c",
+            "SELECT pg_catalog.to_jsonb(c) FROM pgque.job_children($1) c",
             &[&id],
         )
         .await?,
@@ -740,7 +816,6 @@ pub fn job_page(ctx: &Ctx, id: i64, d: &JobData) -> String {
         ("dispatched_at", "dispatched"),
         ("finished_at", "finished"),
         ("worker", "worker"),
-        ("lease_token", "lease token"),
         ("lease_until", "lease until"),
         ("actor", "actor"),
         ("fairness_key", "fairness key"),
@@ -777,27 +852,38 @@ pub fn job_page(ctx: &Ctx, id: i64, d: &JobData) -> String {
             )
         }
     );
-    let _ = write!(
-        o,
-        "<h2>Args</h2><pre id=\"args\">{}</pre>",
-        esc(&pretty(j.get("args")))
-    );
-    // trace context the producer attached (docs/tracing.md)
-    if let Some(h) = j.get("headers").filter(|v| !v.is_null()) {
+    if !ctx.contents {
+        let _ = write!(
+            o,
+            "<h2>Args, output, progress, headers and error texts</h2><p id=\"contents-hidden\">{}</p>",
+            crate::pages::hidden(ctx)
+        );
+    } else {
+        let _ = write!(
+            o,
+            "<h2>Args</h2><pre id=\"args\">{}</pre>",
+            esc(&pretty(j.get("args")))
+        );
+    }
+    // trace context the producer attached (docs/tracing.md); these and the
+    // error texts below are contents: only for a viewer with them, even
+    // when the row still holds them
+    let shown = |k: &str| j.get(k).filter(|v| ctx.contents && !v.is_null());
+    if let Some(h) = shown("headers") {
         let _ = write!(
             o,
             "<h2>Headers</h2><pre id=\"headers\">{}</pre>",
             esc(&pretty(Some(h)))
         );
     }
-    if let Some(p) = j.get("progress").filter(|v| !v.is_null()) {
+    if let Some(p) = shown("progress") {
         let _ = write!(
             o,
             "<h2>Progress</h2><pre id=\"progress\">{}</pre>",
             esc(&pretty(Some(p)))
         );
     }
-    if let Some(p) = j.get("output").filter(|v| !v.is_null()) {
+    if let Some(p) = shown("output") {
         let _ = write!(
             o,
             "<h2>Output</h2><pre id=\"output\">{}</pre>",
@@ -817,8 +903,13 @@ pub fn job_page(ctx: &Ctx, id: i64, d: &JobData) -> String {
         for e in &errors {
             let Some(e) = e.as_object() else { continue };
             // a multi-line error is a traceback the worker put in its message
-            let msg = text(e, "error");
+            let msg = if ctx.contents {
+                text(e, "error")
+            } else {
+                String::new()
+            };
             let shown = match msg.split_once('\n') {
+                _ if !ctx.contents => crate::pages::hidden(ctx),
                 Some((first, _)) => {
                     format!("{}<pre class=\"traceback\">{}</pre>", esc(first), esc(&msg))
                 }
@@ -832,7 +923,11 @@ pub fn job_page(ctx: &Ctx, id: i64, d: &JobData) -> String {
                 esc(&msg)
             );
             for tk in ["traceback", "stacktrace", "backtrace"] {
-                let t = text(e, tk);
+                let t = if ctx.contents {
+                    text(e, tk)
+                } else {
+                    String::new()
+                };
                 if !t.is_empty() {
                     let _ = write!(o, "<pre class=\"traceback\">{}</pre>", esc(&t));
                 }
@@ -843,14 +938,19 @@ pub fn job_page(ctx: &Ctx, id: i64, d: &JobData) -> String {
     }
     o.push_str("<h2>History</h2><table id=\"timeline\"><thead><tr><th>at</th><th>event</th><th>attempt</th><th>detail</th><th>from</th></tr></thead><tbody>");
     for t in &d.timeline {
+        let ev = text(t, "event");
         let _ = write!(
             o,
             "<tr data-event=\"{ev}\"><td>{}</td><td>{ev}</td><td class=\"n\">{}</td><td>{}</td><td class=\"muted\">{}</td></tr>",
             esc(&when(t, "at")),
             esc(&text(t, "attempt")),
-            esc(&text(t, "detail")),
+            if !ctx.contents && matches!(ev.as_str(), "failed" | "retried") {
+                crate::pages::hidden(ctx)
+            } else {
+                esc(&text(t, "detail"))
+            },
             esc(&text(t, "source")),
-            ev = esc(&text(t, "event")),
+            ev = esc(&ev),
         );
     }
     o.push_str("</tbody></table>");
@@ -896,13 +996,13 @@ pub async fn flow(pool: &Pool, id: i64) -> Result<FlowData, DbError> {
     Ok(FlowData {
         nodes: json_rows(
             pool,
-            "SELECT to_jsonb(g) FROM pgque.flow_graph($1, $2) g",
+            "SELECT pg_catalog.to_jsonb(g) FROM pgque.flow_graph($1, $2) g",
             &[&id, &FLOW_MAX],
         )
         .await?,
         status: json_rows(
             pool,
-            "SELECT to_jsonb(s) FROM pgque.flow_status($1) s",
+            "SELECT pg_catalog.to_jsonb(s) FROM pgque.flow_status($1) s",
             &[&id],
         )
         .await?
@@ -1053,10 +1153,15 @@ pub fn flow_page(id: i64, d: &FlowData) -> String {
 /// and `recent`, the jobs of its last firings (at most 10, newest first, as
 /// the row keeps them) with their states: a lookup by id each, whatever the
 /// number of jobs or firings.
-pub async fn schedules(pool: &Pool) -> Result<Option<Vec<Row>>, DbError> {
+/// Without `contents` (pages::Ctx::contents) the args each schedule fires
+/// its jobs with are left out.
+pub async fn schedules(pool: &Pool, contents: bool) -> Result<Option<Vec<Row>>, DbError> {
     let c = pool.get().await?;
     let exists: bool = c
-        .query_one("SELECT to_regclass('pgque.schedules') IS NOT NULL", &[])
+        .query_one(
+            "SELECT pg_catalog.to_regclass('pgque.schedules'::pg_catalog.text) IS NOT NULL",
+            &[],
+        )
         .await?
         .get(0);
     drop(c);
@@ -1066,16 +1171,27 @@ pub async fn schedules(pool: &Pool) -> Result<Option<Vec<Row>>, DbError> {
     Ok(Some(
         json_rows(
             pool,
-            "SELECT to_jsonb(s) || jsonb_build_object(
-                        'last_job_state', pgque.job_detail(s.last_job_id) ->> 'state',
-                        'recent', (SELECT coalesce(jsonb_agg(jsonb_build_object(
-                                              'id', u.id, 'state', pgque.job_detail(u.id) ->> 'state')
-                                              ORDER BY u.o), '[]')
-                                     FROM unnest(s.recent_job_ids) WITH ORDINALITY AS u(id, o)))
+            "SELECT pg_catalog.to_jsonb(s) OPERATOR(pg_catalog.||) pg_catalog.jsonb_build_object(
+                        'last_job_state',
+                        pgque.job_detail(s.last_job_id) OPERATOR(pg_catalog.->>) 'state'::pg_catalog.text,
+                        'recent', (SELECT coalesce(pg_catalog.jsonb_agg(pg_catalog.jsonb_build_object(
+                                              'id', u.id,
+                                              'state', pgque.job_detail(u.id)
+                                                       OPERATOR(pg_catalog.->>) 'state'::pg_catalog.text)
+                                              ORDER BY u.o), '[]'::pg_catalog.jsonb)
+                                     FROM pg_catalog.unnest(s.recent_job_ids) WITH ORDINALITY AS u(id, o)))
                FROM pgque.schedules s ORDER BY s.name LIMIT 1000",
             &[],
         )
-        .await?,
+        .await?
+        .into_iter()
+        .map(|mut r| {
+            if !contents {
+                r.remove("args");
+            }
+            r
+        })
+        .collect(),
     ))
 }
 
@@ -1106,7 +1222,11 @@ pub fn schedules_page(ctx: &Ctx, s: &Result<Option<Vec<Row>>, String>) -> String
             esc(&text(r, "timezone")),
             esc(&text(r, "queue_name")),
             esc(&text(r, "kind")),
-            esc(&text(r, "args")),
+            if ctx.contents {
+                esc(&text(r, "args"))
+            } else {
+                crate::pages::hidden_short(ctx)
+            },
             esc(&text(r, "misfire")),
             if paused { "warn" } else { "ok" },
             if paused { "paused" } else { "active" },
@@ -1208,6 +1328,90 @@ pub fn safe_back(back: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_job_row_loses_its_token_always_and_its_contents_without_them() {
+        let row: Row = serde_json::from_str(
+            r#"{"id": 7, "state": "running", "attempt": 2, "lease_token": 41,
+                "args": {"to": "x@example.test"}, "output": {"o": 1}, "progress": {"p": 1},
+                "headers": {"traceparent": "00-a-b-01"},
+                "errors": [{"attempt": 1, "at": "2026-01-01T00:00:00Z", "error": "boom\nTraceback",
+                            "traceback": "t"}]}"#,
+        )
+        .unwrap();
+        let mut admin = row.clone();
+        redact_job(&mut admin, true);
+        assert!(!admin.contains_key("lease_token"));
+        assert_eq!(admin.get("args"), row.get("args"));
+        assert_eq!(admin.get("errors"), row.get("errors"));
+        let mut reader = row.clone();
+        redact_job(&mut reader, false);
+        let mut keys: Vec<&String> = reader.keys().collect();
+        keys.sort();
+        assert_eq!(keys, ["attempt", "errors", "id", "state"]);
+        assert_eq!(
+            reader["errors"],
+            serde_json::json!([{"attempt": 1, "at": "2026-01-01T00:00:00Z"}])
+        );
+    }
+
+    #[test]
+    fn a_job_page_shows_contents_only_to_a_viewer_with_them_and_never_a_token() {
+        let ctx = Ctx {
+            role: "r",
+            database: "d",
+            admin: false,
+            csrf: "tok",
+            refresh_ms: 2000,
+            message: None,
+            user: Some(("bob", "read")),
+            standby: false,
+            contents: false,
+        };
+        let row: Row = serde_json::from_str(
+            r#"{"id": 7, "state": "failed", "attempt": 1, "lease_token": 41,
+                "args": {"to": "x@example.test"}, "output": {"o": "out-secret"},
+                "errors": [{"attempt": 1, "at": "2026-01-01T00:00:00Z", "error": "err-secret"}]}"#,
+        )
+        .unwrap();
+        let timeline: Row = serde_json::from_str(
+            r#"{"at": "2026-01-01T00:00:00Z", "event": "failed", "attempt": 1, "detail": "err-secret"}"#,
+        )
+        .unwrap();
+        let d = |j: &Row| JobData {
+            job: Some(j.clone()),
+            timeline: vec![timeline.clone()],
+            parents: vec![],
+            children: vec![],
+        };
+        // even rows that still carry them (a dashboard role in pgque_admin)
+        let p = job_page(&ctx, 7, &d(&row));
+        for s in [
+            "example.test",
+            "out-secret",
+            "err-secret",
+            "lease token",
+            "41",
+        ] {
+            assert!(!p.contains(s), "{s} on a read login's page: {p}");
+        }
+        assert!(p.contains("id=\"contents-hidden\"") && p.contains("an admin login sees it"));
+        let admin = Ctx {
+            user: Some(("alice", "admin")),
+            contents: true,
+            ..ctx
+        };
+        let mut j = row.clone();
+        redact_job(&mut j, true);
+        let p = job_page(&admin, 7, &d(&j));
+        for s in ["example.test", "out-secret", "err-secret"] {
+            assert!(p.contains(s), "{s} not on an admin login's page");
+        }
+        assert!(
+            !p.contains("lease token") && !p.contains("data-hidden"),
+            "{p}"
+        );
+    }
 
     #[test]
     fn depths_follow_the_longest_path() {

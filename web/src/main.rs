@@ -174,6 +174,9 @@ type Shared = Arc<App>;
 struct Viewer {
     /// May use the admin actions: an admin login on a dashboard that has them.
     admin: bool,
+    /// May see contents (pages::Ctx::contents): an admin login, on a
+    /// dashboard whose database role is in pgque_admin.
+    contents: bool,
     user: Option<(String, Role)>,
     csrf: String,
     session_id: Option<String>,
@@ -263,6 +266,10 @@ async fn main() {
             std::process::exit(1);
         }
     };
+    if let Err(e) = identity.check_search_path() {
+        log(&e);
+        std::process::exit(1);
+    }
     let Some(version) = identity.pgque_version.clone() else {
         log(&format!(
             "database {} has no pgque extension (CREATE EXTENSION pgque)",
@@ -459,7 +466,41 @@ fn html(status: StatusCode, body: String) -> Response {
     r
 }
 
-/// A plain-text refusal with its reason, logged.
+/// Most characters of one client-chosen value a log line carries.
+const LOG_TEXT_MAX: usize = 64;
+
+/// A value a client chose (a path, a header, an action's name), as a log
+/// line may carry it: Debug-escaped, so that a newline or a terminal escape
+/// in it cannot forge or hide log lines (axum percent-decodes path
+/// parameters, `%0A` included, and a refusal is logged before any login),
+/// and cut to `max` characters, so that a request cannot fill the log.
+fn client_text(s: &str, max: usize) -> String {
+    let n = s.chars().count();
+    if n <= max {
+        format!("{s:?}")
+    } else {
+        let cut: String = s.chars().take(max).collect();
+        format!("{cut:?}… ({n} characters)")
+    }
+}
+
+/// A request as its refusals are logged: the method and path, each as
+/// client_text.
+fn request_what(method: &str, path: &str) -> String {
+    if matches!(method, "GET" | "POST" | "HEAD") {
+        format!("{method} {}", client_text(path, LOG_TEXT_MAX))
+    } else {
+        format!(
+            "{} {}",
+            client_text(method, LOG_TEXT_MAX),
+            client_text(path, LOG_TEXT_MAX)
+        )
+    }
+}
+
+/// A plain-text refusal with its reason, logged. `what` and `why` are
+/// logged as they are: whatever of them a client chose must already be
+/// client_text.
 fn refuse(status: StatusCode, what: &str, why: &str) -> Response {
     log(&format!("refused {what}: {why}"));
     (
@@ -494,7 +535,8 @@ fn post_source(allowed: &guard::Allowed, headers: &HeaderMap) -> Result<(), Stri
         Ok(())
     } else {
         Err(format!(
-            "{which} {url:?} is not this dashboard (allowed: {})",
+            "{which} {} is not this dashboard (allowed: {})",
+            client_text(url, LOG_TEXT_MAX),
             allowed.describe()
         ))
     }
@@ -503,7 +545,7 @@ fn post_source(allowed: &guard::Allowed, headers: &HeaderMap) -> Result<(), Stri
 /// Runs before every route: refuses (421) a request whose Host is not a
 /// name of this server, and (403) a POST from anywhere but its own pages.
 async fn gate(State(app): State<Shared>, req: Request, next: Next) -> Response {
-    let what = format!("{} {}", req.method(), req.uri().path());
+    let what = request_what(req.method().as_str(), req.uri().path());
     let host = req
         .headers()
         .get(header::HOST)
@@ -515,9 +557,10 @@ async fn gate(State(app): State<Shared>, req: Request, next: Next) -> Response {
                 StatusCode::MISDIRECTED_REQUEST,
                 &what,
                 &format!(
-                    "Host {h:?} is not a name of this dashboard (allowed: {}; more with --allowed-host)",
-                    app.allowed.describe()
-                ),
+                "Host {} is not a name of this dashboard (allowed: {}; more with --allowed-host)",
+                client_text(h, LOG_TEXT_MAX),
+                app.allowed.describe()
+            ),
             )
         }
         None => return refuse(StatusCode::MISDIRECTED_REQUEST, &what, "no Host header"),
@@ -547,6 +590,7 @@ fn viewer(app: &App, headers: &HeaderMap) -> Option<Viewer> {
     let Some(a) = &app.auth else {
         return Some(Viewer {
             admin: false,
+            contents: false,
             user: None,
             csrf: app.csrf.clone(),
             session_id: None,
@@ -556,6 +600,7 @@ fn viewer(app: &App, headers: &HeaderMap) -> Option<Viewer> {
     let s = a.sessions.lock().unwrap().get(&id, Instant::now())?;
     Some(Viewer {
         admin: app.admin && s.role == Role::Admin,
+        contents: app.identity.is_admin && s.role == Role::Admin,
         user: Some((s.name, s.role)),
         csrf: s.csrf,
         session_id: Some(id),
@@ -578,7 +623,9 @@ async fn content(app: &App, p: Page, ctx: &Ctx<'_>, range: Option<&str>) -> Resu
             for m in f.all("pgque_dead_letters") {
                 if m.value > 0.0 {
                     let q = m.label("queue").to_string();
-                    let t = db::dead_letters(&app.pool, &q, 5).await.map_err(|e| e.0);
+                    let t = db::dead_letters(&app.pool, &q, 5, ctx.contents)
+                        .await
+                        .map_err(|e| e.0);
                     dead.push((q, t));
                 }
             }
@@ -587,7 +634,8 @@ async fn content(app: &App, p: Page, ctx: &Ctx<'_>, range: Option<&str>) -> Resu
             pages::events(ctx, &f, &h, &dead) + &charts
         }
         Page::Jobs => {
-            let failed = if ctx.admin {
+            // (their last errors are contents)
+            let failed = if ctx.contents {
                 Some(db::failed_jobs(&app.pool, 20).await.map_err(|e| e.0))
             } else {
                 None
@@ -601,12 +649,17 @@ async fn content(app: &App, p: Page, ctx: &Ctx<'_>, range: Option<&str>) -> Resu
             explorer::list_page(
                 ctx,
                 &f,
-                &explorer::list(&app.pool, &f).await.map_err(|e| e.0),
+                &explorer::list(&app.pool, &f, ctx.contents)
+                    .await
+                    .map_err(|e| e.0),
             )
         }
-        Page::Schedules => {
-            explorer::schedules_page(ctx, &explorer::schedules(&app.pool).await.map_err(|e| e.0))
-        }
+        Page::Schedules => explorer::schedules_page(
+            ctx,
+            &explorer::schedules(&app.pool, ctx.contents)
+                .await
+                .map_err(|e| e.0),
+        ),
         // (not in PAGES: no fragment URL reaches it)
         Page::EventQueue => return Err("this page is not refreshed in place".into()),
         Page::Worker => {
@@ -625,6 +678,7 @@ fn ctx<'a>(app: &'a App, v: &'a Viewer, message: Option<&'a str>) -> Ctx<'a> {
         database: &app.identity.database,
         admin: v.admin && !standby,
         standby,
+        contents: v.contents,
         csrf: &v.csrf,
         refresh_ms: app.refresh_ms,
         message,
@@ -950,7 +1004,8 @@ async fn action(
     headers: HeaderMap,
     Form(form): Form<HashMap<String, String>>,
 ) -> Response {
-    let what = format!("POST /action/{name}");
+    // `name` is the percent-decoded path segment: anything, newlines included
+    let what = request_what("POST", &format!("/action/{name}"));
     let Some(v) = viewer(&app, &headers) else {
         return refuse(StatusCode::FORBIDDEN, &what, "not logged in");
     };
@@ -978,7 +1033,7 @@ async fn action(
     if let Some(res) = explorer_action(&app, &name, &form).await {
         let msg = match res {
             Ok(m) => {
-                log(&format!("action {name} by {who}: {m}"));
+                log(&action_line(&name, &who, &m));
                 m
             }
             Err(e) => format!("{name} failed: {e}"),
@@ -1007,12 +1062,23 @@ async fn action(
     };
     let msg = match db::act(&app.pool, act, queue, job_id).await {
         Ok(m) => {
-            log(&format!("action {name} by {who}: {m}"));
+            log(&action_line(&name, &who, &m));
             m
         }
         Err(e) => format!("{name} failed: {}", e.0),
     };
     back_with(&back, &msg)
+}
+
+/// The log line of an admin action that ran: its name (one of the known
+/// actions by now) and its message, which names the queues, schedules and
+/// keys the form gave, so client_text, the message with room for them.
+fn action_line(name: &str, who: &str, msg: &str) -> String {
+    format!(
+        "action {} by {who}: {}",
+        client_text(name, LOG_TEXT_MAX),
+        client_text(msg, 4 * LOG_TEXT_MAX)
+    )
 }
 
 /// The refusal of an admin request on a hot standby (every write fails
@@ -1155,7 +1221,9 @@ async fn page_job_list(
         None => f.before = None,
     }
     let c = ctx(&app, &v, explorer::field(&q, "msg"));
-    let page = explorer::list(&app.pool, &f).await.map_err(|e| e.0);
+    let page = explorer::list(&app.pool, &f, c.contents)
+        .await
+        .map_err(|e| e.0);
     html(
         StatusCode::OK,
         pages::page(Page::JobList, &c, &explorer::list_page(&c, &f, &page), ""),
@@ -1176,7 +1244,7 @@ async fn page_job(
         return html(StatusCode::NOT_FOUND, "no such page".into());
     };
     let c = ctx(&app, &v, q.msg.as_deref());
-    let (status, body) = match explorer::job(&app.pool, id).await {
+    let (status, body) = match explorer::job(&app.pool, id, c.contents).await {
         Ok(d) if d.job.is_none() => (StatusCode::NOT_FOUND, explorer::job_page(&c, id, &d)),
         Ok(d) => (StatusCode::OK, explorer::job_page(&c, id, &d)),
         Err(e) => (
@@ -1229,7 +1297,7 @@ async fn page_event_queue(
         Err(e) => return html(StatusCode::BAD_REQUEST, pages::esc(&e)),
     };
     let c = ctx(&app, &v, explorer::field(&q, "msg"));
-    let (status, body) = match events::queue(&app.pool, &queue, at).await {
+    let (status, body) = match events::queue(&app.pool, &queue, at, c.contents).await {
         Ok(d) => (StatusCode::OK, events::queue_page(&c, &queue, at, &d)),
         Err(e) => (
             if e.0.contains("SQLSTATE 42704") {
@@ -1385,6 +1453,49 @@ async fn bulk_confirm(
 mod tests {
     use super::*;
     use clap::CommandFactory;
+
+    #[test]
+    fn client_chosen_text_is_logged_escaped_and_capped() {
+        // what a refused POST /action/<name> logs: the name axum decoded
+        // from `%0Arefused%20POST%20/action/x:%20ok` and a long tail
+        let name = format!(
+            "x\nrefused POST /action/y: not logged in\u{1b}[2J{}",
+            "z".repeat(500)
+        );
+        let what = request_what("POST", &format!("/action/{name}"));
+        let line = format!("refused {what}: not logged in");
+        assert!(!line.contains('\n') && !line.contains('\u{1b}'), "{line}");
+        assert!(line.contains("\\n") && line.contains("\\u{1b}"), "{line}");
+        assert!(
+            line.chars().count() < 140,
+            "{} chars: {line}",
+            line.chars().count()
+        );
+        let n = "/action/".len() + name.chars().count();
+        assert!(what.contains(&format!("({n} characters)")), "{what}");
+        // a short value: whole, quoted
+        assert_eq!(client_text("emails", LOG_TEXT_MAX), "\"emails\"");
+        assert_eq!(request_what("GET", "/jobs"), "GET \"/jobs\"");
+        // an extension method is escaped too
+        assert_eq!(request_what("X\u{7f}", "/"), "\"X\\u{7f}\" \"/\"");
+        // an action that ran: its message names what the form gave
+        let line = action_line(
+            "pause_queue",
+            "alice",
+            &format!("event queue a\nb{} paused", "q".repeat(400)),
+        );
+        assert!(!line.contains('\n') && line.chars().count() < 320, "{line}");
+        // an Origin refusal (its reason is logged) carries a capped Origin
+        let allowed = guard::Allowed::new("127.0.0.1:8080".parse().unwrap(), &[]).unwrap();
+        let mut h = HeaderMap::new();
+        let long = format!("http://{}.example", "e".repeat(5000));
+        h.insert(header::ORIGIN, HeaderValue::from_str(&long).unwrap());
+        let why = post_source(&allowed, &h).unwrap_err();
+        assert!(
+            why.chars().count() < 300 && why.contains("(5015 characters)"),
+            "{why}"
+        );
+    }
 
     #[test]
     fn help_documents_every_flag_and_listens_locally_by_default() {

@@ -97,6 +97,37 @@ pub struct Ctx<'a> {
     /// The database server is a hot standby (in recovery): the pages are
     /// read-only whatever the role, and say so.
     pub standby: bool,
+    /// May see contents (job args, outputs, progress, error texts, event and
+    /// dead-letter payloads, headers, dead-letter reasons): an admin login on
+    /// a dashboard whose database role is in pgque_admin. Everyone else gets
+    /// them left out of the data before a page is made ([`hidden`] says so
+    /// where they would be), as pgque's own functions leave them out for
+    /// roles without pgque_admin. Lease tokens nobody sees.
+    pub contents: bool,
+}
+
+/// Why the viewer sees no contents (pages::Ctx::contents).
+fn hidden_reason(ctx: &Ctx) -> &'static str {
+    match ctx.user {
+        Some((_, "admin")) => "hidden: the dashboard's database role is not in pgque_admin",
+        _ => "hidden: an admin login sees it",
+    }
+}
+
+/// What a page shows in place of contents the viewer may not see.
+pub fn hidden(ctx: &Ctx) -> String {
+    format!(
+        "<span class=\"muted hidden-contents\" data-hidden=\"contents\">{}</span>",
+        hidden_reason(ctx)
+    )
+}
+
+/// `hidden`, in a table cell's width: "hidden" with the reason as its title.
+pub fn hidden_short(ctx: &Ctx) -> String {
+    format!(
+        "<span class=\"muted hidden-contents\" data-hidden=\"contents\" title=\"{}\">hidden</span>",
+        hidden_reason(ctx)
+    )
 }
 
 pub fn esc(s: &str) -> String {
@@ -899,6 +930,7 @@ mod tests {
             message: None,
             user: None,
             standby: true,
+            contents: false,
         };
         let p = page(Page::Overview, &ctx, "", "");
         assert!(
@@ -928,6 +960,7 @@ mod tests {
             message: None,
             user: None,
             standby: false,
+            contents: false,
         };
         assert_eq!(
             button(&ctx, Page::Jobs, "retry_job", &[("job_id", "1")], "Retry"),
@@ -973,6 +1006,7 @@ mod tests {
             message: None,
             user: Some(("alice", "read")),
             standby: false,
+            contents: false,
         };
         let p = page(Page::Overview, &ctx, "", "");
         assert!(p.contains("signed in as <b id=\"user\">alice</b> (read)"));

@@ -147,9 +147,10 @@ class Web:
     """A pgque-web process, and an HTTP client of it with a cookie of its own
     (None until login())."""
 
-    def __init__(self, role, *extra, env=None, wait=True, listen="127.0.0.1", pghost=None, pgport=None):
+    def __init__(self, role, *extra, env=None, wait=True, listen="127.0.0.1", pghost=None, pgport=None,
+                 db=DB):
         self.port = free_port()
-        url = (f"postgres://{role}:{urllib.parse.quote(SECRET)}@/{DB}"
+        url = (f"postgres://{role}:{urllib.parse.quote(SECRET)}@/{db}"
                f"?host={urllib.parse.quote(pghost or HOST)}&port={pgport or PORT}")
         self.log = tempfile.NamedTemporaryFile("w+", prefix=f"pgque_web_{role}_", suffix=".log")
         penv = {k: v for k, v in os.environ.items() if not k.startswith("PGQUE_WEB_")}
@@ -557,7 +558,7 @@ def test_admin_actions_through_the_browser_change_the_database(ctx):
     assert not errors_in(b.console())
     log = web.logtext()
     assert "as role web_admin" in log and "admin actions ON" in log, log
-    assert "login: alice (admin)" in log and "action pause_queue by alice" in log, log
+    assert "login: alice (admin)" in log and 'action "pause_queue" by alice' in log, log
     for secret in (SECRET, ADMIN_TOKEN, READ_TOKEN):
         assert secret not in log
 
@@ -614,7 +615,7 @@ def test_a_foreign_host_is_refused(ctx):
         "Content-Type": "application/x-www-form-urlencoded"}, body)
     assert st == 421, (st, text)
     assert not one(c, "SELECT paused FROM pgque.job_queues WHERE queue_name = 'reports'")
-    assert "refused POST /action/pause_job_queue: Host" in web.logtext()
+    assert 'refused POST "/action/pause_job_queue": Host "rebind.example:' in web.logtext()
 
 
 def test_without_a_session_pages_ask_for_a_login_and_posts_are_refused(ctx):
@@ -639,6 +640,16 @@ def test_without_a_session_pages_ask_for_a_login_and_posts_are_refused(ctx):
         st, text = web.post("/action/pause_job_queue", fields, headers, cookie=False)
         assert st == 403 and "not logged in" in text, (st, text)
     assert not one(c, "SELECT paused FROM pgque.job_queues WHERE queue_name = 'reports'")
+    # An action's name is the percent-decoded path: refused before any login,
+    # it reaches the log escaped and cut, and forges no line of its own.
+    forged = "refused POST /action/retry_job: this login is read-only"
+    path = "/action/x%0A" + urllib.parse.quote(forged, safe="") + "%0A" + "y" * 300
+    st, text = web.post(path, {"csrf": token}, cookie=False)
+    assert st == 403, (st, text)
+    lines = web.logtext().splitlines()
+    assert not any(l.startswith("refused POST /action/retry_job") or l == forged for l in lines), lines[-5:]
+    line = next(l for l in reversed(lines) if l.startswith('pgque-web: refused POST "/action/x\\n'))
+    assert "\\nrefused POST /action/retry_job" in line and len(line) < 250 and "characters)" in line, line
     st, body = web.post("/login", {"secret": "wrong-" + "x" * 20, "next": "/jobs"}, cookie=False)
     assert st == 401 and "Wrong password or token" in body, (st, body[:200])
     assert "failed login" in web.logtext()
@@ -1630,6 +1641,246 @@ def test_a_standby_serves_every_page_read_only_and_refuses_admin_actions(ctx):
         stop_standby(data)
 
 
+
+# ---- who sees what (issue 42: contents, lease tokens, planted names) -------------
+def test_a_read_login_sees_no_contents_and_nobody_a_lease_token(ctx):
+    """A read login, on the admin dashboard (whose role is pgque_admin) and on
+    the reader's, sees no job args, outputs, error texts, event or dead-letter
+    payloads, headers, dead-letter reasons or schedule args on any page, is
+    told they are hidden, and cannot search args and errors; an admin login
+    sees them; nobody sees a lease token."""
+    c = ctx["c"]
+    explorer_fixture(ctx)
+    letters_fixture(ctx)
+    fj = ctx["flow_jobs"]
+    # a running job of pgque.jobs (failed once, dispatched again) and one of the log
+    q(c, "SELECT pgque.create_job_queue('tokens')")
+    in_jobs = one(c, "SELECT pgque.enqueue('tokens', 'tok', '{\"to\": \"tok-secret@example.test\"}', "
+                     "max_attempts => 2)")
+    got = q(c, "SELECT job_id, lease_token FROM pgque.dispatch(ARRAY['tokens'], 1, 'wt', '1 hour')")
+    q(c, "SELECT pgque.fail(%s, %s, 'tok-error-secret', now())", got[0])
+    assert q(c, "SELECT job_id FROM pgque.dispatch(ARRAY['tokens'], 1, 'wt', '1 hour')") == [(in_jobs,)]
+    in_log = one(c, "SELECT pgque.enqueue('tokens', 'tok', '{\"to\": \"tok2-secret@example.test\"}')")
+    assert q(c, "SELECT job_id FROM pgque.dispatch(ARRAY['tokens'], 1, 'wt', '1 hour')") == [(in_log,)]
+    for j in (in_jobs, in_log):
+        assert one(c, "SELECT lease_token FROM pgque.get_job(%s)", (j,)) is not None
+    failed = one(c, "SELECT pgque.enqueue('tokens', 'tok', '{\"to\": \"tok3-secret@example.test\"}', "
+                    "max_attempts => 1)")
+    got = q(c, "SELECT job_id, lease_token FROM pgque.dispatch(ARRAY['tokens'], 1, 'wt', '1 hour')")
+    assert got[0][0] == failed, got
+    q(c, "SELECT pgque.fail(%s, %s, E'tok-fail-secret\\nTraceback: tokmailer.py, line 3')", got[0])
+    if one(c, "SELECT to_regclass('pgque.schedules') IS NOT NULL"):
+        q(c, "SELECT pgque.create_schedule('secret-digest', '0 0 1 1 *', 'reports', 'digest', "
+             "'{\"to\": \"sched-secret\"}')")
+    job_pages = [f"/jobs/{j}" for j in (in_jobs, in_log, failed, fj["fetch"])]
+    pages = job_pages + ["/events/q/letters", "/events", "/jobs", "/jobs/list?queue=explore",
+                         "/jobs/list?queue=tokens", "/jobs/list?state=failed", "/schedules", "/"]
+    # what each page holds that is contents (in the HTML, escaped or not)
+    secrets = ["@example.test", "smtp timeout", "mailer.py", "bounced #", "tok-error-secret", "tok-fail-secret",
+               "smtp down", "mailbox full", "sched-secret", '"rows": 3']
+
+    def found(body, s):
+        return s in body or s.replace('"', "&quot;") in body
+
+    def no_token(who, p, body):
+        assert "lease token" not in body and 'data-field="lease_token"' not in body, (who, p)
+
+    rd = copy.copy(ctx["admin"])
+    rd.login(READ_TOKEN)
+    try:
+        for who, web in (("a read login on the admin dashboard", rd),
+                         ("the reader's dashboard", ctx["reader"])):
+            for p in pages:
+                st, body, _ = web.get(p)
+                assert st == 200, (who, p, st, body[:300])
+                leaked = [s for s in secrets if found(body, s)]
+                assert not leaked, (who, p, leaked)
+                no_token(who, p, body)
+                if p in job_pages or p.startswith("/events/q/"):
+                    assert 'data-hidden="contents"' in body, (who, p, "does not say what is hidden")
+            # the search box reads args and errors: not offered, and refused
+            st, body, _ = web.get("/jobs/list?queue=explore")
+            assert 'id="f-q"' not in body, who
+            st, body, _ = web.get("/jobs/list?q=smtp")
+            assert st == 200 and 'id="list-error"' in body and "needs an admin login" in body, (who, body[:500])
+            assert "data-job=" not in body, (who, "a search of a read login found jobs")
+        # The admin login: the contents, and still no token.
+        web = ctx["admin"]
+        want = {f"/jobs/{in_jobs}": ["tok-secret@example.test", "tok-error-secret"],
+                f"/jobs/{in_log}": ["tok2-secret@example.test"],
+                f"/jobs/{failed}": ["tok-fail-secret", "tokmailer.py", "tok3-secret@example.test"],
+                f"/jobs/{fj['fetch']}": ['"rows": 3', "2026-12-01"],
+                "/events/q/letters": ["@example.test", "bounced #"],
+                "/jobs/list?state=failed": ["tok-fail-secret"]}
+        if one(c, "SELECT to_regclass('pgque.schedules') IS NOT NULL"):
+            want["/schedules"] = ["sched-secret"]
+        for p in pages:
+            st, body, _ = web.get(p)
+            assert st == 200, (p, st, body[:300])
+            for s in want.get(p, []):
+                assert found(body, s), ("an admin login does not see", s, "on", p)
+            no_token("the admin login", p, body)
+            if p in want:
+                assert 'data-hidden="contents"' not in body, p
+    finally:
+        if one(c, "SELECT to_regclass('pgque.schedules') IS NOT NULL"):
+            q(c, "SELECT pgque.drop_schedule('secret-digest')")
+
+
+PLANTED_DB = "webtest_planted"
+
+# What a database owner without any pgque role can plant: better or equal
+# matches for the functions and operators pgque-web's statements name, each
+# recording (with the session's application_name) that it ran and then
+# answering as pg_catalog's would, and a database search_path that puts them
+# first.
+PLANTS = r"""
+CREATE TABLE public.planted_calls (what text, who text, app text, at timestamptz DEFAULT pg_catalog.now());
+GRANT INSERT ON public.planted_calls TO PUBLIC;
+CREATE FUNCTION public.planted(w text) RETURNS void LANGUAGE sql AS $$
+    INSERT INTO public.planted_calls (what, who, app)
+    VALUES (w, current_user, pg_catalog.current_setting('application_name'))
+$$;
+CREATE FUNCTION public.to_jsonb(r record) RETURNS jsonb LANGUAGE plpgsql AS $$
+BEGIN PERFORM public.planted('to_jsonb(record)'); RETURN pg_catalog.to_jsonb(r); END $$;
+CREATE FUNCTION public.jsonb_build_object(text, bigint, text, text, text, text, text, integer,
+                                          text, timestamptz, text, text) RETURNS jsonb
+LANGUAGE plpgsql AS $$
+BEGIN PERFORM public.planted('jsonb_build_object(failed jobs)');
+RETURN pg_catalog.jsonb_build_object($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12); END $$;
+CREATE FUNCTION public.jsonb_build_object(text, text, text, jsonb) RETURNS jsonb
+LANGUAGE plpgsql AS $$
+BEGIN PERFORM public.planted('jsonb_build_object(schedules)');
+RETURN pg_catalog.jsonb_build_object($1, $2, $3, $4); END $$;
+CREATE FUNCTION public.unnest(bigint[]) RETURNS SETOF bigint LANGUAGE plpgsql AS $$
+BEGIN PERFORM public.planted('unnest(bigint[])'); RETURN QUERY SELECT pg_catalog.unnest($1); END $$;
+CREATE FUNCTION public.current_database() RETURNS name LANGUAGE plpgsql AS $$
+BEGIN PERFORM public.planted('current_database()'); RETURN pg_catalog.current_database(); END $$;
+CREATE FUNCTION public.pg_is_in_recovery() RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN PERFORM public.planted('pg_is_in_recovery()'); RETURN pg_catalog.pg_is_in_recovery(); END $$;
+CREATE FUNCTION public.jget(jsonb, text) RETURNS text LANGUAGE plpgsql AS $$
+BEGIN PERFORM public.planted('->>(jsonb, text)'); RETURN $1 OPERATOR(pg_catalog.->>) $2; END $$;
+CREATE OPERATOR public.->> (LEFTARG = jsonb, RIGHTARG = text, FUNCTION = public.jget);
+CREATE FUNCTION public.jcat(jsonb, jsonb) RETURNS jsonb LANGUAGE plpgsql AS $$
+BEGIN PERFORM public.planted('||(jsonb, jsonb)'); RETURN $1 OPERATOR(pg_catalog.||) $2; END $$;
+CREATE OPERATOR public.|| (LEFTARG = jsonb, RIGHTARG = jsonb, FUNCTION = public.jcat);
+CREATE FUNCTION public.teq(text, text) RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN PERFORM public.planted('=(text, text)'); RETURN $1 OPERATOR(pg_catalog.=) $2; END $$;
+CREATE OPERATOR public.= (LEFTARG = text, RIGHTARG = text, FUNCTION = public.teq);
+CREATE FUNCTION public.i4eq(int4, int4) RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN PERFORM public.planted('=(int4, int4)'); RETURN $1 OPERATOR(pg_catalog.=) $2; END $$;
+CREATE OPERATOR public.= (LEFTARG = int4, RIGHTARG = int4, FUNCTION = public.i4eq);
+CREATE FUNCTION public.i8eq(int8, int8) RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN PERFORM public.planted('=(int8, int8)'); RETURN $1 OPERATOR(pg_catalog.=) $2; END $$;
+CREATE OPERATOR public.= (LEFTARG = int8, RIGHTARG = int8, FUNCTION = public.i8eq);
+CREATE FUNCTION public.neq(name, name) RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN PERFORM public.planted('=(name, name)'); RETURN $1 OPERATOR(pg_catalog.=) $2; END $$;
+CREATE OPERATOR public.= (LEFTARG = name, RIGHTARG = name, FUNCTION = public.neq);
+"""
+
+
+def test_planted_names_never_run_as_the_dashboards_role(ctx):
+    """A database owner with no pgque role plants public.to_jsonb(record),
+    jsonb_build_object and unnest overloads and operators (->>, ||, =) that
+    record their use, and puts public first on the database's search_path;
+    pgque-web (role pgque_admin) pins its own path on every connection and
+    qualifies every name: none of them runs on any page or admin action. The
+    same statement unqualified, from a plain session of that role, runs them
+    (so the plants do catch what they are meant to)."""
+    a = psycopg2.connect(host=HOST, port=PORT, user="postgres", dbname="postgres")
+    a.autocommit = True
+    q(a, f"DROP DATABASE IF EXISTS {PLANTED_DB} WITH (FORCE)")
+    q(a, "DO $r$ BEGIN CREATE ROLE web_dbowner LOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END $r$")
+    q(a, f"CREATE DATABASE {PLANTED_DB} OWNER web_dbowner")
+    a.close()
+    su = psycopg2.connect(host=HOST, port=PORT, user="postgres", dbname=PLANTED_DB)
+    su.autocommit = True
+    web = None
+    try:
+        q(su, "CREATE EXTENSION pgque")
+        q(su, "SELECT pgque.create_queue('pq')")
+        q(su, "SELECT pgque.set_queue_config('pq', 'max_retries', '0')")
+        q(su, "SELECT pgque.subscribe('pq', 'c1')")
+        q(su, "SELECT pgque.subscribe('pq', 'c2')")
+        q(su, "SELECT pgque.send('pq', 't', '{\"p\": 1}'::jsonb, 'k1')")
+        q(su, "SELECT pgque.force_tick('pq')")
+        rows = q(su, "SELECT pgque.nack(m.batch_id, m, '0 seconds', 'planted-reason'), m.batch_id "
+                     "FROM pgque.receive('pq', 'c1', 10) m")
+        q(su, "SELECT pgque.ack(%s)", (rows[0][1],))
+        q(su, "SELECT pgque.create_job_queue('pj')")
+        q(su, "SELECT pgque.enqueue('pj', 'k', jsonb_build_object('n', g), max_attempts => 1) "
+              "FROM generate_series(1, 4) g")
+        got = q(su, "SELECT job_id, lease_token FROM pgque.dispatch(ARRAY['pj'], 2, 'w', '1 hour')")
+        q(su, "SELECT pgque.fail(%s, %s, 'planted-error')", got[0])
+        failed, running = got[0][0], got[1][0]
+        flow = one(su, """SELECT flow_id FROM pgque.enqueue_flow('pj', '[{"key": "a", "kind": "f"},
+                          {"key": "b", "kind": "g", "depends_on": ["a"]}]') LIMIT 1""")
+        schedules = one(su, "SELECT to_regproc('pgque.run_schedules') IS NOT NULL")
+        if schedules:
+            q(su, "SELECT pgque.create_schedule('ps', '0 3 * * *', 'pj', 'k', '{\"a\": 1}')")
+        o = psycopg2.connect(host=HOST, port=PORT, user="web_dbowner", dbname=PLANTED_DB)
+        o.autocommit = True
+        q(o, PLANTS)
+        q(o, f"ALTER DATABASE {PLANTED_DB} SET search_path = public, pg_catalog")
+        o.close()
+        # the plants catch an unqualified statement of the dashboard's role
+        w = psycopg2.connect(host=HOST, port=PORT, user="web_admin", password=SECRET, dbname=PLANTED_DB,
+                             application_name="plant-check")
+        w.autocommit = True
+        q(w, "SELECT to_jsonb(s) FROM pgque.status() s")
+        q(w, "SELECT q.queue_name FROM pgque.queue q WHERE q.queue_name = 'pq'")
+        w.close()
+        caught = {r[0] for r in q(su, "SELECT what FROM public.planted_calls WHERE app = 'plant-check'")}
+        assert {"to_jsonb(record)", "=(text, text)"} <= caught, caught
+
+        web = Web("web_admin", "--auth-file", ctx["auth_file"], db=PLANTED_DB)
+        web.login(ADMIN_TOKEN)
+        paths = ["/", "/events", "/jobs", "/schedules", "/worker", "/jobs/list", "/jobs/list?q=planted",
+                 "/jobs/list?queue=pj&state=failed", f"/jobs/{failed}", f"/jobs/{running}", f"/flows/{flow}",
+                 "/events/q/pq", "/metrics", "/fragment/overview", "/fragment/jobs", "/fragment/events",
+                 "/fragment/schedules", "/fragment/joblist"]
+        # (a planted object that ran can also break a page: its calls are
+        # reported first, the pages' answers after)
+        answers = [(p, web.get(p)) for p in paths]
+        ran = q(su, "SELECT DISTINCT what FROM public.planted_calls WHERE app = 'pgque-web'")
+        assert not ran, f"planted objects ran as pgque-web's role on its pages: {ran}"
+        for p, (st, body, _) in answers:
+            assert st == 200, (p, st, body[:400])
+        token = web.csrf("/jobs")
+        dl = [r[0] for r in q(su, "SELECT dl_id FROM pgque.dead_letter")]
+        actions = [("/action/pause_queue", {"queue": "pq"}), ("/action/resume_queue", {"queue": "pq"}),
+                   ("/action/pause_job_queue", {"queue": "pj"}), ("/action/resume_job_queue", {"queue": "pj"}),
+                   ("/action/retry_job", {"job_id": str(failed)}), ("/action/cancel_job", {"job_id": str(running)}),
+                   ("/events/confirm", {"queue": "pq", "op": "replay", "ids": str(dl[0])}),
+                   ("/action/dead_replay", {"queue": "pq", "selected": str(dl[0]), "count": "1"}),
+                   ("/jobs/bulk", {"op": "cancel-filter", "queue": "pj"}),
+                   ("/action/replay_dead_letters", {"queue": "pq"})]
+        if schedules:
+            actions += [("/action/pause_schedule", {"schedule": "ps"}),
+                        ("/action/resume_schedule", {"schedule": "ps"}),
+                        ("/action/run_schedule", {"schedule": "ps"})]
+        for path, fields in actions:
+            st, body = web.post(path, {**fields, "csrf": token, "back": "/"})
+            assert st in (200, 303), (path, st, body[:400])
+        # the bulk cancel, confirmed with the digest its page gave
+        st, body = web.post("/jobs/bulk", {"op": "cancel-filter", "queue": "pj", "csrf": token})
+        digest = re.search(r'name="digest" value="([0-9a-f]{64})"', body).group(1)
+        st, body = web.post("/action/bulk_cancel", {"queue": "pj", "digest": digest, "csrf": token,
+                                                    "back": "/jobs/list"})
+        assert st == 303, (st, body[:300])
+        assert one(su, "SELECT count(*) FROM pgque.all_jobs WHERE queue = 'pj' AND state = 'cancelled'") > 1
+        ran = q(su, "SELECT what, who FROM public.planted_calls WHERE app = 'pgque-web'")
+        assert not ran, f"planted objects ran as pgque-web's role: {ran}"
+    finally:
+        if web:
+            web.stop()
+        su.close()
+        a = psycopg2.connect(host=HOST, port=PORT, user="postgres", dbname="postgres")
+        a.autocommit = True
+        q(a, f"DROP DATABASE IF EXISTS {PLANTED_DB} WITH (FORCE)")
+        a.close()
+
+
 TESTS = [
     test_metrics_endpoint_equals_pgque_metrics,
     test_monitoring_files_use_only_exported_names,
@@ -1659,6 +1910,8 @@ TESTS = [
     test_a_blocked_partition_key_is_shown_and_an_admin_releases_it,
     test_a_fresh_dashboard_charts_the_history_the_database_keeps,
     test_a_standby_serves_every_page_read_only_and_refuses_admin_actions,
+    test_a_read_login_sees_no_contents_and_nobody_a_lease_token,
+    test_planted_names_never_run_as_the_dashboards_role,
 ]
 
 
