@@ -207,7 +207,7 @@ fn send_finds_every_queue_as_the_sql_lookup_does_in_every_kind_of_database() {
                 c.execute("SELECT pgque.create_queue($1)", &[n]).unwrap();
             }
         }
-        for n in names.iter().skip(13).filter(|_| g.next() % 10 == 0) {
+        for n in names.iter().skip(13).filter(|_| g.next().is_multiple_of(10)) {
             c.execute("SELECT pgque.drop_queue($1, true)", &[n]).ok();
         }
         let mut found = 0;

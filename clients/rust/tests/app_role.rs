@@ -110,10 +110,12 @@ async fn producer_worker_and_consumer_as_an_application_role_over_scram() {
     sd.trigger();
     wh.await.unwrap().unwrap();
     ch.await.unwrap().unwrap();
-    let seen = seen.lock().unwrap();
-    assert_eq!(seen.len(), ids.len());
-    assert!(seen.values().all(|n| *n == 1), "a job ran twice");
-    assert_eq!(*got.lock().unwrap(), sent);
+    {
+        let seen = seen.lock().unwrap();
+        assert_eq!(seen.len(), ids.len());
+        assert!(seen.values().all(|n| *n == 1), "a job ran twice");
+        assert_eq!(*got.lock().unwrap(), sent);
+    }
     // administration is not the application's
     let e = app.execute("SELECT pgque.create_queue('nope')", &[]).await.unwrap_err();
     assert_eq!(e.code().map(|s| s.code()), Some("42501"));
