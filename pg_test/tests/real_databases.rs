@@ -61,20 +61,29 @@ fn kinds() -> Vec<Kind> {
             provider: 'c',
         },
     ];
-    // a build with ICU has imported ICU collations at initdb
-    let icu: bool = admin
-        .query_one(
-            "SELECT EXISTS (SELECT 1 FROM pg_collation WHERE collprovider = 'i')",
-            &[],
-        )
-        .unwrap()
-        .get(0);
+    // whether this build has ICU: the server says so when asked for an ICU
+    // database (0A000 "ICU is not supported in this build")
+    let icu_options = "TEMPLATE template0 ENCODING 'UTF8' LOCALE 'en_US.UTF-8' \
+                       LOCALE_PROVIDER icu ICU_LOCALE 'en-US'";
+    let icu = major() >= 15 && {
+        let _g = CREATE.lock().unwrap_or_else(|e| e.into_inner());
+        admin
+            .batch_execute("DROP DATABASE IF EXISTS rd_icu_probe")
+            .unwrap();
+        let made = admin.batch_execute(&format!("CREATE DATABASE rd_icu_probe {icu_options}"));
+        match made {
+            Ok(()) => {
+                admin.batch_execute("DROP DATABASE rd_icu_probe").unwrap();
+                true
+            }
+            Err(e) if e.code().map(|c| c.code()) == Some("0A000") => false,
+            Err(e) => panic!("CREATE DATABASE ... LOCALE_PROVIDER icu: {e:?}"),
+        }
+    };
     if icu {
         out.push(Kind {
             name: "icu",
-            options: "TEMPLATE template0 ENCODING 'UTF8' LOCALE 'en_US.UTF-8' \
-                      LOCALE_PROVIDER icu ICU_LOCALE 'en-US'"
-                .to_string(),
+            options: icu_options.to_string(),
             provider: 'i',
         });
     } else {
@@ -207,7 +216,11 @@ fn send_finds_every_queue_as_the_sql_lookup_does_in_every_kind_of_database() {
                 c.execute("SELECT pgque.create_queue($1)", &[n]).unwrap();
             }
         }
-        for n in names.iter().skip(13).filter(|_| g.next().is_multiple_of(10)) {
+        for n in names
+            .iter()
+            .skip(13)
+            .filter(|_| g.next().is_multiple_of(10))
+        {
             c.execute("SELECT pgque.drop_queue($1, true)", &[n]).ok();
         }
         let mut found = 0;
