@@ -444,7 +444,12 @@ fn dispatch(
                 }
                 a
             };
-            // The job log first: its lanes of these queues, locked.
+            // The job log first. Its rotation barrier, shared, before any
+            // lane lock and any statement that reads the log (log/mod.rs):
+            // a lock, not a statement, so the fast path keeps its count.
+            log::enter_log();
+            // Its lanes of these queues: the one lane locked, or the lanes
+            // to test for ready jobs.
             let rated = super::rate::schema_has_rate_limits();
             let lock = prepared(
                 client,
