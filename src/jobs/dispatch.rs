@@ -464,7 +464,8 @@ fn dispatch(
                 .update(lock, None, &[names.clone().into()])
                 .unwrap_or_else(|e| pgrx::error!("{e}"))
                 .first();
-            let lanes: Vec<i32> = locked.get::<Vec<i32>>(1).ok().flatten().unwrap_or_default();
+            let mut lanes: Vec<i32> = locked.get::<Vec<i32>>(1).ok().flatten().unwrap_or_default();
+            let several: Option<Vec<i32>> = locked.get::<Vec<i32>>(5).ok().flatten();
             // ---- rate limits (issue 18, src/jobs/rate.rs): the call takes
             // at most the emptiest bucket's whole tokens, debited below.
             let limited: Vec<String> = locked
@@ -483,6 +484,22 @@ fn dispatch(
             };
             if limit == 0 {
                 return;
+            }
+            if let Some(several) = several {
+                // only the lanes that can have a ready job are locked and read
+                let stmt = prepared(
+                    client,
+                    log::dispatch::READY_LANES_SQL,
+                    &[ty(pg_sys::INT4ARRAYOID)],
+                );
+                lanes = client
+                    .update(stmt, None, &[several.into()])
+                    .unwrap_or_else(|e| pgrx::error!("{e}"))
+                    .first()
+                    .get::<Vec<i32>>(1)
+                    .ok()
+                    .flatten()
+                    .unwrap_or_default();
             }
             let args = |lanes: Option<Vec<i32>>| -> Vec<DatumWithOid<'_>> {
                 let mut a = args(lanes);
