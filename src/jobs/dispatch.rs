@@ -490,16 +490,19 @@ fn dispatch(
                 let stmt = prepared(
                     client,
                     log::dispatch::READY_LANES_SQL,
-                    &[ty(pg_sys::INT4ARRAYOID)],
+                    &[ty(pg_sys::INT4ARRAYOID), ty(pg_sys::TEXTARRAYOID)],
                 );
-                lanes = client
-                    .update(stmt, None, &[several.into()])
+                let ready = client
+                    .update(stmt, None, &[several.into(), names.clone().into()])
                     .unwrap_or_else(|e| pgrx::error!("{e}"))
-                    .first()
-                    .get::<Vec<i32>>(1)
-                    .ok()
-                    .flatten()
-                    .unwrap_or_default();
+                    .first();
+                lanes = ready.get::<Vec<i32>>(1).ok().flatten().unwrap_or_default();
+                let jobs_ready = ready.get::<bool>(2).ok().flatten().unwrap_or(true);
+                if lanes.is_empty() && !jobs_ready {
+                    // an idle poll of queues with several lanes: two probes
+                    // a lane, no DISPATCH_SQL (as before lanes were tested)
+                    return;
+                }
             }
             let args = |lanes: Option<Vec<i32>>| -> Vec<DatumWithOid<'_>> {
                 let mut a = args(lanes);

@@ -85,8 +85,11 @@ FROM (SELECT l.lane_id, pgque.xact_lock(1785684580, l.lane_id) AS lk
 "#
 );
 
-/// $1 the call's lanes (more than one, from LOCK_LANES_SQL): the dispatch
-/// locks of those that can have a ready job, in lane order, and their ids.
+/// $1 the call's lanes (more than one, from LOCK_LANES_SQL), $2 its
+/// queues: the dispatch locks of the lanes that can have a ready job, in
+/// lane order, and their ids; and whether pgque.jobs has a ready job in a
+/// queue of the call (false with no lane locked: nothing to dispatch, and
+/// DISPATCH_SQL is not run, as LOG_DISPATCH_SQL's `blocked` spares it).
 /// A lane can have one when a log row of it ends above its cursor (one
 /// probe of job_log (lane_id, id_hi) after the cursor's probe of
 /// job_claims (lane_id, hi)): a lane whose jobs were all handed out costs
@@ -100,7 +103,11 @@ FROM (SELECT l.lane_id, pgque.xact_lock(1785684580, l.lane_id) AS lk
 /// rotation's truncation can only make a lane look readier (a lower cursor
 /// read from an emptied partition), never empty while it has a job.
 pub const READY_LANES_SQL: &str = r#"
-SELECT COALESCE(array_agg(x.lane_id ORDER BY x.lane_id), '{}'::int[])
+SELECT COALESCE(array_agg(x.lane_id ORDER BY x.lane_id), '{}'::int[]),
+       EXISTS (SELECT 1 FROM unnest($2::text[]) AS q(name) CROSS JOIN LATERAL (
+                   SELECT 1 FROM pgque.jobs j
+                   WHERE j.queue = q.name AND j.state = 'ready'
+                   ORDER BY j.priority, j.ready_seq LIMIT 1) s)
 FROM (SELECT l.lane_id, pgque.xact_lock(1785684580, l.lane_id) AS lk
       FROM pgque.job_lanes l
       WHERE l.lane_id = ANY ($1::int[])
