@@ -41,6 +41,11 @@ pub static FAILED_JOB_RETENTION_S: GucSetting<i32> = GucSetting::<i32>::new(7 * 
 pub static ANALYZE_INTERVAL_S: GucSetting<i32> = GucSetting::<i32>::new(300);
 pub static JOB_LOG: GucSetting<bool> = GucSetting::<bool>::new(true);
 pub static JOB_LOG_ROTATION_S: GucSetting<i32> = GucSetting::<i32>::new(3_600);
+/// Most job-log lanes (priority x shard) one queue may have: a writer picks
+/// the priorities, and every lane costs dispatch, rotation and the status
+/// views a probe (DESIGN.md 25). 64: every shard count (1..64) at one
+/// priority, or a handful of priorities x shards.
+pub static JOB_LANES_PER_QUEUE: GucSetting<i32> = GucSetting::<i32>::new(64);
 
 // ---- dashboard history ----------------------------------------------------
 // Read by the history duty's SQL (current_setting), which passes it to
@@ -279,6 +284,16 @@ pub fn init() {
         GucFlags::default(),
     );
     GucRegistry::define_int_guc(
+        c"pgque.job_lanes_per_queue",
+        c"Most job-log lanes (priority x shard) a job queue may have.",
+        c"A job of a lane beyond it is stored in pgque.jobs, in the same dispatch order. Read when an enqueue would create a lane.",
+        &JOB_LANES_PER_QUEUE,
+        1,
+        10_000,
+        GucContext::Suset,
+        GucFlags::default(),
+    );
+    GucRegistry::define_int_guc(
         c"pgque.job_log_rotation_period",
         c"How long the job log writes one segment before switching to the next.",
         c"A sealed segment is truncated once its jobs were handed out and finished and pgque.completed_job_retention has passed.",
@@ -404,6 +419,10 @@ pub fn failed_job_retention() -> Duration {
 /// Whether eligible batches go to the job log (`pgque.job_log`).
 pub fn job_log() -> bool {
     JOB_LOG.get()
+}
+/// Most lanes per job queue (`pgque.job_lanes_per_queue`).
+pub fn job_lanes_per_queue() -> i32 {
+    JOB_LANES_PER_QUEUE.get()
 }
 /// Segment switch period of the job log (`pgque.job_log_rotation_period`).
 pub fn job_log_rotation_period_s() -> i32 {

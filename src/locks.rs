@@ -142,6 +142,111 @@ pub fn try_lock(class: i32, key: i64) -> bool {
     acquire(class, key, pg_sys::ExclusiveLock, true)
 }
 
+/// Takes (`class`, `key`) shared until the transaction ends (waits): only
+/// an exclusive holder of the same lock excludes it.
+pub fn lock_shared(class: i32, key: i64) {
+    if !installed() {
+        unsafe {
+            pg_sys::OidFunctionCall2Coll(
+                pg_sys::Oid::from(pg_sys::F_PG_ADVISORY_XACT_LOCK_SHARED_INT4_INT4),
+                pg_sys::InvalidOid,
+                pg_sys::Datum::from(class),
+                pg_sys::Datum::from(key as i32),
+            );
+        }
+        return;
+    }
+    acquire(class, key, pg_sys::ShareLock, false);
+}
+
+/// Takes (`class`, `key`) shared if no one holds it exclusively (nor waits
+/// for it); false otherwise.
+pub fn try_lock_shared(class: i32, key: i64) -> bool {
+    if !installed() {
+        let d = unsafe {
+            pg_sys::OidFunctionCall2Coll(
+                pg_sys::Oid::from(pg_sys::F_PG_TRY_ADVISORY_XACT_LOCK_SHARED_INT4_INT4),
+                pg_sys::InvalidOid,
+                pg_sys::Datum::from(class),
+                pg_sys::Datum::from(key as i32),
+            )
+        };
+        return d.value() != 0;
+    }
+    acquire(class, key, pg_sys::ShareLock, true)
+}
+
+/// Takes (`class`, `key`) exclusively, waiting at most `timeout` (a
+/// lock_timeout value, e.g. c"200ms"); false when the wait timed out or
+/// ended in a deadlock, with nothing held. See `within`.
+pub fn lock_within(class: i32, key: i64, timeout: &std::ffi::CStr) -> bool {
+    within(timeout, || {
+        if installed() {
+            acquire(class, key, pg_sys::ExclusiveLock, false);
+        } else {
+            advisory_int4(class, key, true);
+        }
+    })
+}
+
+/// Runs `take` (which takes locks, waiting) with lock_timeout = `timeout`,
+/// in a subtransaction: true and the locks kept (the subtransaction's locks
+/// pass to the transaction) when it returned; false when a lock wait ran
+/// out of time (55P03) or was a deadlock's victim (40P01): the
+/// subtransaction is rolled back, which takes this backend out of the wait
+/// queue and releases what `take` had got. Any other error is raised.
+///
+/// This is how a worker duty waits for a lock that callers take all the
+/// time without ever starving (a try-lock fails whenever one holder is in
+/// flight; a queued request is served as soon as the holders it waits for
+/// end, and holds new requesters back meanwhile), and without stopping the
+/// other duties for longer than `timeout`.
+pub fn within(timeout: &std::ffi::CStr, take: impl FnOnce()) -> bool {
+    unsafe {
+        let cx = pg_sys::CurrentMemoryContext;
+        let owner = pg_sys::CurrentResourceOwner;
+        pg_sys::BeginInternalSubTransaction(std::ptr::null());
+        pg_sys::MemoryContextSwitchTo(cx);
+        let rollback = move || {
+            pg_sys::MemoryContextSwitchTo(cx);
+            pg_sys::RollbackAndReleaseCurrentSubTransaction();
+            pg_sys::MemoryContextSwitchTo(cx);
+            pg_sys::CurrentResourceOwner = owner;
+            false
+        };
+        let take = std::panic::AssertUnwindSafe(take);
+        PgTryBuilder::new(move || {
+            let take = take;
+            let nest = pg_sys::NewGUCNestLevel();
+            pg_sys::set_config_option(
+                c"lock_timeout".as_ptr(),
+                timeout.as_ptr(),
+                pg_sys::GucContext::PGC_USERSET,
+                pg_sys::GucSource::PGC_S_SESSION,
+                pg_sys::GucAction::GUC_ACTION_SAVE,
+                true,
+                0,
+                false,
+            );
+            (take.0)();
+            pg_sys::AtEOXact_GUC(true, nest);
+            pg_sys::ReleaseCurrentSubTransaction();
+            pg_sys::MemoryContextSwitchTo(cx);
+            pg_sys::CurrentResourceOwner = owner;
+            true
+        })
+        .catch_when(PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE, |_| rollback())
+        .catch_when(PgSqlErrorCode::ERRCODE_T_R_DEADLOCK_DETECTED, |_| {
+            rollback()
+        })
+        .catch_others(|e| {
+            rollback();
+            e.rethrow()
+        })
+        .execute()
+    }
+}
+
 /// xact_lock(class, key): `lock` for pgque's statements (granted to no role).
 #[pg_extern(parallel_unsafe)]
 fn xact_lock(class: i32, key: i64) {

@@ -444,7 +444,12 @@ fn dispatch(
                 }
                 a
             };
-            // The job log first: its lanes of these queues, locked.
+            // The job log first. Its rotation barrier, shared, before any
+            // lane lock and any statement that reads the log (log/mod.rs):
+            // a lock, not a statement, so the fast path keeps its count.
+            log::enter_log();
+            // Its lanes of these queues: the one lane locked, or the lanes
+            // to test for ready jobs.
             let rated = super::rate::schema_has_rate_limits();
             let lock = prepared(
                 client,
@@ -459,7 +464,8 @@ fn dispatch(
                 .update(lock, None, &[names.clone().into()])
                 .unwrap_or_else(|e| pgrx::error!("{e}"))
                 .first();
-            let lanes: Vec<i32> = locked.get::<Vec<i32>>(1).ok().flatten().unwrap_or_default();
+            let mut lanes: Vec<i32> = locked.get::<Vec<i32>>(1).ok().flatten().unwrap_or_default();
+            let several: Option<Vec<i32>> = locked.get::<Vec<i32>>(5).ok().flatten();
             // ---- rate limits (issue 18, src/jobs/rate.rs): the call takes
             // at most the emptiest bucket's whole tokens, debited below.
             let limited: Vec<String> = locked
@@ -478,6 +484,25 @@ fn dispatch(
             };
             if limit == 0 {
                 return;
+            }
+            if let Some(several) = several {
+                // only the lanes that can have a ready job are locked and read
+                let stmt = prepared(
+                    client,
+                    log::dispatch::READY_LANES_SQL,
+                    &[ty(pg_sys::INT4ARRAYOID), ty(pg_sys::TEXTARRAYOID)],
+                );
+                let ready = client
+                    .update(stmt, None, &[several.into(), names.clone().into()])
+                    .unwrap_or_else(|e| pgrx::error!("{e}"))
+                    .first();
+                lanes = ready.get::<Vec<i32>>(1).ok().flatten().unwrap_or_default();
+                let jobs_ready = ready.get::<bool>(2).ok().flatten().unwrap_or(true);
+                if lanes.is_empty() && !jobs_ready {
+                    // an idle poll of queues with several lanes: two probes
+                    // a lane, no DISPATCH_SQL (as before lanes were tested)
+                    return;
+                }
             }
             let args = |lanes: Option<Vec<i32>>| -> Vec<DatumWithOid<'_>> {
                 let mut a = args(lanes);

@@ -604,13 +604,56 @@ fn enqueue_flow(
     TableIterator::new(rows.into_iter().map(|(f, k, id, _)| (f, k, id)))
 }
 
-/// $1 parents: each one's state in either store (NULL: no such job), as
-/// get_job says, read without a lock.
+/// $1 parents: each one's state and queue in either store (NULL: no such
+/// job), as get_job says, read without a lock.
 const PARENT_STATES_SQL: &str = r#"
-SELECT p.id, (SELECT g.state FROM pgque.get_job(p.id) g LIMIT 1)
+SELECT p.id, g.state, g.queue
 FROM pg_catalog.unnest($1::bigint[]) AS p(id)
+LEFT JOIN LATERAL (SELECT g.state, g.queue FROM pgque.get_job(p.id) g LIMIT 1) g ON true
 ORDER BY p.id
 "#;
+
+/// Whether the calling role (the role the session runs as, outside pgque's
+/// SECURITY DEFINER frame) has the rights of pgque_reader or pgque_admin:
+/// the roles that can see the jobs of every queue (job_parents,
+/// flow_status, get_job). Superusers have every role's rights.
+fn caller_sees_every_queue() -> bool {
+    unsafe {
+        let caller = pg_sys::GetOuterUserId();
+        [c"pgque_reader", c"pgque_admin"].iter().any(|r| {
+            let role = pg_sys::get_role_oid(r.as_ptr(), true);
+            role != pg_sys::InvalidOid && pg_sys::has_privs_of_role(caller, role)
+        })
+    }
+}
+
+/// Refuses (42501, before anything is written) a parent in another queue
+/// than `queue` unless the caller can see every queue's jobs. A queue is
+/// the unit a writer's application owns (pgque has no per-queue grants, and
+/// pgque_writer can see no job): a child joins its parents' flow (flow_id,
+/// flow_status, job_parents), and linking it moves a parent of the job log
+/// into pgque.jobs, so naming another application's job would put the
+/// writer's job into that application's flow and change how that queue's
+/// jobs are stored. Cross-queue pipelines stay open to roles that see both
+/// queues. The message names neither the parent's queue nor its state,
+/// which the writer could not read otherwise.
+fn check_parents_visible(queue: &str, parents: &[(i64, Option<String>, Option<String>)]) {
+    let Some((p, _, _)) = parents
+        .iter()
+        .find(|(_, _, q)| q.as_deref().is_some_and(|q| q != queue))
+    else {
+        return;
+    };
+    if caller_sees_every_queue() {
+        return;
+    }
+    raise(
+        error::INSUFFICIENT_PRIVILEGE,
+        format!(
+            "depends_on: job {p} is not a job of queue {queue:?}; a parent in another queue needs the rights of pgque_reader or pgque_admin"
+        ),
+    );
+}
 
 /// Enqueues one job behind existing jobs (`enqueue(..., depends_on)`) and
 /// returns its id. 42704 for an unknown parent; 54000 beyond MAX_ARRAY.
@@ -635,20 +678,22 @@ pub fn enqueue_after(queue: &str, job: FlowJob, parents: &[i64]) -> i64 {
             "enqueue with depends_on needs the pgque 0.8.0 schema: run ALTER EXTENSION pgque UPDATE",
         );
     }
-    let states: Vec<(i64, Option<String>)> = Spi::connect(|c| {
+    let states: Vec<(i64, Option<String>, Option<String>)> = Spi::connect(|c| {
         c.select(PARENT_STATES_SQL, None, &[parents.clone().into()])
             .unwrap_or_else(|e| pgrx::error!("{e}"))
             .map(|r| {
                 (
                     r.get::<i64>(1).ok().flatten().unwrap_or_default(),
                     r.get::<String>(2).ok().flatten(),
+                    r.get::<String>(3).ok().flatten(),
                 )
             })
             .collect()
     });
-    if let Some((p, _)) = states.iter().find(|s| s.1.is_none()) {
+    if let Some((p, _, _)) = states.iter().find(|s| s.1.is_none()) {
         raise(error::UNDEFINED_OBJECT, format!("job {p} does not exist"));
     }
+    check_parents_visible(queue, &states);
     // completed is final (retry takes failed and cancelled jobs only)
     let all_completed = states.iter().all(|s| s.1.as_deref() == Some("completed"));
     let flow_id = Spi::get_one_with_args::<i64>(

@@ -254,6 +254,8 @@ fn set_job_queue_config(queue_name: Option<&str>, param: Option<&str>, value: Op
         // the fair walk needs the queue's backlog in pgque.jobs: the job
         // log's ready jobs move there (in their places), lanes locked
         super::log::require_read_committed("a switch to round_robin");
+        // the rotation barrier first, as dispatch takes it (log/mod.rs)
+        super::log::enter_log();
         Spi::run_with_args(
             crate::locks::sql(
                 "SELECT count(pgque.xact_lock(1785684580, l.lane_id))

@@ -1,7 +1,9 @@
 //! Dispatch from the log.
 //!
 //! `dispatch` (src/jobs/dispatch.rs) runs, for queues that have lanes:
-//! 1. LOCK_LANES_SQL: the lanes' dispatch locks, in lane order;
+//! 1. LOCK_LANES_SQL: the dispatch lock of the call's lane when it has one;
+//!    with more, READY_LANES_SQL: the dispatch locks of the lanes that can
+//!    have a ready job, in lane order (a lane all handed out costs no lock);
 //! 2. with one lane (the common call), `dispatch_one` (dispatch_one.rs):
 //!    LANE_STATE_SQL reads the lane's cursor, whether the call is blocked
 //!    (as below) and the first log rows above the cursor, LANE_ROWS_SQL more
@@ -29,19 +31,26 @@
 /// LOCK_LANES_SQL for a schema from before rate limits (0.6.0 and older:
 /// the library is updated before ALTER EXTENSION UPDATE runs).
 pub const LOCK_LANES_SQL_NO_RATE: &str = r#"
+WITH lanes AS MATERIALIZED (
+    SELECT l.lane_id FROM pgque.job_lanes l WHERE l.queue = ANY ($1::text[])
+)
 SELECT COALESCE(array_agg(x.lane_id ORDER BY x.lane_id), '{}'::int[]), NULL::int, NULL::text[],
-       NULL::text[]
+       NULL::text[],
+       (SELECT array_agg(l.lane_id ORDER BY l.lane_id) FROM lanes l
+        WHERE (SELECT count(*) FROM lanes) > 1)
 FROM (SELECT l.lane_id, pgque.xact_lock(1785684580, l.lane_id) AS lk
-      FROM pgque.job_lanes l
-      WHERE l.queue = ANY ($1::text[])
-      ORDER BY l.lane_id) x
+      FROM lanes l
+      WHERE (SELECT count(*) FROM lanes) = 1) x
 "#;
 
-/// The dispatch locks of the lanes of queues $1, in lane order, then their
-/// rate-limit buckets (src/jobs/rate.rs), in queue order. Returns the lane
-/// ids (empty: no queue of the call ever used the log), the whole tokens of
-/// the emptiest bucket, the queues that have one and their rows' ctids (for
-/// rate::DEBIT_SQL; NULL, NULL, NULL: no limit). Lanes and buckets are
+/// The lanes of queues $1 and their rate-limit buckets (src/jobs/rate.rs),
+/// locked in queue order. Returns the lane, locked, when the call's queues
+/// have exactly one (the common call: dispatch_one follows, so this path
+/// reads nothing more than it did), else an empty array; the whole tokens
+/// of the emptiest bucket, the queues that have one and their rows' ctids
+/// (for rate::DEBIT_SQL; NULL, NULL, NULL: no limit); and, when the call
+/// has more than one lane, their ids, not locked (READY_LANES_SQL locks
+/// those that can have a ready job; NULL: none or one). Lanes and buckets are
 /// found by one index probe per queue of the call (lateral lookups): with
 /// `l.queue = ANY ($1)`, the kept generic plan made while job_lanes was
 /// tiny walked the whole lanes primary key (1,001 of 1,001 lanes with 1,000
@@ -57,18 +66,59 @@ WITH rl AS MATERIALIZED (
         SELECT b.ctid, b.* FROM pgque.job_rate_limits b
         WHERE b.queue_name = n.name
         FOR UPDATE) b
+),
+lanes AS MATERIALIZED (
+    SELECT l.lane_id
+    FROM (SELECT DISTINCT q.name FROM unnest($1::text[]) AS q(name)) n
+    CROSS JOIN LATERAL (SELECT l.lane_id FROM pgque.job_lanes l
+                        WHERE l.queue = n.name OFFSET 0) l
 )
 SELECT COALESCE(array_agg(x.lane_id ORDER BY x.lane_id), '{}'::int[]),
        (SELECT floor(min(rl.avail))::int FROM rl),
        (SELECT array_agg(rl.queue_name ORDER BY rl.queue_name) FROM rl),
-       (SELECT array_agg(rl.tid::text ORDER BY rl.queue_name) FROM rl)
+       (SELECT array_agg(rl.tid::text ORDER BY rl.queue_name) FROM rl),
+       (SELECT array_agg(l.lane_id ORDER BY l.lane_id) FROM lanes l
+        WHERE (SELECT count(*) FROM lanes) > 1)
 FROM (SELECT l.lane_id, pgque.xact_lock(1785684580, l.lane_id) AS lk
-      FROM (SELECT DISTINCT q.name FROM unnest($1::text[]) AS q(name)) n
-      CROSS JOIN LATERAL (SELECT l.lane_id FROM pgque.job_lanes l
-                          WHERE l.queue = n.name OFFSET 0) l
-      ORDER BY l.lane_id) x
+      FROM lanes l
+      WHERE (SELECT count(*) FROM lanes) = 1) x
 "#
 );
+
+/// $1 the call's lanes (more than one, from LOCK_LANES_SQL), $2 its
+/// queues: the dispatch locks of the lanes that can have a ready job, in
+/// lane order, and their ids; and whether pgque.jobs has a ready job in a
+/// queue of the call (false with no lane locked: nothing to dispatch, and
+/// DISPATCH_SQL is not run, as LOG_DISPATCH_SQL's `blocked` spares it).
+/// A lane can have one when a log row of it ends above its cursor (one
+/// probe of job_log (lane_id, id_hi) after the cursor's probe of
+/// job_claims (lane_id, hi)): a lane whose jobs were all handed out costs
+/// two probes and no lock, so a queue's dispatch holds as many locks as it
+/// has lanes with work, at most pgque.job_lanes_per_queue each.
+/// The test is read before the locks, in this statement's snapshot: a lane
+/// that looks empty had no ready job committed before the call began (the
+/// cursor and the head only grow, and producers commit a lane's jobs in id
+/// order), so leaving it out is the dispatch of a moment earlier; a lane
+/// that looks ready is locked and read again by the next statement. A
+/// rotation's truncation can only make a lane look readier (a lower cursor
+/// read from an emptied partition), never empty while it has a job.
+pub const READY_LANES_SQL: &str = r#"
+SELECT COALESCE(array_agg(x.lane_id ORDER BY x.lane_id), '{}'::int[]),
+       EXISTS (SELECT 1 FROM unnest($2::text[]) AS q(name) CROSS JOIN LATERAL (
+                   SELECT 1 FROM pgque.jobs j
+                   WHERE j.queue = q.name AND j.state = 'ready'
+                   ORDER BY j.priority, j.ready_seq LIMIT 1) s)
+FROM (SELECT l.lane_id, pgque.xact_lock(1785684580, l.lane_id) AS lk
+      FROM pgque.job_lanes l
+      WHERE l.lane_id = ANY ($1::int[])
+        AND EXISTS (SELECT 1 FROM pgque.job_log r
+                    WHERE r.lane_id = l.lane_id
+                      AND r.id_hi > GREATEST(l.cursor_floor,
+                                             (SELECT c.hi FROM pgque.job_claims c
+                                              WHERE c.lane_id = l.lane_id
+                                              ORDER BY c.hi DESC LIMIT 1)))
+      ORDER BY l.lane_id) x
+"#;
 
 /// The lanes of the call with their cursors; the first common part of the
 /// two statements ($1 queues, $5 lane ids).

@@ -191,16 +191,95 @@ pub const LOG_ENQUEUE_ONE_SQL: &str = log_enqueue_one_sql!("", "");
 /// LOG_ENQUEUE_ONE_SQL for a batch with headers ($12).
 pub const LOG_ENQUEUE_ONE_HEADERS_SQL: &str = log_enqueue_one_sql!(", headers", ", $12::jsonb[]");
 
-/// The lanes of `$2` (priorities) for this backend's shard of queue $1.
+/// Advisory-lock class of a queue's lane creation (class, hashtext(queue)):
+/// held to commit by the transaction that creates lanes of the queue, so
+/// that the next creator counts them (CREATE_LANES_SQL).
+const LANE_CREATE_LOCK_CLASS: i32 = 0x6A6F_626E; // "jobn"
+const _: () = assert!(
+    LANE_CREATE_LOCK_CLASS == 1785684590,
+    "LANE_CREATE_LOCK_SQL's class"
+);
+
+/// The lane-creation lock of queue $1 if no other transaction holds it.
+const LANE_CREATE_LOCK_SQL: &str =
+    "SELECT pgque.try_xact_lock(1785684590, pg_catalog.hashtext($1))";
+
+/// The lanes of `$2` (priorities) for this backend's shard of queue $1, all
+/// or none: none when the queue would then have more than $3 lanes
+/// (pgque.job_lanes_per_queue). A writer chooses its priorities (-1000 to
+/// 1000) and its backend's shard, and every lane costs each dispatch of the
+/// queue a probe, the rotation a floor and the status views a row
+/// (DESIGN.md 25), so lanes are bounded; a job of a lane that cannot be
+/// made goes to pgque.jobs, whose jobs dispatch ranks with the log's by
+/// (priority, id) (log/dispatch.rs), so the order is the same. The caller
+/// holds the queue's lane-creation lock (LANE_CREATE_LOCK_SQL, a statement
+/// before this one), so the count here includes every lane a committed
+/// creator made and no other creator adds one until this transaction ends.
 const CREATE_LANES_SQL: &str = r#"
+WITH q AS MATERIALIZED (
+    SELECT jq.queue_name,
+           CASE WHEN jq.shards > 1 THEN (pg_catalog.pg_backend_pid() % jq.shards)::smallint
+                ELSE 0::smallint END AS shard
+    FROM pgque.job_queues jq
+    WHERE jq.queue_name = $1
+),
+new AS MATERIALIZED (
+    SELECT DISTINCT p.priority, q.shard
+    FROM q CROSS JOIN unnest($2::smallint[]) AS p(priority)
+    WHERE NOT EXISTS (SELECT 1 FROM pgque.job_lanes l
+                      WHERE l.queue = $1 AND l.priority = p.priority AND l.shard = q.shard)
+)
 INSERT INTO pgque.job_lanes (queue, priority, shard)
-SELECT $1, p.priority,
-       CASE WHEN jq.shards > 1 THEN (pg_catalog.pg_backend_pid() % jq.shards)::smallint
-            ELSE 0::smallint END
-FROM pgque.job_queues jq CROSS JOIN unnest($2::smallint[]) AS p(priority)
-WHERE jq.queue_name = $1
+SELECT $1, n.priority, n.shard FROM new n
+WHERE (SELECT count(*) FROM pgque.job_lanes l WHERE l.queue = $1)
+      + (SELECT count(*) FROM new) <= $3
 ON CONFLICT DO NOTHING
 "#;
+
+/// Creates the lanes of `lanes` (priorities) of `queue` for this backend's
+/// shard if the queue's lane bound allows all of them (CREATE_LANES_SQL).
+/// Creates none when another transaction is creating lanes of the queue
+/// (its lock is only tried: a producer never waits for another's commit
+/// here) or when the transaction reads with one snapshot (REPEATABLE READ
+/// could not count a lane committed after it began). The caller's batch
+/// then goes to pgque.jobs, which is correct, only slower to dispatch.
+fn create_lanes(client: &mut pgrx::spi::SpiClient<'_>, queue: &str, lanes: &[i16]) {
+    if super::xact_snapshot() {
+        return;
+    }
+    let lock = prepared(client, LANE_CREATE_LOCK_SQL, &[ty(pg_sys::TEXTOID)]);
+    let got = client
+        .update(lock, None, &[queue.into()])
+        .unwrap_or_else(|e| pgrx::error!("{e}"))
+        .first()
+        .get::<bool>(1)
+        .ok()
+        .flatten()
+        .unwrap_or(false);
+    if !got {
+        return;
+    }
+    let create = prepared(
+        client,
+        CREATE_LANES_SQL,
+        &[
+            ty(pg_sys::TEXTOID),
+            ty(pg_sys::INT2ARRAYOID),
+            ty(pg_sys::INT4OID),
+        ],
+    );
+    client
+        .update(
+            create,
+            None,
+            &[
+                queue.into(),
+                lanes.to_vec().into(),
+                crate::gucs::job_lanes_per_queue().into(),
+            ],
+        )
+        .unwrap_or_else(|e| pgrx::error!("{e}"));
+}
 
 /// Whether a batch can go to the log, from what the call passed: no unique
 /// key, actor or identity key, and every job ready now (`all_ready`).
@@ -262,18 +341,12 @@ pub fn run(
                     return Some(outcomes(ids));
                 }
                 if attempt == 1 {
-                    // a lane another transaction created after this one's
-                    // snapshot (REPEATABLE READ): pgque.jobs takes the batch
+                    // a lane the queue's bound, another creator or the
+                    // isolation level kept from being made: pgque.jobs takes
+                    // the batch
                     return None;
                 }
-                let create = prepared(
-                    client,
-                    CREATE_LANES_SQL,
-                    &[ty(pg_sys::TEXTOID), ty(pg_sys::INT2ARRAYOID)],
-                );
-                client
-                    .update(create, None, &[queue.into(), lanes.to_vec().into()])
-                    .unwrap_or_else(|e| pgrx::error!("{e}"));
+                create_lanes(client, queue, lanes);
             }
             None
         })

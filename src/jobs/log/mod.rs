@@ -21,6 +21,12 @@
 //!   next statement reads the cursor in a snapshot taken after the previous
 //!   holder committed (READ COMMITTED; dispatch refuses other levels when it
 //!   reads the log, see `dispatch::require_read_committed`);
+//! - every transaction that reads a lane's cursor to act on it (dispatch,
+//!   the cancel of a ready log job, a switch to round_robin) first takes
+//!   the database's rotation barrier shared (ROTATION_BARRIER_CLASS, held to
+//!   commit), before any statement of it reads the log; the rotation takes
+//!   it exclusively to truncate a segment and raise the lanes' floors
+//!   (rotate.rs says why that is enough and why it cannot starve);
 //! - a claim is looked up by its claim_id, and its state is then compared as
 //!   text (`state::text = 'a'`): every claim stays active until its lease is
 //!   over, so the partial index of active claims (for the rescue) holds
@@ -43,6 +49,23 @@ use pgrx::pg_sys;
 pub const CLAIM_LOCK_CLASS: i32 = 0x6A6F_6263; // "jobc"
 /// Advisory-lock class of a lane's dispatchers (class, lane_id).
 pub const DISPATCH_LOCK_CLASS: i32 = 0x6A6F_6264; // "jobd"
+
+/// Advisory-lock class of the job log's rotation barrier (class, key 0):
+/// one lock per database, whatever the number of lanes.
+pub const ROTATION_BARRIER_CLASS: i32 = 0x6A6F_6272; // "jobr"
+
+/// Takes the rotation barrier shared (waits while a rotation truncates).
+/// Before the first statement that reads the log: that statement's
+/// snapshot, and its locks on the log's partitions, come after it.
+pub fn enter_log() {
+    crate::locks::lock_shared(ROTATION_BARRIER_CLASS, 0);
+}
+
+/// `enter_log` for the worker's duties, which never wait: false while a
+/// rotation holds (or waits for) the barrier.
+pub fn try_enter_log() -> bool {
+    crate::locks::try_lock_shared(ROTATION_BARRIER_CLASS, 0)
+}
 
 /// The current segment, as every insert into the log tables reads it.
 #[macro_export]

@@ -520,6 +520,13 @@ pub fn try_job_to_side(id: i64) -> Option<bool> {
 }
 
 fn move_to_side(id: i64, wait: bool) -> Option<bool> {
+    // no rotation raises the lane's floor meanwhile: the barrier before the
+    // first statement that reads the log (log/mod.rs)
+    if wait {
+        super::enter_log();
+    } else if !super::try_enter_log() {
+        return None;
+    }
     let lane = with_generic_plans(|| {
         Spi::connect(|client| {
             let stmt = prepared(client, FIND_SQL, &[ty(pg_sys::INT8OID)]);

@@ -9,11 +9,42 @@
 //!   the oldest sealed segment once (a) every job in it was handed out,
 //!   (b) none of them still runs from it (running claims are evacuated to
 //!   pgque.jobs first, keeping their token and lease) and (c) it was sealed
-//!   pgque.completed_job_retention ago. The truncation holds every lane's
-//!   dispatch lock and an ACCESS EXCLUSIVE lock on the segment's four
-//!   partitions (log, claims, done rows, progress rows), both taken without waiting (a busy log is rotated on a later
-//!   run): no statement that reads the log runs meanwhile, so none can see
-//!   the partitions emptied with the old lane floors.
+//!   pgque.completed_job_retention ago.
+//!
+//! The truncation's barrier is one lock per database, not one per lane: the
+//! rotation barrier (ROTATION_BARRIER_CLASS, log/mod.rs), which every
+//! transaction that reads a lane's cursor to act on it takes shared before
+//! its first statement that reads the log (dispatch, the cancel of a ready
+//! log job, a switch to round_robin), and which the rotation takes
+//! exclusively, then an ACCESS EXCLUSIVE lock on the segment's four
+//! partitions (log, claims, done rows, progress rows), held to commit with
+//! the floors it raises and the TRUNCATE. Why that is enough, reader by
+//! reader:
+//! - cursor readers (above): each took the barrier before the snapshot of
+//!   every statement that reads the log, so it either ended before the
+//!   rotation got the barrier or reads after the rotation committed, with
+//!   the new floors and the emptied partitions; never the emptied
+//!   partitions with the old floors (a lowered cursor: jobs handed out
+//!   twice). That is what every lane's lock gave, at one lock;
+//! - everything else that reads the segment's rows (complete, fail,
+//!   heartbeat, the rescue, the status views, the explorer) reads
+//!   job_claims / job_done / job_log through their parents, which locks
+//!   every partition: none runs while the rotation holds the segment's
+//!   partitions, and what ran before has ended;
+//! - producers insert into the current segment only (never a sealed one).
+//!
+//! Neither lock is only tried: a try-lock fails whenever one holder is in
+//! flight, so under constant dispatch it failed on every run. Both are
+//! waited for, for at most ROTATION_WAIT (`locks::within`): a queued
+//! exclusive request is granted as soon as the transactions it waits for
+//! end, and new requesters queue behind it meanwhile, so a stream of short
+//! dispatches cannot starve it and waits behind it for at most
+//! ROTATION_WAIT plus the truncation itself. A transaction that holds the
+//! log's partitions and then asks for the barrier (a dispatch after a
+//! complete in one transaction) while the rotation waits for the
+//! partitions is a deadlock: the rotation's timeout (below the server's
+//! deadlock_timeout) ends it, the rotation reports busy and tries again on
+//! its next run.
 use super::release::to_side;
 use crate::gucs;
 use pgrx::pg_sys;
@@ -137,9 +168,11 @@ const OLDEST_SEALED_SQL: &str = "SELECT o.seg FROM (
     ORDER BY (s.seg - cur.seg + 3) % 3 LIMIT 1) o
     WHERE o.sealed_at <= now() - $1::interval";
 
-const LOCK_ALL_LANES_SQL: &str = "SELECT (count(*) FILTER (WHERE NOT x.ok))::int FROM (
-    SELECT pgque.try_xact_lock(1785684580, l.lane_id) AS ok
-    FROM (SELECT lane_id FROM pgque.job_lanes ORDER BY lane_id) l) x";
+/// How long the rotation waits for its barrier and for the segment's
+/// partitions (module comment): short against the worker's lock_timeout
+/// (1 s) and the server's default deadlock_timeout (1 s), long against a
+/// dispatch (about a millisecond).
+const ROTATION_WAIT: &std::ffi::CStr = c"200ms";
 
 /// Lanes with a job in segment $1 that was not handed out yet.
 const UNDISPATCHED_SQL: &str = r#"
@@ -187,28 +220,32 @@ pub fn rotate() -> (bool, Option<i16>, i32, bool) {
     else {
         return (switched, None, 0, false);
     };
-    let busy_lanes = Spi::get_one::<i32>(crate::locks::sql(LOCK_ALL_LANES_SQL))
-        .ok()
-        .flatten()
-        .unwrap_or(0);
-    if busy_lanes > 0 {
+    let undispatched = || {
+        Spi::get_one_with_args::<i32>(UNDISPATCHED_SQL, &[seg.into()])
+            .ok()
+            .flatten()
+            .unwrap_or(0)
+    };
+    // A lane nobody dispatches holds the segment, as a lagging consumer
+    // holds an event table. Checked first without the barrier, so that such
+    // a lane makes no dispatch wait on every run: cursors only advance, so a
+    // lane behind now was behind when the run began (checked again below).
+    if undispatched() > 0 {
+        return (switched, None, 0, false);
+    }
+    let rels = seg_relids(seg);
+    let got = crate::locks::within(ROTATION_WAIT, || {
+        crate::locks::lock(super::ROTATION_BARRIER_CLASS, 0);
+        for rel in rels {
+            unsafe {
+                pg_sys::LockRelationOid(rel, pg_sys::AccessExclusiveLock as pg_sys::LOCKMODE)
+            };
+        }
+    });
+    if !got {
         return (switched, None, 0, true);
     }
-    for rel in seg_relids(seg) {
-        let got = unsafe {
-            pg_sys::ConditionalLockRelationOid(rel, pg_sys::AccessExclusiveLock as pg_sys::LOCKMODE)
-        };
-        if !got {
-            return (switched, None, 0, true);
-        }
-    }
-    let undispatched = Spi::get_one_with_args::<i32>(UNDISPATCHED_SQL, &[seg.into()])
-        .ok()
-        .flatten()
-        .unwrap_or(0);
-    if undispatched > 0 {
-        // a lane nobody dispatches holds the segment, as a lagging consumer
-        // holds an event table
+    if undispatched() > 0 {
         return (switched, None, 0, false);
     }
     let running: Vec<i64> = Spi::connect(|client| {
