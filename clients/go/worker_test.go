@@ -540,3 +540,30 @@ func TestSIGTERMMidBatchLosesNothing(t *testing.T) {
 		}
 	}
 }
+
+// A queue name over 52 bytes has a shortened channel (md5): the worker must
+// LISTEN on what pgque.job_channel returns. With a 60 s poll only that
+// NOTIFY wakes it in time.
+func TestListenOnALongQueueNamesChannel(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	p := newPool(t)
+	q := qname() + strings.Repeat("x", 56-len(qname()))
+	must(t, p, "SELECT pgque.create_job_queue($1)", q)
+	if ch := scalar[string](t, p, "SELECT pgque.job_channel($1)", q); ch == "pgque_jobs_"+q {
+		t.Fatalf("a %d-byte name kept its plain channel %s", len(q), ch)
+	}
+	got := make(chan struct{}, 1)
+	w, _ := pgque.NewWorker(p, []string{q}, pgque.Concurrency(1), pgque.PollInterval(60*time.Second))
+	w.Handle("ping", func(context.Context, *pgque.Job) (any, error) { got <- struct{}{}; return nil, nil })
+	running(t, w)
+	time.Sleep(time.Second) // idle on its first poll's wait
+	if _, err := pgque.Enqueue(ctx, p, q, "ping", nil); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-got:
+	case <-time.After(10 * time.Second):
+		t.Fatal("not woken by the shortened channel's NOTIFY")
+	}
+}
