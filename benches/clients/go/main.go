@@ -23,6 +23,7 @@ import (
 	"log/slog"
 	"math"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -251,7 +252,10 @@ func (s *riverSys) producer(ctx context.Context) (func(context.Context, BenchArg
 	if err != nil {
 		return nil, nil, err
 	}
-	c, err := river.NewClient[pgx.Tx](riverDriver(p), &river.Config{})
+	// An insert-only client; its FetchCooldown is also the interval of its
+	// insert notifications (at most one per queue per cooldown), so it gets
+	// the worker's.
+	c, err := river.NewClient[pgx.Tx](riverDriver(p), &river.Config{FetchCooldown: s.cooldown})
 	if err != nil {
 		p.Close()
 		return nil, nil, err
@@ -469,6 +473,7 @@ func main() {
 	secs := flag.Float64("secs", 4, "seconds per latency cell")
 	parts := flag.String("parts", "drain,rate", "parts to run")
 	raw := flag.String("raw", "/tmp/pgque_bench_go.jsonl", "every cell's JSON line")
+	only := flag.String("systems", "pgque,river,river_fc1ms", "the systems to run")
 	flag.Parse()
 	ctx := context.Background()
 
@@ -490,10 +495,15 @@ func main() {
 	if _, err := mig.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
 		log.Fatal(err)
 	}
-	systems := []system{
+	var systems []system
+	for _, s := range []system{
 		&pgqueSys{dsn: *pgqueDSN, p: pp},
 		&riverSys{dsn: *riverDSN, p: rp, label: "river"},
 		&riverSys{dsn: *riverDSN, p: rp, label: "river_fc1ms", cooldown: time.Millisecond},
+	} {
+		if slices.Contains(strings.Split(*only, ","), s.name()) {
+			systems = append(systems, s)
+		}
 	}
 	out, err := os.Create(*raw)
 	if err != nil {

@@ -9,7 +9,7 @@
 #          SECS s each, and the server's CPU per job meanwhile
 #
 #   benches/clients/go/run.sh [N=20000] [ROUNDS=3] [PG=15]
-#   RATES=200,1000 SECS=4 PARTS=drain,rate benches/clients/go/run.sh
+#   RATES=200,1000 SECS=4 PARTS=drain,rate SYSTEMS=pgque,river,river_fc1ms benches/clients/go/run.sh
 #
 # pgque is built in release mode and installed into that PostgreSQL
 # (scripts/install.sh --release). pgque and River get a database each on the
@@ -25,6 +25,7 @@ VER=${3:-15}
 RATES=${RATES:-200,1000}
 SECS=${SECS:-4}
 PARTS=${PARTS:-drain,rate}
+SYSTEMS=${SYSTEMS:-pgque,river,river_fc1ms}
 RAW=${RAW:-/tmp/pgque_bench_go.jsonl}
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../../.." && pwd)
@@ -68,6 +69,6 @@ START_LOAD=$(cut -d' ' -f1-3 /proc/loadavg)
 T0=$(date +%s)
 echo "[bench go] load average at start: $START_LOAD" >&2
 "$BIN" -pgque-dsn "$BASE dbname=bench_pgque" -river-dsn "$BASE dbname=bench_river" -data "$DATA" \
-  -n "$N" -rounds "$ROUNDS" -rates "$RATES" -secs "$SECS" -parts "$PARTS" -raw "$RAW"
+  -n "$N" -rounds "$ROUNDS" -rates "$RATES" -secs "$SECS" -parts "$PARTS" -systems "$SYSTEMS" -raw "$RAW"
 echo
 echo "PostgreSQL $("$BINDIR/postgres" --version | awk '{print $3}'); load average at start $START_LOAD, at end $(cut -d' ' -f1-3 /proc/loadavg); $(( $(date +%s) - T0 )) s"
