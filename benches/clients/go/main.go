@@ -9,7 +9,9 @@
 //     autovacuum off);
 //   - rate: latency enqueue -> handler start (p50 / p99) at fixed enqueue
 //     rates, open loop from 8 producer connections, and the server's CPU
-//     per job meanwhile.
+//     per job meanwhile;
+//   - settle: after the rounds, one more drain per system and a wait, for
+//     the dead tuples that maintenance makes after a drain.
 //
 // It prints one JSON line per cell to -raw and a markdown report to stdout.
 package main
@@ -350,6 +352,7 @@ type cell struct {
 	JobsPerSec float64 `json:"jobs_per_s"`
 	CPUms      float64 `json:"server_cpu_ms_per_job"`
 	Dead       int64   `json:"dead_tuples"`
+	DeadLater  int64   `json:"dead_tuples_after_wait,omitempty"`
 	P50        float64 `json:"p50_ms,omitempty"`
 	P99        float64 `json:"p99_ms,omitempty"`
 	EnqP50     float64 `json:"enqueue_p50_ms,omitempty"`
@@ -392,6 +395,30 @@ func drain(ctx context.Context, s system, data string, n int) (cell, error) {
 	time.Sleep(1500 * time.Millisecond)
 	c.Dead, err = s.deadTuples(ctx)
 	return c, err
+}
+
+// settle drains n jobs of each system (each database VACUUMed first), then
+// waits: dead tuples that maintenance makes after a drain (pgque settles
+// each dispatch's claim once its lease has ended) are counted too.
+func settle(ctx context.Context, systems []system, data string, n int, wait time.Duration) ([]cell, error) {
+	var out []cell
+	for _, s := range systems {
+		c, err := drain(ctx, s, data, n)
+		if err != nil {
+			return nil, err
+		}
+		c.Part = "settle"
+		out = append(out, c)
+	}
+	time.Sleep(wait)
+	for i, s := range systems {
+		d, err := s.deadTuples(ctx)
+		if err != nil {
+			return nil, err
+		}
+		out[i].DeadLater = d
+	}
+	return out, nil
 }
 
 func rate(ctx context.Context, s system, data string, target int, secs float64) (cell, error) {
@@ -474,6 +501,8 @@ func main() {
 	parts := flag.String("parts", "drain,rate", "parts to run")
 	raw := flag.String("raw", "/tmp/pgque_bench_go.jsonl", "every cell's JSON line")
 	only := flag.String("systems", "pgque,river,river_fc1ms", "the systems to run")
+	settleSystems := flag.String("settle-systems", "pgque,river_fc1ms", "the systems of the settle part (one database each)")
+	settleWait := flag.Duration("settle-wait", 75*time.Second, "how long the settle part waits after its drains")
 	flag.Parse()
 	ctx := context.Background()
 
@@ -553,5 +582,20 @@ func main() {
 			}
 		}
 	}
-	report(cells, *rounds, rateList, systems)
+	if slices.Contains(strings.Split(*parts, ","), "settle") {
+		var ss []system
+		for _, s := range systems {
+			if slices.Contains(strings.Split(*settleSystems, ","), s.name()) {
+				ss = append(ss, s)
+			}
+		}
+		got, err := settle(ctx, ss, *data, *n, *settleWait)
+		if err != nil {
+			log.Printf("settle FAILED: %v", err)
+		}
+		for _, c := range got {
+			record(0, c, nil)
+		}
+	}
+	report(cells, *rounds, rateList, systems, *settleWait)
 }

@@ -5,6 +5,7 @@ import (
 	"math"
 	"sort"
 	"strings"
+	"time"
 )
 
 func median(v []float64) float64 {
@@ -62,7 +63,7 @@ var labels = map[string]string{
 	"river_fc1ms": "River (FetchCooldown 1 ms)",
 }
 
-func report(cells []cell, rounds int, rates []int, systems []system) {
+func report(cells []cell, rounds int, rates []int, systems []system, settleWait time.Duration) {
 	fmt.Printf("### Drain: end-to-end jobs/s, server CPU per job, dead tuples (%d rounds)\n\n", rounds)
 	fmt.Println("| system | jobs per cell | jobs/s (median) | rounds | vs pgque (per round) | server CPU ms/job (median; rounds) | dead tuples after the drain (median; rounds) |")
 	fmt.Println("|---|---|---|---|---|---|---|")
@@ -111,6 +112,20 @@ func report(cells []cell, rounds int, rates []int, systems []system) {
 				median(byRound(cells, s, "rate", t, p99)), join(byRound(cells, s, "rate", t, p99), "%.1f"),
 				median(ratios(cells, s, "rate", t, p50)), median(ratios(cells, s, "rate", t, p99)),
 				median(byRound(cells, s, "rate", t, cpu)), median(byRound(cells, s, "rate", t, enq)))
+		}
+	}
+	var settled []cell
+	for _, c := range cells {
+		if c.Part == "settle" {
+			settled = append(settled, c)
+		}
+	}
+	if len(settled) > 0 {
+		fmt.Printf("\n### Dead tuples %s after a drain (one drain of each, after the rounds)\n\n", settleWait)
+		fmt.Println("| system | jobs | jobs/s of that drain | dead tuples 1.5 s after it | dead tuples after the wait |")
+		fmt.Println("|---|---|---|---|---|")
+		for _, c := range settled {
+			fmt.Printf("| %s | %d | %.0f | %d | %d |\n", labels[c.System], c.Jobs, c.JobsPerSec, c.Dead, c.DeadLater)
 		}
 	}
 }

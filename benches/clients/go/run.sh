@@ -7,9 +7,12 @@
 #          server's CPU per job, the dead tuples the drain left
 #   rate   latency enqueue -> handler start (p50 / p99) at RATES jobs/s for
 #          SECS s each, and the server's CPU per job meanwhile
+#   settle after the rounds, one more drain of pgque and of River (FetchCooldown
+#          1 ms), then 75 s: the dead tuples that maintenance makes after a
+#          drain (pgque settles each dispatch's claim once its lease ended)
 #
 #   benches/clients/go/run.sh [N=20000] [ROUNDS=3] [PG=15]
-#   RATES=200,1000 SECS=4 PARTS=drain,rate SYSTEMS=pgque,river,river_fc1ms benches/clients/go/run.sh
+#   RATES=200,1000 SECS=4 PARTS=drain,rate,settle SYSTEMS=pgque,river,river_fc1ms benches/clients/go/run.sh
 #
 # pgque is built in release mode and installed into that PostgreSQL
 # (scripts/install.sh --release). pgque and River get a database each on the
@@ -24,7 +27,7 @@ ROUNDS=${2:-3}
 VER=${3:-15}
 RATES=${RATES:-200,1000}
 SECS=${SECS:-4}
-PARTS=${PARTS:-drain,rate}
+PARTS=${PARTS:-drain,rate,settle}
 SYSTEMS=${SYSTEMS:-pgque,river,river_fc1ms}
 RAW=${RAW:-/tmp/pgque_bench_go.jsonl}
 HERE=$(cd "$(dirname "$0")" && pwd)
