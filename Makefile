@@ -17,7 +17,7 @@ help:
 	@echo "make test     every check and test on PostgreSQL $(VERSIONS)"
 	@echo "make pgtest PG=16   only the server-level tier (pg_test/) on one version"
 	@echo "make test-web  the dashboard (pgque-web) in headless Chromium"
-	@echo "make test-clients   the Python, Rust and TypeScript client libraries against a real server"
+	@echo "make test-clients   the Python, Rust, TypeScript and Go client libraries against a real server"
 	@echo "make test-compat    PgQue's Python client (pgque-py 0.2.2) against pgque"
 	@echo "make bench    side-by-side benchmarks (benches/)"
 	@echo "make soak     held-xmin soak, ~8 min (not part of make test; results in benches/results/soak-pg<N>.md)"
@@ -41,6 +41,8 @@ lint:
 	cargo clippy -p pgque-web --all-targets -- -D warnings
 	cargo fmt --manifest-path clients/rust/Cargo.toml --all -- --check
 	cargo clippy --manifest-path clients/rust/Cargo.toml --all-targets -- -D warnings
+	cd clients/go && go vet ./...
+	@cd clients/go && test -z "$$(gofmt -l .)" || { echo "gofmt -l clients/go:"; gofmt -l .; exit 1; }
 
 # Pure-Rust #[test]s and in-server #[pg_test]s, in one binary per version.
 # cargo pgrx test installs the library in place: unlink it first, so that a
@@ -66,7 +68,7 @@ pgtest: setup
 	@echo "==== pg_test tier on PostgreSQL $(PG)"
 	@bash pg_test/run.sh $(PG)
 
-# The client libraries (clients/python, clients/rust, clients/typescript) against a real server.
+# The client libraries (clients/python, clients/rust, clients/typescript, clients/go) against a real server.
 test-clients: setup
 	@echo "==== client libraries on PostgreSQL $(PG)"
 	@bash clients/run.sh $(PG)

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # The client-library tier: installs pgque into one PostgreSQL version, starts
 # a private cluster with pgque preloaded, runs the Python client's pytest
-# suite, the Rust client's cargo tests and the TypeScript client's
-# `node --test` suite against it, stops the cluster.
+# suite, the Rust client's cargo tests, the TypeScript client's
+# `node --test` suite and the Go client's `go test` against it, stops the
+# cluster.
 #
 #   clients/run.sh 15                    # every client
 #   clients/run.sh 15 python [ARGS]      # only pytest (ARGS go to pytest, e.g. -k worker)
 #   clients/run.sh 15 rust [FILTER]      # only cargo test
 #   clients/run.sh 15 typescript [ARGS]  # only node --test (ARGS go to node, e.g. --test-name-pattern=drain)
+#   clients/run.sh 15 go [ARGS]          # only the Go client: go vet, gofmt -l, go test (ARGS go to go test, e.g. -run Worker)
 #   clients/run.sh 15 trace              # only the OpenTelemetry pass (below)
 #
 # The python, rust and typescript passes run without OpenTelemetry (Python
@@ -28,10 +30,10 @@
 # clients/typescript/node_modules (git-ignored) when they are missing or older
 # than package-lock.json, and compiles with tsc (`npm run build`) each run.
 set -euo pipefail
-VER=${1:?usage: clients/run.sh PGVERSION [python|rust|typescript] [args]}
+VER=${1:?usage: clients/run.sh PGVERSION [python|rust|typescript|go] [args]}
 WHAT=${2:-all}
 shift $(( $# >= 2 ? 2 : 1 ))
-case "$WHAT" in all|python|rust|typescript|trace) ;; *) echo "unknown client '$WHAT' (python|rust|typescript|trace)" >&2; exit 2 ;; esac
+case "$WHAT" in all|python|rust|typescript|go|trace) ;; *) echo "unknown client '$WHAT' (python|rust|typescript|go|trace)" >&2; exit 2 ;; esac
 want() { [ "$WHAT" = all ] || [ "$WHAT" = "$1" ]; }
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -80,6 +82,7 @@ PORT=$((54100 + VER))
 # The TypeScript tier alone gets a cluster of its own, so that it can run
 # beside another client's run on the same machine.
 if [ "$WHAT" = typescript ]; then DATA=/tmp/pgque_clients_ts_$VER; PORT=$((54200 + VER)); fi
+if [ "$WHAT" = go ]; then DATA=/tmp/pgque_clients_go_$VER; PORT=$((54300 + VER)); fi
 # Databases as users make them: an ICU default on 15 (the build here with
 # ICU), libc en_US.UTF-8 elsewhere (scripts/pgcluster.sh).
 if [ "$VER" = 15 ]; then export PGQ_LOCALE=${PGQ_LOCALE:-icu}; fi
@@ -126,6 +129,14 @@ if want typescript; then
   # TAP output: its closing lines are '# pass N' / '# fail N'. Two test files
   # at a time, each with a database of its own.
   (cd "$TS" && node --test --test-reporter=tap --test-concurrency=2 "$@" dist/test/*.test.js) || rc=$?
+fi
+if want go; then
+  # The Go client (clients/go): its modules come through the Go module proxy
+  # on first use (go.sum pins them). The output ends with go test's ok/FAIL lines.
+  echo "==== clients: go (go vet, gofmt -l, go test)"
+  (cd "$ROOT/clients/go" && go vet ./... \
+    && { unformatted=$(gofmt -l .); [ -z "$unformatted" ] || { echo "gofmt -l: $unformatted"; exit 1; }; } \
+    && go test -count=1 "$@" ./...) || rc=$?
 fi
 if want trace; then
   echo "==== clients: OpenTelemetry (python tracing tests, the cross-client trace)"
