@@ -25,9 +25,15 @@ const DROPPED: usize = 16;
 /// the mark). Without these marks the launcher started a worker in every
 /// such database on every scan, and with more of them than free worker
 /// slots it stopped at the first refusal: the databases after them in
-/// pg_database never got a worker after a restart. Past UNWANTED databases
-/// the oldest mark is overwritten (that database is probed again).
-const UNWANTED: usize = 256;
+/// pg_database never got a worker after a restart. A role with CREATEDB
+/// makes databases without pgque at will: each one past the marks kept is
+/// probed again on every scan (a worker process started and gone), taking
+/// slots from the databases that have pgque. So the marks are many (32 KiB
+/// of shared memory), and a new one takes a free or lapsed place, else the
+/// oldest mark's: only past UNWANTED live marks is any database probed
+/// again before its TTL. A cluster with more databases without pgque than
+/// that names its pgque databases in pgque.databases (docs/operations.md).
+const UNWANTED: usize = 2048;
 /// How long the launcher leaves an unwanted database alone (10 minutes).
 pub const UNWANTED_TTL_US: i64 = 600 * 1_000_000;
 /// Databases the pool can keep track of without a process (worker::pool).
@@ -138,7 +144,6 @@ pub struct Workers {
     dropped: [u32; DROPPED],
     dropped_next: usize,
     unwanted: [(u32, i64); UNWANTED],
-    unwanted_next: usize,
 }
 
 impl Default for Workers {
@@ -157,7 +162,6 @@ impl Default for Workers {
             dropped: [0; DROPPED],
             dropped_next: 0,
             unwanted: [(0, 0); UNWANTED],
-            unwanted_next: 0,
         }
     }
 }
@@ -648,9 +652,18 @@ pub fn mark_unwanted(db_oid: u32, now: i64) {
         u.1 = now;
         return;
     }
-    let i = w.unwanted_next % UNWANTED;
-    w.unwanted[i] = (db_oid, now);
-    w.unwanted_next = i + 1;
+    // a free or lapsed place, else the oldest mark (the first to lapse)
+    let mut pick = 0;
+    for (i, u) in w.unwanted.iter().enumerate() {
+        if u.0 == 0 || now - u.1 >= UNWANTED_TTL_US {
+            pick = i;
+            break;
+        }
+        if u.1 < w.unwanted[pick].1 {
+            pick = i;
+        }
+    }
+    w.unwanted[pick] = (db_oid, now);
 }
 
 /// Forgets the mark of `db_oid` (start() wants a worker there).

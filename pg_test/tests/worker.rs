@@ -386,6 +386,76 @@ fn databases_without_pgque_do_not_starve_one_with_it() {
     );
 }
 
+/// A role with CREATEDB makes hundreds of databases without pgque. The
+/// launcher probes each once (a worker that finds no extension and leaves)
+/// and then leaves it alone for its TTL: 300 such databases, more than the
+/// 256 marks it used to keep, are not probed again on the next scans (the
+/// overflowed ones were, every scan, each a process taking a slot), and
+/// the one database with pgque gets its worker. The probes are counted by
+/// the transactions they run in those databases (autovacuum off, so
+/// nothing else connects there).
+#[test]
+fn hundreds_of_databases_without_pgque_are_probed_once() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let cl = Cluster::start_new(
+        "manydbs",
+        "max_worker_processes = 10\nautovacuum = off\npgque.launcher_rescan_interval = 2\n",
+    );
+    let mut admin = cl.connect("postgres");
+    for i in 0..300 {
+        admin
+            .batch_execute(&format!("CREATE DATABASE junk_{i}"))
+            .unwrap();
+    }
+    drop(cl.create_db("with_pgque"));
+    drop(admin);
+    cl.stop_immediate();
+    cl.start();
+    let mut admin = cl.connect("postgres");
+    let got = wait_until(Duration::from_secs(120), || {
+        admin
+            .query_opt(
+                "SELECT pid FROM pg_stat_activity WHERE backend_type = 'pgque worker' \
+                   AND datname = 'with_pgque'",
+                &[],
+            )
+            .unwrap()
+            .is_some()
+    });
+    assert!(
+        got,
+        "no worker for with_pgque; server log:\n{}",
+        cl.log_tail(30)
+    );
+    let probes = |c: &mut Client| -> (i64, i64) {
+        c.query_one(
+            "SELECT coalesce(sum(xact_commit + xact_rollback), 0)::int8, \
+                    count(*) FILTER (WHERE xact_commit + xact_rollback > 0) \
+               FROM pg_stat_database WHERE datname LIKE 'junk\\_%'",
+            &[],
+        )
+        .map(|r| (r.get(0), r.get(1)))
+        .unwrap()
+    };
+    // the first round: every junk database probed once, then quiet
+    let mut last = (-1, 0);
+    let settled = wait_until(Duration::from_secs(120), || {
+        std::thread::sleep(Duration::from_millis(1500));
+        let now = probes(&mut admin);
+        let quiet = now == last && now.1 == 300;
+        last = now;
+        quiet
+    });
+    assert!(
+        settled,
+        "probing did not settle: {last:?} (transactions, databases probed)"
+    );
+    // three more scans (2 s apart): no junk database is probed again
+    std::thread::sleep(Duration::from_secs(7));
+    let after = probes(&mut admin);
+    assert_eq!(after, last, "junk databases probed again within their TTL");
+}
+
 /// The ticker runs of `public.ticker_runs` (instrument_duties) at or after
 /// `t0`, as seconds after it.
 fn ticker_runs_since(c: &mut Client, t0: f64) -> Vec<f64> {
