@@ -120,9 +120,24 @@ fn jobs_lanes_past_the_bound_go_to_pgque_jobs_in_dispatch_order() {
     let mut w = db.connect_as("lanes_writer");
     let mut all: Vec<i64> = vec![];
     // lanes 1..40, then 41..63: with priority 0's lane, 64 lanes
-    all.extend(enqueue_prios(&mut w, "lq", "a", &(1..=40).collect::<Vec<_>>()));
-    all.extend(enqueue_prios(&mut w, "lq", "b", &(41..=63).collect::<Vec<_>>()));
-    let lanes = |su: &mut Client| count(su, "SELECT count(*) FROM pgque.job_lanes WHERE queue = 'lq'");
+    all.extend(enqueue_prios(
+        &mut w,
+        "lq",
+        "a",
+        &(1..=40).collect::<Vec<_>>(),
+    ));
+    all.extend(enqueue_prios(
+        &mut w,
+        "lq",
+        "b",
+        &(41..=63).collect::<Vec<_>>(),
+    ));
+    let lanes = |su: &mut Client| {
+        count(
+            su,
+            "SELECT count(*) FROM pgque.job_lanes WHERE queue = 'lq'",
+        )
+    };
     assert_eq!(lanes(&mut su), 64);
     // every priority of the range, twice, in a scrambled order: new lanes
     // are needed, so the whole batch is stored in pgque.jobs
@@ -201,7 +216,10 @@ fn jobs_lanes_dispatch_locks_only_lanes_with_work() {
     let mut w = db.connect_as("lanes_writer");
     enqueue_prios(&mut w, "lk", "a", &(0..64).collect::<Vec<_>>());
     assert_eq!(
-        count(&mut su, "SELECT count(*) FROM pgque.job_lanes WHERE queue = 'lk'"),
+        count(
+            &mut su,
+            "SELECT count(*) FROM pgque.job_lanes WHERE queue = 'lk'"
+        ),
         64
     );
     let mut worker = db.connect_as("lanes_worker");
@@ -226,12 +244,19 @@ fn jobs_lanes_dispatch_locks_only_lanes_with_work() {
     let (n, lanes, all) = locked_dispatch(&mut worker, 10);
     assert_eq!(n, 3);
     assert_eq!(lanes, 2, "the two lanes with work, not the queue's 64");
-    assert!(all <= 3, "{all} advisory locks: the lanes and the rotation barrier");
+    assert!(
+        all <= 3,
+        "{all} advisory locks: the lanes and the rotation barrier"
+    );
     enqueue_prios(&mut w, "lk", "d", &[63]);
     let (n, lanes, _) = locked_dispatch(&mut worker, 10);
     assert_eq!((n, lanes), (1, 1));
     let (n, lanes, all) = locked_dispatch(&mut worker, 10);
-    assert_eq!((n, lanes), (0, 0), "an empty queue's dispatch locks no lane");
+    assert_eq!(
+        (n, lanes),
+        (0, 0),
+        "an empty queue's dispatch locks no lane"
+    );
     assert!(all <= 1, "{all} advisory locks");
 }
 
@@ -337,8 +362,10 @@ fn jobs_lanes_rotation_truncates_under_constant_dispatch_without_lane_locks() {
 fn jobs_lanes_depends_on_refuses_a_writer_another_queues_parent() {
     let db = new_db("jlanes_deps");
     let mut su = db.connect();
-    su.batch_execute("SELECT pgque.create_job_queue('theirs'); SELECT pgque.create_job_queue('mine')")
-        .unwrap();
+    su.batch_execute(
+        "SELECT pgque.create_job_queue('theirs'); SELECT pgque.create_job_queue('mine')",
+    )
+    .unwrap();
     let theirs: i64 = su
         .query_one("SELECT pgque.enqueue('theirs', 'parent')", &[])
         .unwrap()
@@ -368,7 +395,11 @@ fn jobs_lanes_depends_on_refuses_a_writer_another_queues_parent() {
             &[&parents],
         );
         assert_eq!(sqlstate(r), "42501", "parents {parents:?}");
-        assert_eq!(snapshot(&mut su), before, "a refused depends_on changed something");
+        assert_eq!(
+            snapshot(&mut su),
+            before,
+            "a refused depends_on changed something"
+        );
     }
     // the same refusal inside the writer's transaction leaves it aborted,
     // and its rollback leaves nothing either
