@@ -122,7 +122,50 @@ fn tag(class: i32, key: i64) -> pg_sys::LOCKTAG {
 fn acquire(class: i32, key: i64, mode: u32, dont_wait: bool) -> bool {
     let t = tag(class, key);
     let r = unsafe { pg_sys::LockAcquire(&t, mode as pg_sys::LOCKMODE, false, dont_wait) };
+    if r == pg_sys::LockAcquireResult::LOCKACQUIRE_OK && class == LANE_CLASS && !dont_wait {
+        count_lane_lock();
+    }
     r != pg_sys::LockAcquireResult::LOCKACQUIRE_NOT_AVAIL
+}
+
+/// The lock class of a job lane (jobs::LANE_LOCK_CLASS): an enqueue takes
+/// one per (queue, priority, shard) it writes and holds it to commit.
+pub const LANE_CLASS: i32 = 0x6A6F_626C; // "jobl"
+
+thread_local! {
+    /// (start time of the transaction, lane locks it took) of this backend.
+    static LANE_LOCKS: Cell<(i64, usize)> = const { Cell::new((0, 0)) };
+}
+
+/// Counts a lane lock newly taken by this transaction; 54000 past
+/// 4 x max_locks_per_transaction. Priorities run -1000..1000 and lanes are
+/// per queue, so a producer's transaction that enqueued into many
+/// priorities of many queues held that many entries of the cluster's
+/// shared lock table to its commit, and could fill it: "out of shared
+/// memory" for every session of every database meanwhile. The lock table
+/// is sized for max_locks_per_transaction per backend on average; one
+/// transaction may take four times that in lanes. Try-locks are not
+/// counted: only the duties take lanes that way (promotion), in batches of
+/// their own bounded size, and refusing them would stall the duty for good.
+fn count_lane_lock() {
+    let xact = unsafe { pg_sys::GetCurrentTransactionStartTimestamp() };
+    let max = 4 * unsafe { pg_sys::max_locks_per_xact }.max(1) as usize;
+    let n = LANE_LOCKS.with(|c| {
+        let (t, n) = c.get();
+        let n = if t == xact { n + 1 } else { 1 };
+        c.set((xact, n));
+        n
+    });
+    if n > max {
+        crate::error::raise_detail(
+            crate::error::LIMIT_EXCEEDED,
+            format!("this transaction has taken {max} job lane locks, the most one transaction may hold"),
+            format!(
+                "An enqueue takes one lock per queue and priority it writes, held to commit; the limit is 4 x max_locks_per_transaction ({}). Enqueue into fewer priorities per transaction, or commit in between.",
+                unsafe { pg_sys::max_locks_per_xact }
+            ),
+        );
+    }
 }
 
 /// Takes (`class`, `key`) exclusively until the transaction ends (waits).

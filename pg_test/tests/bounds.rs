@@ -150,3 +150,71 @@ fn an_event_queue_and_a_job_queue_never_share_a_notify_channel() {
         .collect();
     assert_eq!(jobs, [long.as_str(), "x"]);
 }
+
+/// A producer's transaction takes a lane lock per queue and priority it
+/// enqueues into, held to commit: at most 4 x max_locks_per_transaction
+/// (256 here) of them, past which the enqueue says 54000 and the
+/// transaction keeps nothing, rather than filling the cluster's lock table.
+#[test]
+fn a_transactions_lane_locks_are_bounded_for_a_writer() {
+    let _g = serial();
+    let db = TestDb::new("bounds_lane_locks");
+    let mut su = connect_to("postgres");
+    ensure_role(&mut su, "bound_writer", "LOGIN");
+    su.batch_execute("GRANT pgque_writer TO bound_writer")
+        .unwrap();
+    let mut c = db.connect();
+    stop_worker(&mut c);
+    let per_xact: i32 = c
+        .query_one(
+            "SELECT 4 * current_setting('max_locks_per_transaction')::int",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    c.batch_execute("SELECT pgque.create_job_queue('a'); SELECT pgque.create_job_queue('b')")
+        .unwrap();
+    let mut w = db.connect_as("bound_writer");
+    let jobs = |c: &mut pgque_pg_test::postgres::Client| -> i64 {
+        c.query_one("SELECT count(*) FROM pgque.all_jobs", &[])
+            .unwrap()
+            .get(0)
+    };
+    // as many lanes as allowed, over two queues and two statements
+    let half = per_xact / 2;
+    let mut tx = w.transaction().unwrap();
+    for q in ["a", "b"] {
+        tx.execute(
+            "SELECT pgque.enqueue($1, 'k', '{}'::jsonb, p) FROM generate_series(-$2::int, $2::int - 1) p",
+            &[&q, &(half / 2)],
+        )
+        .unwrap();
+    }
+    tx.commit().unwrap();
+    assert_eq!(jobs(&mut c), (2 * (half / 2) * 2) as i64);
+    // one more distinct priority than allowed, in one transaction: refused
+    let before = jobs(&mut c);
+    let mut tx = w.transaction().unwrap();
+    tx.execute(
+        "SELECT pgque.enqueue('a', 'k', '{}'::jsonb, p) FROM generate_series(-$1::int, $1::int - 1) p",
+        &[&half],
+    )
+    .unwrap();
+    let e = tx
+        .execute("SELECT pgque.enqueue('b', 'k', '{}'::jsonb, 999)", &[])
+        .unwrap_err();
+    assert_eq!(
+        e.code().map(|s| s.code()),
+        Some("54000"),
+        "{:?}",
+        e.as_db_error()
+    );
+    let msg = e.as_db_error().map(|d| d.message().to_string()).unwrap();
+    assert!(msg.contains("job lane locks"), "{msg}");
+    drop(tx);
+    assert_eq!(jobs(&mut c), before, "the refused transaction kept nothing");
+    // the next transaction starts from nothing
+    w.execute("SELECT pgque.enqueue('b', 'k', '{}'::jsonb, 999)", &[])
+        .unwrap();
+    assert_eq!(jobs(&mut c), before + 1);
+}

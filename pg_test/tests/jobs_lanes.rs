@@ -139,10 +139,12 @@ fn jobs_lanes_past_the_bound_go_to_pgque_jobs_in_dispatch_order() {
         )
     };
     assert_eq!(lanes(&mut su), 64);
-    // every priority of the range, twice, in a scrambled order: new lanes
-    // are needed, so the whole batch is stored in pgque.jobs
-    let mut wide: Vec<i16> = (-1000..=1000).step_by(7).collect();
-    wide.extend((-60..=140).rev());
+    // priorities across the whole range, some twice, in a scrambled order
+    // (under 4 x max_locks_per_transaction distinct ones: one transaction's
+    // lane locks are bounded, bounds.rs): new lanes are needed, so the whole
+    // batch is stored in pgque.jobs
+    let mut wide: Vec<i16> = (-1000..=1000).step_by(25).collect();
+    wide.extend((-30..=70).rev());
     let c_ids = enqueue_prios(&mut w, "lq", "c", &wide);
     all.extend(&c_ids);
     // existing lanes only: the log

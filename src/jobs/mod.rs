@@ -54,7 +54,7 @@ extension_sql_file!(
 pub const QUEUE_LOCK_CLASS: i32 = 0x6A6F_6271; // "jobq"
 /// Advisory-lock class of a lane (queue, priority, shard): held from the
 /// moment a transaction takes ids in the lane until it commits.
-pub const LANE_LOCK_CLASS: i32 = 0x6A6F_626C; // "jobl"
+pub const LANE_LOCK_CLASS: i32 = crate::locks::LANE_CLASS; // "jobl"
 
 /// The job states, as stored.
 pub const STATES: [&str; 7] = [
