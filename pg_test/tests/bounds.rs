@@ -218,3 +218,38 @@ fn a_transactions_lane_locks_are_bounded_for_a_writer() {
         .unwrap();
     assert_eq!(jobs(&mut c), before + 1);
 }
+
+/// enqueue_flow takes a lane's lock with the same lock as enqueue (pgque's
+/// own tag, not pg_advisory_xact_lock's, which no other statement took), so
+/// a flow's ready jobs wait for an open enqueue into their lane and ids stay
+/// in commit order within the lane.
+#[test]
+fn enqueue_flow_waits_for_an_open_enqueue_into_its_lane() {
+    let db = TestDb::new("bounds_flow_lane");
+    let mut c = db.connect();
+    stop_worker(&mut c);
+    c.batch_execute("SELECT pgque.create_job_queue('fl')")
+        .unwrap();
+    let mut a = db.connect();
+    let mut tx = a.transaction().unwrap();
+    tx.execute("SELECT pgque.enqueue('fl', 'k', '{}'::jsonb)", &[])
+        .unwrap();
+    let mut b = db.connect();
+    b.batch_execute("SET statement_timeout = '700ms'").unwrap();
+    let flow = "SELECT * FROM pgque.enqueue_flow('fl', '[{\"key\": \"a\", \"kind\": \"k\"}]')";
+    assert_eq!(
+        sqlstate(b.execute(flow, &[])),
+        "57014",
+        "the flow did not wait for the lane"
+    );
+    tx.commit().unwrap();
+    b.execute(flow, &[]).unwrap();
+    let n: i64 = c
+        .query_one(
+            "SELECT count(*) FROM pgque.all_jobs WHERE queue = 'fl'",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(n, 2);
+}

@@ -294,7 +294,7 @@ macro_rules! flow_sql {
             r#"
 WITH q AS MATERIALIZED (
     SELECT jq.queue_name, jq.shards, jq.max_attempts, jq.mode,
-           pg_catalog.pg_advisory_xact_lock_shared(1785684593, pg_catalog.hashtext(jq.queue_name)) AS qlock
+           pgque.xact_lock_shared(1785684593, pg_catalog.hashtext(jq.queue_name)) AS qlock
     FROM pgque.job_queues jq
     WHERE jq.queue_name = $1
 ),
@@ -328,7 +328,7 @@ input AS MATERIALIZED (
             r#"ord)
 ),
 lanes AS MATERIALIZED (
-    SELECT k.lane_key, pg_catalog.pg_advisory_xact_lock(1785684588, k.lane_key) AS lock
+    SELECT k.lane_key, pgque.xact_lock(1785684588, k.lane_key) AS lock
     FROM (SELECT pg_catalog.hashtext($1 || '/' || l.priority || '/' || l.shard) AS lane_key
           FROM (SELECT DISTINCT i.priority, i.shard FROM input i WHERE i.state = 'ready') l
           ORDER BY 1) k
@@ -935,7 +935,7 @@ WITH w AS MATERIALIZED (
     FOR UPDATE
 ),
 lanes AS MATERIALIZED (
-    SELECT l.lane_key, pg_catalog.pg_advisory_xact_lock(1785684588, l.lane_key) AS lock
+    SELECT l.lane_key, pgque.xact_lock(1785684588, l.lane_key) AS lock
     FROM (SELECT DISTINCT w.lane_key FROM w WHERE NOT w.later ORDER BY 1) l
 ),
 numbered AS MATERIALIZED (
