@@ -345,6 +345,28 @@ fn a_worker_started_by_an_uncommitted_start_waits_for_its_commit() {
     );
 }
 
+/// Makes database `with_pgque` (with the extension) beside the cluster's
+/// others, restarts the cluster (fresh shared memory: the launcher knows
+/// nothing) and waits up to `timeout` for with_pgque's worker. Returns a
+/// connection to `postgres` and whether the worker came.
+fn restart_and_wait_for_with_pgque(cl: &Cluster, timeout: Duration) -> (Client, bool) {
+    drop(cl.create_db("with_pgque"));
+    cl.stop_immediate();
+    cl.start();
+    let mut admin = cl.connect("postgres");
+    let got = wait_until(timeout, || {
+        admin
+            .query_opt(
+                "SELECT pid FROM pg_stat_activity WHERE backend_type = 'pgque worker' \
+                   AND datname = 'with_pgque'",
+                &[],
+            )
+            .unwrap()
+            .is_some()
+    });
+    (admin, got)
+}
+
 /// After a restart only the launcher starts workers. With more databases
 /// without pgque ahead of one with it (in pg_database order) than free
 /// worker slots, the launcher used to fill the slots with workers that find
@@ -362,22 +384,9 @@ fn databases_without_pgque_do_not_starve_one_with_it() {
             .batch_execute(&format!("CREATE DATABASE plain_{i}"))
             .unwrap();
     }
-    drop(cl.create_db("with_pgque"));
     drop(admin);
-    cl.stop_immediate();
-    cl.start();
-    let mut admin = cl.connect("postgres");
     let started = Instant::now();
-    let got = wait_until(Duration::from_secs(20), || {
-        admin
-            .query_opt(
-                "SELECT pid FROM pg_stat_activity WHERE backend_type = 'pgque worker' \
-                   AND datname = 'with_pgque'",
-                &[],
-            )
-            .unwrap()
-            .is_some()
-    });
+    let (_admin, got) = restart_and_wait_for_with_pgque(&cl, Duration::from_secs(20));
     assert!(
         got,
         "no worker for with_pgque after {:?}; server log:\n{}",
@@ -407,21 +416,8 @@ fn hundreds_of_databases_without_pgque_are_probed_once() {
             .batch_execute(&format!("CREATE DATABASE junk_{i}"))
             .unwrap();
     }
-    drop(cl.create_db("with_pgque"));
     drop(admin);
-    cl.stop_immediate();
-    cl.start();
-    let mut admin = cl.connect("postgres");
-    let got = wait_until(Duration::from_secs(120), || {
-        admin
-            .query_opt(
-                "SELECT pid FROM pg_stat_activity WHERE backend_type = 'pgque worker' \
-                   AND datname = 'with_pgque'",
-                &[],
-            )
-            .unwrap()
-            .is_some()
-    });
+    let (mut admin, got) = restart_and_wait_for_with_pgque(&cl, Duration::from_secs(120));
     assert!(
         got,
         "no worker for with_pgque; server log:\n{}",
