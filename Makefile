@@ -34,6 +34,9 @@ test: setup lint pgrx-test
 	@echo "make test: all green on PostgreSQL $(VERSIONS) (server tier on $(PGTEST_VERSIONS))"
 
 lint:
+	python3 scripts/layers.py --self-test
+	python3 scripts/layers.py
+	python3 scripts/upgrade_draft.py --self-test
 	cargo fmt --all -- --check
 	cargo fmt --manifest-path pg_test/Cargo.toml --all -- --check
 	cargo clippy --no-default-features --features "pg15 pg_test" --all-targets -- -D warnings

@@ -246,6 +246,15 @@ def parse(path):
     return items, order
 
 
+def handled_marks(text):
+    """The `-- handled: KIND NAME MARK` lines of an upgrade script, as
+    (kind, name, mark) with MARK a fingerprint or `gone`. NAME is what this
+    tool prints: a function's with its argument list, spaces and all
+    (`function receive(text, text, integer) 1a2b3c4d5e`)."""
+    return {(k.lower(), re.sub(r"\s+", " ", n.strip()), h)
+            for k, n, h in re.findall(r"(?m)^\s*--\s*handled:\s*(\w+)\s+(.+?)\s+(\w+)\s*$", text)}
+
+
 def digest(norm):
     """Short fingerprint of a statement: a `-- handled:` mark names the
     definition it was written for, so a later change is flagged again."""
@@ -301,7 +310,7 @@ def main():
         # A hand-written ALTER is marked in the upgrade script with a comment
         # line `-- handled: table queue` (kind and name as this tool prints them).
         text = open(a.upgrade, encoding="utf-8").read()
-        handled = {(k.lower(), n, h) for k, n, h in re.findall(r"--\s*handled:\s*(\w+)\s+(\S+)\s+(\w+)", text)}
+        handled = handled_marks(text)
 
     out, flags, counts = [], [], {}
 
@@ -322,7 +331,8 @@ def main():
             if o and o["extra"] != n["extra"]:
                 flags.append(f"function {key[1]}: return type {o['extra']!r} -> {n['extra']!r}")
                 sql = (f"-- HAND-WRITE: the return type changed; CREATE OR REPLACE cannot do that:\n"
-                       f"-- DROP FUNCTION pgque.{key[1]}; then CREATE, then its GRANT again.\n{sql}")
+                       f"-- DROP FUNCTION pgque.{key[1]}; then CREATE, then its GRANT again; then mark it done with\n"
+                       f"-- handled: function {key[1]} {digest(n['norm'])}\n{sql}")
             emit("CHANGED" if o else "NEW", key, sql)
         elif kind in ("table", "type", "sequence") and o:
             flags.append(f"{kind} {key[1]} changed")
@@ -358,5 +368,25 @@ def main():
     return 1 if out else 0
 
 
+def self_test():
+    """The marks parse as the draft prints them (run by `make lint`)."""
+    text = ("-- handled: table queue 0123456789\n"
+            "  --  handled: function receive(text, text, integer) abcdef0123\n"
+            "-- handled: function gone_one(text,  bigint[]) gone\n"
+            "SELECT 1; -- handled: table not_a_mark 0000000000\n")
+    got = handled_marks(text)
+    want = {("table", "queue", "0123456789"),
+            ("function", "receive(text, text, integer)", "abcdef0123"),
+            ("function", "gone_one(text, bigint[])", "gone")}
+    assert got == want, got
+    norm = normalize("CREATE FUNCTION pgque.receive(queue_name text, consumer text, max_return integer DEFAULT 100) "
+                     "RETURNS SETOF pgque.message LANGUAGE c AS 'MODULE_PATHNAME', 'receive_wrapper';")
+    assert classify(norm)[:2] == ("function", "receive(text, text, integer)"), classify(norm)
+    print("upgrade_draft.py self-test: ok")
+
+
 if __name__ == "__main__":
+    if sys.argv[1:] == ["--self-test"]:
+        self_test()
+        sys.exit(0)
     sys.exit(main())

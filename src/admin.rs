@@ -6,8 +6,8 @@
 //! In pgque the ticker is the background worker: start()/stop() switch this
 //! database's worker on and off (persisted in pgque.worker_config) instead of
 //! creating pg_cron jobs as PgQue does.
+use crate::shmem;
 use crate::worker::duties::DUTIES;
-use crate::{shmem, worker};
 use pgrx::prelude::*;
 
 /// The extension's version as built (the crate version, e.g. `'0.3.0'`). Touches nothing.
@@ -30,7 +30,7 @@ fn start() -> bool {
     }
     // The worker is launched when this transaction commits, so it reads
     // what start() switched on.
-    worker::wake::spawn_at_commit();
+    crate::wake::spawn_at_commit();
     true
 }
 
@@ -47,7 +47,7 @@ fn stop() -> bool {
     .unwrap_or(None)
     .unwrap_or(false);
     // Wake it so it notices at once after commit.
-    worker::wake::at_commit();
+    crate::wake::at_commit();
     was_on
 }
 

@@ -61,3 +61,16 @@ pub fn has_column(rel: &std::ffi::CStr, col: &std::ffi::CStr) -> bool {
             && pgrx::pg_sys::get_attnum(rel, col.as_ptr()) != pgrx::pg_sys::InvalidAttrNumber as i16
     }
 }
+
+/// pgque.jobs has the headers column (0.8.0 on; the library can be newer
+/// than the schema until ALTER EXTENSION pgque UPDATE). Two syscache
+/// lookups.
+pub fn jobs_have_headers() -> bool {
+    has_column(c"jobs", c"headers")
+}
+
+/// pgque.job_log has the headers array (0.8.0 on, as jobs_have_headers):
+/// traced batches may go to the log, and the log's readers read it.
+pub fn job_log_has_headers() -> bool {
+    has_column(c"job_log", c"headers")
+}

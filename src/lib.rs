@@ -1,18 +1,32 @@
 //! pgque: a queue that lives inside PostgreSQL.
 //!
-//! Module map (one concern each):
-//! - `gucs`    every `pgque.*` setting with typed accessors
-//! - `error`   errors with SQLSTATEs, name validation
-//! - `headers` trace-context headers of jobs and events: the check, the schema probes
-//! - `shmem`   shared state of the background workers (status, wake-ups)
-//! - `locks`   pgque's own transaction locks, which other roles cannot take
-//! - `worker`  the launcher and the per-database worker loop (thin: calls duty functions)
-//! - `admin`   start/stop/status/version
-//! - `log`     the event-log engine: queues, ticks, batches, rotation, retries
-//! - `api`     the PgQue-compatible event API: send / receive / ack / nack, slots, dlq ...
-//! - `jobs`    job queues: enqueue, dispatch, lifecycle, sweeps
-//! - `schedules` periodic jobs: the cron grammar and the run_schedules duty
-//! - `metrics` pgque.metrics(): the figures pgque-web exports to Prometheus
+//! Module map, in layers: each module imports only its own layer and those
+//! below it, and the graph has no cycle (`scripts/layers.py`, run by
+//! `make lint`; docs/design/layers.md).
+//!
+//! 0. shared by everything:
+//!    - `gucs`    every `pgque.*` setting with typed accessors
+//!    - `error`   errors with SQLSTATEs, name validation
+//!    - `datum`   SQL argument types (jsonb as text, arrays as one datum), intervals
+//!    - `jsontext` jsonb's text, written as jsonb_out writes it
+//!    - `materialize` set-returning functions in materialize mode
+//!    - `headers` trace-context headers of jobs and events: the check, the schema probes
+//!    - `shmem`   shared state of the background workers (status, wake-ups)
+//!    - `pool`    the rules of the worker pool's demand table (kept in shmem)
+//!    - `wake`    a committing transaction wakes its database's worker
+//!    - `locks`   pgque's own transaction locks, which other roles cannot take
+//! 1. the engines:
+//!    - `log`     the event log: queues, ticks, batches, cuts, slots, retries, rotation
+//!    - `jobs::log` the job log: append-only lanes, dispatch, release, rotation
+//! 2. the SQL API over them:
+//!    - `api`     the PgQue-compatible event API: send / receive / ack / nack, slots, dlq ...
+//!    - `jobs`    job queues: enqueue, dispatch, lifecycle, flows, rate limits, sweeps
+//!    - `schedules` periodic jobs: the cron grammar and the run_schedules duty
+//!    - `explorer` the dashboard's SQL views of jobs and events
+//! 3. what runs and reads everything:
+//!    - `worker`  the launcher and the per-database worker loop (thin: calls duty functions)
+//!    - `metrics` pgque.metrics(): the figures pgque-web exports to Prometheus
+//!    - `admin`   start/stop/status/version
 //!
 //! SQL install order (pgrx places each file by its `requires`):
 //!   1. sql/00_bootstrap.sql   schema objects every module needs: roles, pgque.message type
@@ -30,16 +44,21 @@ use pgrx::prelude::*;
 
 pub mod admin;
 pub mod api;
+pub mod datum;
 pub mod error;
 pub mod explorer;
 pub mod gucs;
 pub mod headers;
 pub mod jobs;
+pub mod jsontext;
 pub mod locks;
 pub mod log;
+pub mod materialize;
 pub mod metrics;
+pub mod pool;
 pub mod schedules;
 pub mod shmem;
+pub mod wake;
 pub mod worker;
 
 #[cfg(any(test, feature = "pg_test"))]

@@ -259,7 +259,7 @@ fn metrics(
             })
             .collect();
         let mut rows = rows;
-        if log::pause::installed() {
+        if crate::log::schema::pause_installed() {
             rows.extend(
                 log::exec_read(c, BLOCKED_FIGURES, &[])
                     .map(|r| {

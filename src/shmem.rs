@@ -1,6 +1,6 @@
 //! Shared memory of the background workers: which database has a worker,
 //! its pid, stop requests, wake-ups, each duty's counters for status(), and
-//! the worker pool's demand (worker::pool): databases without a process that
+//! the worker pool's demand (crate::pool): databases without a process that
 //! want one now (a producer committed) or at a known time (their next duty).
 //!
 //! One LWLock guards the whole table. It is taken briefly: by a worker when it
@@ -36,7 +36,7 @@ const DROPPED: usize = 16;
 const UNWANTED: usize = 2048;
 /// How long the launcher leaves an unwanted database alone (10 minutes).
 pub const UNWANTED_TTL_US: i64 = 600 * 1_000_000;
-/// Databases the pool can keep track of without a process (worker::pool).
+/// Databases the pool can keep track of without a process (crate::pool).
 pub const DEMAND: usize = 1024;
 
 #[derive(Copy, Clone)]
@@ -114,7 +114,7 @@ impl DbSlot {
     };
 }
 
-/// The pool's shortage as the launcher last saw it (worker::pool): for
+/// The pool's shortage as the launcher last saw it (crate::pool): for
 /// status(), metrics() and the launcher's WARNING.
 #[derive(Copy, Clone, Default, Debug, PartialEq, Eq)]
 pub struct PoolShort {
@@ -133,7 +133,7 @@ pub struct Workers {
     pub launcher_pid: i32,
     pub slots: [DbSlot; MAX_DBS],
     /// The pool's demand table: one entry per database without a process.
-    pub demand: [crate::worker::pool::Demand; DEMAND],
+    pub demand: [crate::pool::Demand; DEMAND],
     /// TimestampTz since which a database has waited for a worker the pool
     /// could not start (0: none waits); workers give their process back then.
     pub pool_waiting_since: i64,
@@ -151,7 +151,7 @@ impl Default for Workers {
         Workers {
             launcher_pid: 0,
             slots: [DbSlot::EMPTY; MAX_DBS],
-            demand: [crate::worker::pool::Demand::EMPTY; DEMAND],
+            demand: [crate::pool::Demand::EMPTY; DEMAND],
             pool_waiting_since: 0,
             pool_wanted_since: 0,
             pool_short: PoolShort {
@@ -241,7 +241,7 @@ pub fn claim(db_oid: u32, pid: i32, now: i64) -> Claim {
             None => return Claim::Full,
         },
     };
-    let due_only = crate::worker::pool::forget(&mut w.demand, db_oid).is_some_and(|d| d.due_only());
+    let due_only = crate::pool::forget(&mut w.demand, db_oid).is_some_and(|d| d.due_only());
     let keep = w.slots[idx].db_oid == db_oid;
     let duties = if keep {
         w.slots[idx].duties
@@ -299,10 +299,10 @@ pub fn reap_parked() -> bool {
 /// launcher's first look at a database). False when the demand table is full.
 pub fn want_at(db_oid: u32, due_at: i64) -> bool {
     let mut w = WORKERS.exclusive();
-    crate::worker::pool::put(&mut w.demand, db_oid, due_at, None)
+    crate::pool::put(&mut w.demand, db_oid, due_at, None)
 }
 
-/// A worker gives its process back to the pool (worker::pool): in one step
+/// A worker gives its process back to the pool (crate::pool): in one step
 /// under the lock, its database's next need goes into the demand table (a
 /// worker at `due_at`, or at once with `wanted`) and its slot is marked
 /// parking, so a producer committing from then on asks the launcher for a
@@ -316,7 +316,7 @@ pub fn park_worker(idx: usize, pid: i32, due_at: i64, wanted: bool, now: i64) ->
     if s.pid != pid || s.stop_requested || (!wanted && (s.wake_pending || s.recheck)) {
         return false;
     }
-    if !crate::worker::pool::put(&mut w.demand, s.db_oid, due_at, wanted.then_some(now)) {
+    if !crate::pool::put(&mut w.demand, s.db_oid, due_at, wanted.then_some(now)) {
         return false;
     }
     if let Some(d) = w.demand.iter_mut().find(|d| d.db_oid == s.db_oid) {
@@ -357,7 +357,7 @@ pub fn idle_worker_pids() -> Vec<i32> {
 pub fn want_worker(db_oid: u32, now: i64) -> Option<i32> {
     {
         let w = WORKERS.share();
-        if crate::worker::pool::is_wanted(&w.demand, db_oid)
+        if crate::pool::is_wanted(&w.demand, db_oid)
             || w.unwanted
                 .iter()
                 .any(|u| u.0 == db_oid && now - u.1 < UNWANTED_TTL_US)
@@ -366,27 +366,27 @@ pub fn want_worker(db_oid: u32, now: i64) -> Option<i32> {
         }
     }
     let mut w = WORKERS.exclusive();
-    if crate::worker::pool::is_wanted(&w.demand, db_oid) {
+    if crate::pool::is_wanted(&w.demand, db_oid) {
         return None;
     }
-    crate::worker::pool::put(&mut w.demand, db_oid, 0, Some(now));
+    crate::pool::put(&mut w.demand, db_oid, 0, Some(now));
     (w.launcher_pid > 0).then_some(w.launcher_pid)
 }
 
 /// Drops the pool's record of `db_oid` (dropped, or found to want no worker).
 pub fn forget_demand(db_oid: u32) {
     let mut w = WORKERS.exclusive();
-    let _ = crate::worker::pool::forget(&mut w.demand, db_oid);
+    let _ = crate::pool::forget(&mut w.demand, db_oid);
 }
 
 /// The pool's entry for `db_oid`, if it has no process (for status()).
-pub fn demand_of(db_oid: u32) -> Option<crate::worker::pool::Demand> {
+pub fn demand_of(db_oid: u32) -> Option<crate::pool::Demand> {
     let w = WORKERS.share();
     w.demand.iter().find(|d| d.db_oid == db_oid).copied()
 }
 
 /// For the launcher: the demand table, and how many workers run now.
-pub fn pool_view() -> (Vec<crate::worker::pool::Demand>, usize) {
+pub fn pool_view() -> (Vec<crate::pool::Demand>, usize) {
     let w = WORKERS.share();
     let running = w
         .slots

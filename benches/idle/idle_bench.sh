@@ -8,7 +8,7 @@
 #   after:  pgque.idle_after = 1 s (the default), the workers go idle
 #           (pgque.worker_idle_exit = 0: they stay resident);
 #   parked: pgque.worker_idle_exit = 5 s, idle workers give their process
-#           back to the pool (src/worker/pool.rs) until a duty is due.
+#           back to the pool (src/pool.rs) until a duty is due.
 # The cluster starts with idle mode off, so "before" is measured first.
 # Each phase: reload, wait 15 s to settle, then over 30 s the CPU time
 # (utime + stime from /proc/<pid>/stat) of every pgque worker and of the

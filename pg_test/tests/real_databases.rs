@@ -12,7 +12,7 @@
 //! - the queue lookup by index probe (src/log/qlookup.rs) and the SQL
 //!   lookup `WHERE queue_name = $1`, through send, send_batch, insert_event
 //!   and a capture trigger;
-//! - the jsonb rendering (src/log/jsontext.rs) and `jsonb::text`;
+//! - the jsonb rendering (src/jsontext.rs) and `jsonb::text`;
 //! - the direct heap insert (src/log/direct.rs) and the SQL INSERT, which a
 //!   CHECK constraint on the event tables makes the send path take.
 mod events_util;

@@ -1,9 +1,11 @@
 #![allow(clippy::type_complexity)] // pgrx needs TableIterator row types spelled out inline
 //! Administration (queues, config, ticker, maintenance), cooperative
 //! consumers and dead letters.
+use super::members::{find_group_member, member_by_name, member_name, unregister_member};
+use super::settings::{apply_setting, parse_setting};
 use super::srf::{Messages, MessagesWithHeaders};
-use super::types::interval_ms;
 use super::{deliver, max_return_arg};
+use crate::datum::interval_ms;
 use crate::error::{self, raise, required};
 use crate::log::{self, batch, maint, tick};
 use pgrx::datum::Interval;
@@ -41,130 +43,6 @@ fn drop_queue2(queue_name: Option<&str>, force: Option<bool>) -> i32 {
     do_drop(queue_name, force.unwrap_or(false))
 }
 
-/// A queue setting and the value to store, as validated pure data.
-#[derive(Debug, PartialEq)]
-pub enum Setting {
-    MaxCount(i32),
-    MaxLagMs(f64),
-    IdleMs(f64),
-    Paused(bool),
-    RotationMs(f64),
-    MaxRetries(i32),
-}
-
-pub fn parse_bool(v: &str) -> Option<bool> {
-    match v.trim().to_ascii_lowercase().as_str() {
-        "t" | "true" | "on" | "yes" | "y" | "1" => Some(true),
-        "f" | "false" | "off" | "no" | "n" | "0" => Some(false),
-        _ => None,
-    }
-}
-
-/// Parses a duration: `90`, `90s`, `1.5 min`, `2 hours 30 minutes`,
-/// `00:01:30`, `500ms`. A bare number is seconds. Negative is refused.
-pub fn parse_duration_ms(v: &str) -> Option<f64> {
-    let v = v.trim().to_ascii_lowercase();
-    if v.is_empty() {
-        return None;
-    }
-    if v.contains(':') {
-        let parts: Vec<&str> = v.split(':').collect();
-        if parts.len() != 3 {
-            return None;
-        }
-        let h: f64 = parts[0].parse().ok()?;
-        let m: f64 = parts[1].parse().ok()?;
-        let s: f64 = parts[2].parse().ok()?;
-        if h < 0.0 || !(0.0..60.0).contains(&m) || !(0.0..60.0).contains(&s) {
-            return None;
-        }
-        return Some((h * 3600.0 + m * 60.0 + s) * 1000.0);
-    }
-    // Tokens: numbers and unit words, possibly glued ("90s").
-    let mut total = 0.0;
-    let mut any = false;
-    let mut rest = v.as_str();
-    while !rest.trim_start().is_empty() {
-        rest = rest.trim_start();
-        let num_len = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(rest.len());
-        if num_len == 0 {
-            return None;
-        }
-        let n: f64 = rest[..num_len].parse().ok()?;
-        rest = rest[num_len..].trim_start();
-        let unit_len = rest
-            .find(|c: char| !c.is_ascii_alphabetic())
-            .unwrap_or(rest.len());
-        let unit = &rest[..unit_len];
-        rest = &rest[unit_len..];
-        let mult = match unit {
-            "" | "s" | "sec" | "secs" | "second" | "seconds" => 1000.0,
-            "ms" | "msec" | "msecs" | "millisecond" | "milliseconds" => 1.0,
-            "m" | "min" | "mins" | "minute" | "minutes" => 60_000.0,
-            "h" | "hr" | "hrs" | "hour" | "hours" => 3_600_000.0,
-            "d" | "day" | "days" => 86_400_000.0,
-            _ => return None,
-        };
-        if unit.is_empty() && !rest.trim().is_empty() {
-            return None;
-        }
-        total += n * mult;
-        any = true;
-    }
-    any.then_some(total)
-}
-
-/// Longest queue duration setting: 100 years (365-day years).
-pub const MAX_DURATION_MS: f64 = 100.0 * 365.0 * 86_400_000.0;
-
-/// Validates (param, value); value None means "reset to the default".
-pub fn parse_setting(param: &str, value: Option<&str>) -> Result<Setting, String> {
-    let p = param.trim().to_ascii_lowercase();
-    let p = p.strip_prefix("queue_").unwrap_or(&p);
-    let dur = |d: &str| {
-        let v = value.unwrap_or(d);
-        // Past MAX_DURATION_MS the value no longer fits an interval column.
-        parse_duration_ms(v)
-            .filter(|ms| *ms <= MAX_DURATION_MS)
-            .ok_or_else(|| {
-                format!("{p} must be a duration like '3 seconds' (at most 100 years), not {v:?}")
-            })
-    };
-    match p {
-        "ticker_max_count" => {
-            let v = value.unwrap_or("500");
-            match v.trim().parse::<i32>() {
-                Ok(n) if n >= 1 => Ok(Setting::MaxCount(n)),
-                _ => Err(format!(
-                    "ticker_max_count must be an integer >= 1, not {v:?}"
-                )),
-            }
-        }
-        "ticker_max_lag" => dur("3 seconds").map(Setting::MaxLagMs),
-        "ticker_idle_period" => dur("1 minute").map(Setting::IdleMs),
-        "rotation_period" => dur("2 hours").map(Setting::RotationMs),
-        "ticker_paused" => {
-            let v = value.unwrap_or("false");
-            parse_bool(v)
-                .map(Setting::Paused)
-                .ok_or_else(|| format!("ticker_paused must be a boolean, not {v:?}"))
-        }
-        "max_retries" => {
-            let v = value.unwrap_or("5");
-            match v.trim().parse::<i32>() {
-                Ok(n) if n >= 0 => Ok(Setting::MaxRetries(n)),
-                _ => Err(format!("max_retries must be an integer >= 0, not {v:?}")),
-            }
-        }
-        _ => Err(format!(
-            "unknown queue setting {param:?}; known: ticker_max_count, ticker_max_lag, \
-             ticker_idle_period, ticker_paused, rotation_period, max_retries"
-        )),
-    }
-}
-
 /// set_queue_config(queue_name, param, value); NULL value resets the default.
 #[pg_extern(security_definer)]
 #[search_path(pg_catalog, pgque, pg_temp)]
@@ -177,43 +55,6 @@ fn set_queue_config(queue_name: Option<&str>, param: Option<&str>, value: Option
         apply_setting(c, &q, setting);
         1
     })
-}
-
-/// Stores one validated queue setting (UPDATE of the queue's row).
-pub(crate) fn apply_setting(c: &mut SpiClient<'_>, q: &log::Queue, setting: Setting) {
-    let ms = |v: f64| v;
-    match setting {
-        Setting::MaxCount(n) => log::exec(
-            c,
-            "UPDATE pgque.queue SET queue_ticker_max_count = $2 WHERE queue_id = $1",
-            &[q.id.into(), n.into()],
-        ),
-        Setting::MaxRetries(n) => log::exec(
-            c,
-            "UPDATE pgque.queue SET queue_max_retries = $2 WHERE queue_id = $1",
-            &[q.id.into(), n.into()],
-        ),
-        Setting::Paused(b) => log::exec(
-            c,
-            "UPDATE pgque.queue SET queue_ticker_paused = $2 WHERE queue_id = $1",
-            &[q.id.into(), b.into()],
-        ),
-        Setting::MaxLagMs(v) => log::exec(
-            c,
-            "UPDATE pgque.queue SET queue_ticker_max_lag = $2 * interval '1 millisecond' WHERE queue_id = $1",
-            &[q.id.into(), ms(v).into()],
-        ),
-        Setting::IdleMs(v) => log::exec(
-            c,
-            "UPDATE pgque.queue SET queue_ticker_idle_period = $2 * interval '1 millisecond' WHERE queue_id = $1",
-            &[q.id.into(), ms(v).into()],
-        ),
-        Setting::RotationMs(v) => log::exec(
-            c,
-            "UPDATE pgque.queue SET queue_rotation_period = $2 * interval '1 millisecond' WHERE queue_id = $1",
-            &[q.id.into(), ms(v).into()],
-        ),
-    };
 }
 
 /// ticker(): ticks every queue that needs it; returns the number of queues
@@ -313,31 +154,6 @@ fn maint_operations(
 
 // ---- cooperative consumers ------------------------------------------------
 
-fn member_name(sub: Option<&str>) -> &str {
-    error::valid_name(sub, "subconsumer", error::MAX_CONSUMER_NAME)
-}
-
-fn find_member(c: &mut SpiClient<'_>, parent: i32, name: &str) -> Option<i32> {
-    let t = log::exec(
-        c,
-        "SELECT sub_id FROM pgque.subscription WHERE sub_parent = $1 AND sub_consumer = $2",
-        &[parent.into(), name.into()],
-    );
-    log::first_row(t).map(|r| log::col(&r, 1).unwrap())
-}
-
-fn member_by_name(c: &mut SpiClient<'_>, parent: &log::Sub, name: &str) -> i32 {
-    find_member(c, parent.id, name).unwrap_or_else(|| {
-        raise(
-            error::UNDEFINED_OBJECT,
-            format!(
-                "consumer not found: subconsumer {name:?} of consumer {:?}",
-                parent.name
-            ),
-        )
-    })
-}
-
 // register_subconsumer / subscribe_subconsumer (4 arguments, convert_normal)
 // are in pgq_compat.rs. The 3-argument C symbols stay exported without SQL:
 // the frozen install scripts of 0.6.0 and older name them, and a database
@@ -352,7 +168,7 @@ fn register_subconsumer(
     consumer: Option<&str>,
     subconsumer: Option<&str>,
 ) -> i32 {
-    super::pgq_compat::do_register(queue_name, consumer, subconsumer, Some(true))
+    super::members::do_register(queue_name, consumer, subconsumer, Some(true))
 }
 
 /// Pre-0.7.0 subscribe_subconsumer(queue_name, consumer, subconsumer) (no SQL).
@@ -362,7 +178,7 @@ fn subscribe_subconsumer(
     consumer: Option<&str>,
     subconsumer: Option<&str>,
 ) -> i32 {
-    super::pgq_compat::do_register(queue_name, consumer, subconsumer, Some(true))
+    super::members::do_register(queue_name, consumer, subconsumer, Some(true))
 }
 
 /// unregister_subconsumer(queue_name, consumer, subconsumer, batch_handling
@@ -380,73 +196,6 @@ fn unregister_subconsumer(
     batch_handling: default!(Option<i32>, 0),
 ) -> i32 {
     unregister_member(queue_name, consumer, subconsumer, batch_handling)
-}
-
-/// unregister_subconsumer's body (also unsubscribe_subconsumer's).
-pub(crate) fn unregister_member(
-    queue_name: Option<&str>,
-    consumer: Option<&str>,
-    subconsumer: Option<&str>,
-    batch_handling: Option<i32>,
-) -> i32 {
-    let handling = required(batch_handling, "batch_handling");
-    if !(0..=1).contains(&handling) {
-        raise(
-            error::INVALID_PARAMETER_VALUE,
-            "batch_handling must be 0 or 1",
-        );
-    }
-    Spi::connect_mut(|c| {
-        let q = log::queue_by_name(c, queue_name);
-        let Some((parent, m)) = find_group_member(c, &q, consumer, subconsumer) else {
-            return 0;
-        };
-        batch::lock_sub(c, parent.id);
-        if let Some(b) = batch::member_open_batch(c, parent.id, m) {
-            if handling == 0 {
-                raise(
-                    error::WRONG_STATE,
-                    "the subconsumer has an open batch; finish it or pass batch_handling = 1",
-                );
-            }
-            // PgQue's batch_handling = 1: event_retry(batch, event, 60) for
-            // each event, event_dead past max_retries; then the batch is done.
-            let after = super::consume::seconds_interval(c, 60);
-            for ev in batch::batch_events(c, &q, &b, true) {
-                super::consume::retry_event(
-                    c,
-                    &q,
-                    &b,
-                    &parent.name,
-                    &ev,
-                    &after,
-                    Some("subconsumer unregistered"),
-                    true,
-                );
-            }
-            batch::mark_done(c, b.batch_id, false);
-        }
-        log::exec(
-            c,
-            "DELETE FROM pgque.subscription WHERE sub_id = $1",
-            &[m.into()],
-        );
-        1
-    })
-}
-
-/// The consumer and member named, when both exist (names validated).
-fn find_group_member(
-    c: &mut SpiClient<'_>,
-    q: &log::Queue,
-    consumer: Option<&str>,
-    subconsumer: Option<&str>,
-) -> Option<(log::Sub, i32)> {
-    let cname = log::valid_consumer(consumer, "consumer");
-    let mname = member_name(subconsumer);
-    let parent = log::find_sub(c, q, cname)?;
-    let m = find_member(c, parent.id, mname)?;
-    Some((parent, m))
 }
 
 /// touch_subconsumer(queue_name, consumer, subconsumer): marks it alive;
@@ -482,7 +231,7 @@ fn coop_open(
     limit: i64,
 ) -> (log::Queue, Option<batch::Opened>) {
     if let Some(iv) = dead {
-        super::types::check_nonnegative_interval(iv, "dead_interval");
+        crate::datum::check_nonnegative_interval(iv, "dead_interval");
     }
     let q = log::queue_by_name(c, queue_name);
     // PgQue's receive_coop / cooperative next_batch register the consumer
@@ -490,7 +239,7 @@ fn coop_open(
     let (parent, m) = match find_group_member(c, &q, consumer, subconsumer) {
         Some(found) => found,
         None => {
-            super::pgq_compat::register_member(c, &q, consumer, subconsumer, false);
+            super::members::register_member(c, &q, consumer, subconsumer, false);
             let parent = log::sub_by_name(c, &q, consumer);
             let m = member_by_name(c, &parent, member_name(subconsumer));
             (parent, m)
@@ -585,7 +334,7 @@ fn coop_batch(
     subconsumer: Option<&str>,
     max_return: Option<i32>,
     dead_interval: Option<Interval>,
-) -> Option<(i64, Vec<batch::Event>)> {
+) -> Option<(i64, Vec<crate::log::events::Event>)> {
     let limit = max_return_arg(max_return);
     Spi::connect_mut(|c| {
         let (q, o) = coop_open(
@@ -605,7 +354,7 @@ fn coop_batch(
 /// Puts dead letters back: each is redelivered to its consumer (retry_count
 /// restarts at 0, headers kept) by the next maint_retry_events() and tick.
 fn replay(c: &mut SpiClient<'_>, filter_id: Option<i64>, filter_queue: Option<i32>) -> i64 {
-    crate::worker::wake::recheck_at_commit();
+    crate::wake::recheck_at_commit();
     let sql = format!(
         "WITH d AS (DELETE FROM {} dl \
                      WHERE ($1::int8 IS NULL OR dl.dl_id = $1) AND ($2::int4 IS NULL OR dl.dl_queue = $2) \
@@ -686,66 +435,4 @@ fn dlq_purge(queue_name: Option<&str>, older_than: default!(Option<Interval>, "'
         let t = log::exec(c, &sql, &[q.id.into(), older.into()]);
         log::col(&log::first_row(t).unwrap(), 1).unwrap()
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration_ms("3 seconds"), Some(3000.0));
-        assert_eq!(parse_duration_ms("90"), Some(90_000.0));
-        assert_eq!(parse_duration_ms("500ms"), Some(500.0));
-        assert_eq!(parse_duration_ms("1 minute"), Some(60_000.0));
-        assert_eq!(parse_duration_ms("2 hours 30 minutes"), Some(9_000_000.0));
-        assert_eq!(parse_duration_ms("00:01:30"), Some(90_000.0));
-        assert_eq!(parse_duration_ms("0"), Some(0.0));
-        assert_eq!(parse_duration_ms("-1 s"), None);
-        assert_eq!(parse_duration_ms("soon"), None);
-        assert_eq!(parse_duration_ms(""), None);
-        assert_eq!(parse_duration_ms("5 fortnights"), None);
-    }
-
-    #[test]
-    fn settings() {
-        assert_eq!(
-            parse_setting("ticker_max_count", Some("10")),
-            Ok(Setting::MaxCount(10))
-        );
-        assert_eq!(
-            parse_setting("queue_ticker_max_count", None),
-            Ok(Setting::MaxCount(500))
-        );
-        assert!(parse_setting("ticker_max_count", Some("0")).is_err());
-        assert!(parse_setting("ticker_max_count", Some("x")).is_err());
-        assert_eq!(
-            parse_setting("ticker_paused", Some("on")),
-            Ok(Setting::Paused(true))
-        );
-        assert_eq!(
-            parse_setting("ticker_paused", None),
-            Ok(Setting::Paused(false))
-        );
-        assert_eq!(
-            parse_setting("max_retries", None),
-            Ok(Setting::MaxRetries(5))
-        );
-        assert!(parse_setting("max_retries", Some("-1")).is_err());
-        assert_eq!(
-            parse_setting("rotation_period", None),
-            Ok(Setting::RotationMs(7_200_000.0))
-        );
-        assert_eq!(
-            parse_setting("ticker_max_lag", None),
-            Ok(Setting::MaxLagMs(3000.0))
-        );
-        assert_eq!(
-            parse_setting("ticker_idle_period", None),
-            Ok(Setting::IdleMs(60_000.0))
-        );
-        assert!(parse_setting("bogus", Some("1")).is_err());
-        assert!(parse_setting("rotation_period", Some("36500 days")).is_ok());
-        assert!(parse_setting("rotation_period", Some("99999999999999999999 days")).is_err());
-    }
 }

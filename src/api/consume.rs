@@ -2,7 +2,7 @@
 //! events back (nack, event_retry, batch_retry).
 #![allow(clippy::type_complexity)] // pgrx needs TableIterator row types spelled out inline
 use super::srf::{Messages, MessagesWithHeaders};
-use super::types;
+use crate::datum;
 use crate::error::{self, raise, required};
 use crate::log::{self, batch, Queue};
 use pgrx::datum::{Interval, TimestampWithTimeZone};
@@ -92,7 +92,7 @@ pub(crate) fn deliver(
     c: &mut SpiClient<'_>,
     q: &Queue,
     opened: Option<batch::Opened>,
-) -> Option<(i64, Vec<batch::Event>)> {
+) -> Option<(i64, Vec<crate::log::events::Event>)> {
     let opened = opened?;
     let b = opened.batch;
     let evs = match opened.events {
@@ -144,7 +144,7 @@ fn receive_batch(
     queue_name: Option<&str>,
     consumer: Option<&str>,
     max_return: Option<i32>,
-) -> Option<(i64, Vec<batch::Event>)> {
+) -> Option<(i64, Vec<crate::log::events::Event>)> {
     let limit = max_return_arg(max_return);
     Spi::connect_mut(|c| {
         let (q, opened) = log::look::plain_next(c, queue_name, consumer, limit);
@@ -167,125 +167,12 @@ fn finish_batch(x_batch_id: Option<i64>) -> i32 {
     Spi::connect_mut(|c| batch::finish(c, x_batch_id))
 }
 
-/// Schedules one event of an open batch for redelivery to its consumer, or
-/// dead-letters it once its retries reached the queue's max_retries.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn retry_event(
-    c: &mut SpiClient<'_>,
-    q: &Queue,
-    b: &batch::Batch,
-    consumer: &str,
-    ev: &batch::Event,
-    retry_after: &Interval,
-    reason: Option<&str>,
-    dead_letter: bool,
-) -> i32 {
-    // maint moves it back at ev_retry_after: an idle worker must learn that time.
-    crate::worker::wake::recheck_at_commit();
-    let count = ev.retry.unwrap_or(0);
-    let [e1, e2, e3, e4] = &ev.extra;
-    // The 0.7.0 schema records the event's transaction id (NULL where it was
-    // not read: 0); an older schema, between a library install and ALTER
-    // EXTENSION UPDATE, has no such column.
-    let with_txid = log::dead_letter_store_installed();
-    // 0.8.0 on, the event's headers go along (ev_headers, the last argument)
-    let with_headers = crate::headers::events_have_headers();
-    if dead_letter && count >= q.max_retries {
-        // Once per (consumer, event): a repeated nack of a dead-lettered
-        // event adds no second row (PgQue's contract), and still returns 1.
-        let sql = if with_headers {
-            "INSERT INTO pgque.dead_letter_store (dl_queue, dl_consumer, dl_owner, dl_reason, ev_id, ev_time, ev_retry, \
-                                                  ev_type, ev_data, ev_extra1, ev_extra2, ev_extra3, ev_extra4, ev_txid, \
-                                                  ev_headers) \
-             SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, nullif($14, 0)::text::xid8, $15 \
-              WHERE NOT EXISTS (SELECT 1 FROM pgque.dead_letter_store d WHERE d.dl_owner = $3 AND d.ev_id = $5)"
-        } else if with_txid {
-            "INSERT INTO pgque.dead_letter_store (dl_queue, dl_consumer, dl_owner, dl_reason, ev_id, ev_time, ev_retry, \
-                                                  ev_type, ev_data, ev_extra1, ev_extra2, ev_extra3, ev_extra4, ev_txid) \
-             SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, nullif($14, 0)::text::xid8 \
-              WHERE NOT EXISTS (SELECT 1 FROM pgque.dead_letter_store d WHERE d.dl_owner = $3 AND d.ev_id = $5)"
-        } else {
-            "INSERT INTO pgque.dead_letter (dl_queue, dl_consumer, dl_owner, dl_reason, ev_id, ev_time, ev_retry, \
-                                            ev_type, ev_data, ev_extra1, ev_extra2, ev_extra3, ev_extra4) \
-             SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13 \
-              WHERE $14::int8 IS NOT NULL \
-                AND NOT EXISTS (SELECT 1 FROM pgque.dead_letter d WHERE d.dl_owner = $3 AND d.ev_id = $5)"
-        };
-        let mut args = vec![
-            q.id.into(),
-            consumer.into(),
-            b.sub_id.into(),
-            reason.into(),
-            ev.id.into(),
-            ev.time.into(),
-            ev.retry.into(),
-            ev.ev_type.into(),
-            ev.data.into(),
-            (*e1).into(),
-            (*e2).into(),
-            (*e3).into(),
-            (*e4).into(),
-            ev.txid.into(),
-        ];
-        if with_headers {
-            args.push(headers_arg(ev));
-        }
-        log::exec(c, sql, &args);
-        return 1;
-    }
-    let sql = if with_headers {
-        "INSERT INTO pgque.retry_queue (ev_retry_after, ev_queue, ev_owner, ev_id, ev_time, ev_retry, \
-                                        ev_type, ev_data, ev_extra1, ev_extra2, ev_extra3, ev_extra4, ev_txid, \
-                                        ev_headers) \
-         VALUES (now() + $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, nullif($13, 0)::text::xid8, $14) \
-         ON CONFLICT (ev_owner, ev_id) DO NOTHING RETURNING 1"
-    } else if with_txid {
-        "INSERT INTO pgque.retry_queue (ev_retry_after, ev_queue, ev_owner, ev_id, ev_time, ev_retry, \
-                                        ev_type, ev_data, ev_extra1, ev_extra2, ev_extra3, ev_extra4, ev_txid) \
-         VALUES (now() + $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, nullif($13, 0)::text::xid8) \
-         ON CONFLICT (ev_owner, ev_id) DO NOTHING RETURNING 1"
-    } else {
-        "INSERT INTO pgque.retry_queue (ev_retry_after, ev_queue, ev_owner, ev_id, ev_time, ev_retry, \
-                                        ev_type, ev_data, ev_extra1, ev_extra2, ev_extra3, ev_extra4) \
-         SELECT now() + $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12 WHERE $13::int8 IS NOT NULL \
-         ON CONFLICT (ev_owner, ev_id) DO NOTHING RETURNING 1"
-    };
-    let mut args = vec![
-        (*retry_after).into(),
-        q.id.into(),
-        b.sub_id.into(),
-        ev.id.into(),
-        ev.time.into(),
-        (count + 1).into(),
-        ev.ev_type.into(),
-        ev.data.into(),
-        (*e1).into(),
-        (*e2).into(),
-        (*e3).into(),
-        (*e4).into(),
-        ev.txid.into(),
-    ];
-    if with_headers {
-        args.push(headers_arg(ev));
-    }
-    let t = log::exec(c, sql, &args);
-    t.len() as i32
-}
-
-/// An event's headers as a statement argument (jsonb, NULL when none).
-fn headers_arg(ev: &batch::Event) -> pgrx::datum::DatumWithOid<'static> {
-    match ev.headers {
-        Some(h) => h.into(),
-        None => pgrx::datum::DatumWithOid::null_oid(pgrx::pg_sys::JSONBOID),
-    }
-}
-
 pub(crate) fn find_in_batch(
     c: &mut SpiClient<'_>,
     q: &Queue,
     b: &batch::Batch,
     ev_id: i64,
-) -> batch::Event {
+) -> crate::log::events::Event {
     // With its transaction id: a dead letter records it (ev_txid).
     batch::read_batch(c, q, b, 1, Some(ev_id), true)
         .pop()
@@ -298,7 +185,7 @@ pub(crate) fn find_in_batch(
 }
 
 pub(crate) fn check_retry_after(iv: &Interval) {
-    types::check_nonnegative_interval(iv, "retry_after");
+    datum::check_nonnegative_interval(iv, "retry_after");
 }
 
 /// nack(batch_id, msg, retry_after default '60 seconds', reason default NULL)
@@ -332,7 +219,7 @@ fn nack(
             );
         }
         let ev = find_in_batch(c, &q, &b, msg_id);
-        retry_event(c, &q, &b, &consumer, &ev, &retry_after, reason, true)
+        log::retry::retry_event(c, &q, &b, &consumer, &ev, &retry_after, reason, true)
     })
 }
 
@@ -357,7 +244,7 @@ fn event_retry_at(
         let iv: Interval = log::col(&log::first_row(t).unwrap(), 1).unwrap();
         let (b, q, consumer) = batch::plain_open_batch(c, x_batch_id);
         let ev = find_in_batch(c, &q, &b, ev_id);
-        retry_event(c, &q, &b, &consumer, &ev, &iv, None, false)
+        log::retry::retry_event(c, &q, &b, &consumer, &ev, &iv, None, false)
     })
 }
 
@@ -391,7 +278,7 @@ fn event_retry_secs(
         let iv = seconds_interval(c, secs);
         let (b, q, consumer) = batch::plain_open_batch(c, x_batch_id);
         let ev = find_in_batch(c, &q, &b, ev_id);
-        retry_event(c, &q, &b, &consumer, &ev, &iv, None, false)
+        log::retry::retry_event(c, &q, &b, &consumer, &ev, &iv, None, false)
     })
 }
 
@@ -405,7 +292,7 @@ fn batch_retry(i_batch_id: Option<i64>, i_retry_seconds: Option<i32>) -> i32 {
         let (b, q, consumer) = batch::plain_open_batch(c, i_batch_id);
         let evs = batch::batch_events(c, &q, &b, false);
         evs.iter()
-            .map(|ev| retry_event(c, &q, &b, &consumer, ev, &iv, None, false))
+            .map(|ev| log::retry::retry_event(c, &q, &b, &consumer, ev, &iv, None, false))
             .sum()
     })
 }

@@ -6,10 +6,10 @@
 //! its rows by position or by column name, and SQL that uses the row type,
 //! work unchanged. The rows are read by one statement over the view and
 //! copied into the caller's memory (SPI_copytuple) while SPI is connected,
-//! then handed to a materialized result set (`srf::materialize_target`).
-use super::srf::materialize_target;
+//! then handed to a materialized result set (`crate::materialize`).
 use crate::error::{self, raise, required};
 use crate::log;
+use crate::materialize::materialize_target;
 use pgrx::callconv::RetAbi;
 use pgrx::pg_sys;
 use pgrx::pgrx_sql_entity_graph::metadata::{

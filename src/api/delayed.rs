@@ -7,7 +7,7 @@
 //! so delayed events come out in deliver_at order across promotion runs, and
 //! in id order among those one run promotes together (due within the same
 //! `pgque.delayed_period_ms`, or during a worker outage).
-use super::types::JsonbText;
+use crate::datum::JsonbText;
 use crate::error::{self, raise, required};
 use crate::log::{self, col, exec, first_row};
 use pgrx::datum::TimestampWithTimeZone;
@@ -63,7 +63,7 @@ fn send_at_impl(
             );
         }
         // An idle worker must learn when it comes due (it does not wake for it).
-        crate::worker::wake::recheck_at_commit();
+        crate::wake::recheck_at_commit();
         let mut args = vec![
             q.id.into(),
             deliver_at.into(),
@@ -297,7 +297,7 @@ pub fn promote(c: &mut SpiClient<'_>, period_s: i32) -> i64 {
                 &[],
             );
         }
-        crate::worker::wake::at_commit();
+        crate::wake::at_commit();
     }
     gc_old_piece(c, &s, old);
     promoted

@@ -9,7 +9,7 @@
 //!
 //! Keys must name the effect ("migrate:tenant-42:v7"), not the entity
 //! ("tenant-42"): see docs/event-queues.md.
-use super::types::JsonbText;
+use crate::datum::JsonbText;
 use crate::error::{self, raise, required};
 use crate::log::{self, col, exec, first_row, Queue};
 use pgrx::datum::Interval;
@@ -168,7 +168,7 @@ fn send_idem_impl(
             ),
         };
         exec(c, &ins, &args);
-        crate::worker::wake::at_commit();
+        crate::wake::at_commit();
         (id, false)
     })
 }

@@ -15,17 +15,18 @@ pub mod dead_letter;
 pub mod delayed;
 pub mod idem;
 pub mod info;
+pub mod members;
 pub mod observe;
 pub mod owner;
 pub mod pgq;
 pub mod pgq_compat;
 pub mod resize;
 pub mod send;
+pub mod settings;
 pub mod slots;
 pub mod srf;
 pub mod stored;
 pub mod triggers;
-pub mod types;
 
 pub(crate) use consume::{deliver, max_return_arg};
 

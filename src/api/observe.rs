@@ -8,7 +8,7 @@
 //! and its consumers' positions (index probes on pgque.tick and
 //! pgque.batch), never the event tables, so their cost does not grow with
 //! backlog depth. Each function's header says what else it reads.
-use super::types::{check_nonnegative_interval, interval_ms};
+use crate::datum::{check_nonnegative_interval, interval_ms};
 use crate::error::{self, raise, required};
 use crate::log;
 use pgrx::datum::{AnyNumeric, Interval, JsonB, TimestampWithTimeZone};

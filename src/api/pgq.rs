@@ -1,9 +1,9 @@
 //! PgQ's batch primitives: next_batch and its info/custom variants,
 //! get_batch_events and get_batch_cursor, for PgQ-style consumers.
 #![allow(clippy::type_complexity)] // pgrx needs TableIterator row types spelled out inline
-use super::types::{self, interval_ms};
+use crate::datum::interval_ms;
 use crate::error::{self, raise, required};
-use crate::log::batch::PgText;
+use crate::log::events::PgText;
 use crate::log::{self, batch, tick, Queue};
 use pgrx::datum::{Interval, TimestampWithTimeZone};
 use pgrx::prelude::*;
@@ -103,10 +103,10 @@ fn next_batch_custom(
     ),
 > {
     if let Some(iv) = &x_min_lag {
-        types::check_nonnegative_interval(iv, "x_min_lag");
+        crate::datum::check_nonnegative_interval(iv, "x_min_lag");
     }
     if let Some(iv) = &x_min_interval {
-        types::check_nonnegative_interval(iv, "x_min_interval");
+        crate::datum::check_nonnegative_interval(iv, "x_min_interval");
     }
     if x_min_count.is_some_and(|n| n < 0) {
         raise(
@@ -174,7 +174,7 @@ type EventRow = (
     name!(ev_extra4, Option<String>),
 );
 
-fn event_rows(evs: Vec<batch::Event>) -> Vec<EventRow> {
+fn event_rows(evs: Vec<crate::log::events::Event>) -> Vec<EventRow> {
     evs.into_iter()
         .map(|e| {
             let [a, b, c, d] = e.extra.map(|x| x.map(PgText::to_string_lossy));
@@ -278,7 +278,7 @@ fn get_batch_cursor(
                 q.parent_table(),
                 slot = b
                     .slot
-                    .map(|s| format!("AND {} = {}", log::slots::slot_expr(s.n), s.k))
+                    .map(|s| format!("AND {} = {}", crate::log::slot::slot_expr(s.n), s.k))
                     .unwrap_or_default(),
                 p1 = pgrx::spi::quote_literal(&prev),
                 p2 = pgrx::spi::quote_literal(&cur),

@@ -9,8 +9,9 @@
 //!
 //! Thin wrappers: validation, then the engine (`crate::log`) or the other API
 //! modules. Errors go through `crate::error` like everywhere else.
-use super::admin::{apply_setting, parse_setting, Setting};
-use super::types::{interval_ms, JsonbText, TextArray};
+use super::members::{do_register, register_member};
+use super::settings::{apply_setting, parse_setting, Setting};
+use crate::datum::{interval_ms, JsonbText, TextArray};
 use crate::error::{self, raise, required};
 use crate::log::{self, batch, slots};
 use pgrx::callconv::{Arg, ArgAbi};
@@ -136,93 +137,6 @@ fn insert_event_bulk(
 
 // ---- cooperative consumers ----------------------------------------------------
 
-/// Registers `subconsumer` under `consumer` (creating the consumer when it is
-/// new). A consumer that already exists without members is a normal consumer:
-/// it becomes cooperative only with `convert_normal` (else 55000), and not
-/// while it has an open batch (55000). Returns (1 new / 0 existed, the
-/// consumer's subscription, the member's).
-pub(crate) fn register_member(
-    c: &mut SpiClient<'_>,
-    q: &log::Queue,
-    consumer: Option<&str>,
-    subconsumer: Option<&str>,
-    convert_normal: bool,
-) -> (i32, log::Sub, i32) {
-    let cname = log::valid_consumer(consumer, "consumer");
-    let mname = error::valid_name(subconsumer, "subconsumer", error::MAX_CONSUMER_NAME);
-    let parent = match log::find_sub(c, q, cname) {
-        None => {
-            log::register(c, q, cname, None);
-            log::sub_by_name(c, q, Some(cname))
-        }
-        Some(p) => {
-            let t = log::exec(
-                c,
-                "SELECT EXISTS (SELECT 1 FROM pgque.subscription WHERE sub_parent = $1)",
-                &[p.id.into()],
-            );
-            let cooperative: bool = log::col(&log::first_row(t).unwrap(), 1).unwrap();
-            if !cooperative {
-                if !convert_normal {
-                    raise(
-                        error::WRONG_STATE,
-                        format!(
-                            "consumer {cname:?} on queue {:?} is already a normal consumer; \
-                             pass convert_normal => true to make it cooperative",
-                            q.name
-                        ),
-                    );
-                }
-                batch::lock_sub(c, p.id);
-                if batch::latest_batch(c, p.id).is_some_and(|b| !b.done) {
-                    raise(
-                        error::WRONG_STATE,
-                        format!(
-                            "consumer {cname:?} on queue {:?} has an open batch; finish it before converting",
-                            q.name
-                        ),
-                    );
-                }
-            }
-            p
-        }
-    };
-    let found = |c: &mut SpiClient<'_>| -> Option<i32> {
-        let t = log::exec(
-            c,
-            "SELECT sub_id FROM pgque.subscription WHERE sub_parent = $1 AND sub_consumer = $2",
-            &[parent.id.into(), mname.into()],
-        );
-        log::first_row(t).map(|r| log::col(&r, 1).unwrap())
-    };
-    if let Some(m) = found(c) {
-        return (0, parent, m);
-    }
-    log::check_consumer_room(c, q, 1);
-    log::exec(
-        c,
-        "INSERT INTO pgque.subscription (sub_queue, sub_consumer, sub_parent, sub_start_tick) \
-         SELECT $1, $2, $3, sub_start_tick FROM pgque.subscription WHERE sub_id = $3 \
-         ON CONFLICT DO NOTHING",
-        &[q.id.into(), mname.into(), parent.id.into()],
-    );
-    let m = found(c).expect("the member just registered");
-    (1, parent, m)
-}
-
-pub(crate) fn do_register(
-    queue_name: Option<&str>,
-    consumer: Option<&str>,
-    subconsumer: Option<&str>,
-    convert_normal: Option<bool>,
-) -> i32 {
-    let convert = required(convert_normal, "convert_normal");
-    Spi::connect_mut(|c| {
-        let q = log::queue_by_name(c, queue_name);
-        register_member(c, &q, consumer, subconsumer, convert).0
-    })
-}
-
 /// register_subconsumer(queue_name, consumer, subconsumer, convert_normal
 /// default false) → 1 new / 0 existed. Touches pgque.subscription.
 #[pg_extern(name = "register_subconsumer", security_definer)]
@@ -259,7 +173,7 @@ fn unsubscribe_subconsumer(
     subconsumer: Option<&str>,
     batch_handling: default!(Option<i32>, 0),
 ) -> i32 {
-    super::admin::unregister_member(queue_name, consumer, subconsumer, batch_handling)
+    super::members::unregister_member(queue_name, consumer, subconsumer, batch_handling)
 }
 
 /// Whether next_batch_custom's conditions let a new batch open: the lag of
@@ -339,7 +253,7 @@ fn next_batch_custom_coop(
         (&dead_interval, "dead_interval"),
     ] {
         if let Some(iv) = iv {
-            super::types::check_nonnegative_interval(iv, what);
+            crate::datum::check_nonnegative_interval(iv, what);
         }
     }
     if min_count.is_some_and(|n| n < 0) {

@@ -9,7 +9,8 @@
 //! slot drained / a complete or abort with no resize 55000.
 #![allow(clippy::type_complexity)] // pgrx needs TableIterator row types spelled out inline
 use crate::error::{self, raise, required};
-use crate::log::{self, resize, slots::MAX_SLOTS};
+use crate::log::slot::MAX_SLOTS;
+use crate::log::{self, resize};
 use pgrx::prelude::*;
 
 fn queue_consumer<'a>(

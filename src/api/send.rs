@@ -3,9 +3,9 @@
 //! switch to the schema owner themselves (owner.rs says why).
 #![allow(clippy::type_complexity)]
 use super::owner;
-use super::types::{ArrayDatum, JsonbArray, JsonbText, TextArray};
+use crate::datum::{ArrayDatum, JsonbArray, JsonbText, TextArray};
 use crate::error::{self, raise, required};
-use crate::log::batch::PgJsonb;
+use crate::log::events::PgJsonb;
 use crate::log::{self, NewEvent};
 use pgrx::prelude::*;
 use pgrx::JsonB;

@@ -13,7 +13,8 @@
 use super::srf::{Messages, MessagesWithHeaders};
 use super::{deliver, max_return_arg};
 use crate::error::{self, raise, required};
-use crate::log::slots::{self, Slot, MAX_SLOTS};
+use crate::log::slot::{Slot, MAX_SLOTS};
+use crate::log::slots;
 use crate::log::{self, batch, pause, tick, Queue};
 use pgrx::datum::{Interval, TimestampWithTimeZone};
 use pgrx::prelude::*;
@@ -52,7 +53,7 @@ fn ttl_arg(ttl: Option<Interval>) -> Interval {
     let ttl = required(ttl, "ttl");
     // PostgreSQL 17+ infinite intervals have every field at its extreme.
     let infinite = ttl.months() == i32::MAX || ttl.months() == i32::MIN;
-    if infinite || super::types::interval_ms(&ttl) < 1000.0 {
+    if infinite || crate::datum::interval_ms(&ttl) < 1000.0 {
         raise(
             error::INVALID_PARAMETER_VALUE,
             "ttl must be a finite interval of at least 1 second",
@@ -134,7 +135,7 @@ fn policy_arg(failure_policy: Option<&str>, on_dead_letter: Option<&str>) -> slo
             "on_dead_letter 'block' needs failure_policy 'pause' (with 'skip' a dead letter holds nothing back)",
         );
     }
-    if pause && !crate::log::pause::installed() {
+    if pause && !crate::log::schema::pause_installed() {
         raise(
             error::WRONG_STATE,
             "failure_policy 'pause' needs pgque 0.8.0's schema: run ALTER EXTENSION pgque UPDATE",
@@ -180,10 +181,10 @@ fn release_partition_key(
     Spi::connect_mut(|c| {
         let (q, consumer) = queue_consumer(c, queue_name, consumer);
         let n = slots::require_n(c, &q, consumer);
-        if !crate::log::pause::installed() {
+        if !crate::log::schema::pause_installed() {
             return false;
         }
-        let k = slots::slot_of(Some(key), n);
+        let k = crate::log::slot::slot_of(Some(key), n);
         // The lease row: serialized with the slot's batch openings, acks
         // and nacks (it waits for one in flight).
         let t = log::exec(
@@ -288,7 +289,7 @@ fn claim_slot(
 }
 
 fn require_subscribed(c: &mut SpiClient<'_>, q: &Queue, consumer: &str, k: i32) {
-    let name = slots::slot_sub_name(consumer, k);
+    let name = crate::log::slot::slot_sub_name(consumer, k);
     if log::find_sub(c, q, &name).is_none() {
         raise(
             error::UNDEFINED_OBJECT,
@@ -405,7 +406,7 @@ fn partitioned_batch(
     n: Option<i32>,
     worker: Option<&str>,
     max_return: Option<i32>,
-) -> Option<(i64, Vec<batch::Event>)> {
+) -> Option<(i64, Vec<crate::log::events::Event>)> {
     let limit = max_return_arg(max_return);
     Spi::connect_mut(|c| {
         let (q, consumer, worker, s, f) = fenced(c, queue_name, consumer, slot, n, worker, false);
@@ -443,7 +444,7 @@ fn partitioned_batch(
 const PARKED_BATCHES_PER_CALL: usize = 16;
 
 enum Paused {
-    Deliver(i64, Vec<batch::Event>),
+    Deliver(i64, Vec<crate::log::events::Event>),
     /// No new batch, or an empty one.
     Nothing,
     /// A new batch whose events were all held back (finished).
@@ -538,7 +539,7 @@ fn nack_partitioned(
     let msg_batch: Option<i64> = msg.get_by_index(2.try_into().unwrap()).unwrap();
     Spi::connect_mut(|c| {
         let (q, consumer, _w, s, f) = fenced(c, queue_name, consumer, slot, n, worker, true);
-        let name = slots::slot_sub_name(consumer, s.k);
+        let name = crate::log::slot::slot_sub_name(consumer, s.k);
         let b = match batch::latest_batch(c, f.sub_id) {
             Some(b) if !b.done => batch::Batch { slot: Some(s), ..b },
             _ => raise(
@@ -560,7 +561,7 @@ fn nack_partitioned(
         if f.pause {
             pause::nack(c, &q, &b, &name, &ev, &retry_after, reason)
         } else {
-            super::consume::retry_event(c, &q, &b, &name, &ev, &retry_after, reason, true)
+            crate::log::retry::retry_event(c, &q, &b, &name, &ev, &retry_after, reason, true)
         }
     })
 }
@@ -571,7 +572,7 @@ fn nack_partitioned(
 #[search_path(pg_catalog, pgque, pg_temp)]
 fn partition_slot(partition_key: Option<&str>, n: Option<i32>) -> i32 {
     let n = n_arg(n);
-    slots::slot_of(partition_key, n)
+    crate::log::slot::slot_of(partition_key, n)
 }
 
 /// The rows of view pgque.partition_slot_status: one per slot of every
@@ -721,7 +722,7 @@ mod tests {
             let pg = Spi::get_one_with_args::<i64>("SELECT hashtextextended($1, 0)", &[k.into()])
                 .unwrap()
                 .unwrap();
-            assert_eq!(crate::log::slots::key_hash(k), pg, "key {k:?}");
+            assert_eq!(crate::log::slot::key_hash(k), pg, "key {k:?}");
             for n in [1, 2, 3, 16, 64, 255, 256] {
                 let sql_slot = Spi::get_one_with_args::<i64>(
                     "SELECT (hashtextextended($1, 0) % $2 + $2) % $2",
@@ -736,7 +737,7 @@ mod tests {
                 .unwrap()
                 .unwrap();
                 assert_eq!(via_fn as i64, sql_slot, "key {k:?} n {n}");
-                assert_eq!(crate::log::slots::slot_of(Some(k), n) as i64, sql_slot);
+                assert_eq!(crate::log::slot::slot_of(Some(k), n) as i64, sql_slot);
             }
         }
         assert_eq!(

@@ -1,11 +1,17 @@
 //! Argument checks shared by several job entry points (enqueue, flows,
 //! dispatch, fail / snooze, rate limits): each raises a clear error with its
 //! SQLSTATE (src/error.rs) and changes nothing. Every module that takes such
-//! an argument imports its check from here, not from another entry point.
-use super::enqueue::{MAX_PRIORITY, MIN_PRIORITY};
+//! an argument imports its check from here, not from another entry point,
+//! and the limits the checks enforce live here with them.
 use crate::error::{self, raise, raise_detail};
 use pgrx::datum::{Interval, TimestampWithTimeZone};
 use pgrx::prelude::*;
+
+/// Priorities accepted (lower runs first).
+pub const MIN_PRIORITY: i16 = -1000;
+pub const MAX_PRIORITY: i16 = 1000;
+/// The most attempts a job may be given (a queue's max_attempts, a job's).
+pub const MAX_MAX_ATTEMPTS: i32 = 1000;
 
 /// 22003 unless `p` is a priority (MIN_PRIORITY..=MAX_PRIORITY).
 pub fn check_priority(p: i32) {
@@ -19,12 +25,12 @@ pub fn check_priority(p: i32) {
 
 /// 22003 unless `n` is an attempt count (1..=MAX_MAX_ATTEMPTS).
 pub fn check_max_attempts(n: i32) {
-    if !(1..=super::queues::MAX_MAX_ATTEMPTS).contains(&n) {
+    if !(1..=MAX_MAX_ATTEMPTS).contains(&n) {
         raise(
             error::OUT_OF_RANGE,
             format!(
                 "max_attempts must be between 1 and {}, not {n}",
-                super::queues::MAX_MAX_ATTEMPTS
+                MAX_MAX_ATTEMPTS
             ),
         );
     }
@@ -65,17 +71,4 @@ pub fn check_depends_on(d: &[Option<i64>]) -> Vec<i64> {
         );
     }
     d.iter().flatten().copied().collect()
-}
-
-/// pgque.jobs has the headers column (0.8.0 on; the library can be newer
-/// than the schema until ALTER EXTENSION pgque UPDATE). Two syscache
-/// lookups.
-pub fn schema_has_headers() -> bool {
-    crate::headers::has_column(c"jobs", c"headers")
-}
-
-/// pgque.job_log has the headers array (0.8.0 on, as schema_has_headers):
-/// traced batches may go to the log, and the log's readers read it.
-pub fn log_has_headers() -> bool {
-    crate::headers::has_column(c"job_log", c"headers")
 }

@@ -34,9 +34,9 @@
 //!   concurrent claimer's outcome: two dispatchers never both win.
 //! - paused queues are skipped; lanes stay FIFO because each queue is walked
 //!   in (priority, ready_seq) order and ready_seq follows commit order per lane.
-use super::jobrows::{JobRows, RawRow};
 use super::log;
-use super::stmt::{prepared, ty, with_generic_plans};
+use super::log::jobrows::{JobRows, RawRow};
+use super::log::stmt::{prepared, ty, with_generic_plans};
 use crate::error::{self, raise, required};
 use pgrx::datum::{DatumWithOid, Interval};
 use pgrx::pg_sys;
@@ -44,24 +44,6 @@ use pgrx::prelude::*;
 
 pub const MAX_LIMIT: i32 = 10_000;
 pub const MAX_OVERSAMPLE: i32 = 100;
-
-/// The head of every dispatch statement (this one and the job log's,
-/// src/jobs/log/dispatch.rs): `qs`, the call's queues ($1) that are not
-/// paused, in array order (`pos`), with the lease to give ($4, or the
-/// queue's).
-#[macro_export]
-macro_rules! dispatch_queues {
-    () => {
-        r#"
-WITH RECURSIVE
-qs AS MATERIALIZED (
-    SELECT jq.queue_name, jq.mode, COALESCE($4::interval, jq.lease) AS lease, u.pos
-    FROM unnest($1::text[]) WITH ORDINALITY AS u(name, pos)
-    JOIN pgque.job_queues jq ON jq.queue_name = u.name
-    WHERE NOT jq.paused
-),"#
-    };
-}
 
 /// DISPATCH_SQL's text, with the actor rate limits' two pieces (src/jobs/rate.rs)
 /// as holes: `$rate_left`, an actor's whole tokens (NULL: no limit) in
@@ -541,7 +523,7 @@ fn dispatch(
                 }
                 let sql = if !rated {
                     DISPATCH_SQL_NO_RATE
-                } else if super::args::schema_has_headers() {
+                } else if crate::headers::jobs_have_headers() {
                     DISPATCH_SQL
                 } else {
                     DISPATCH_SQL_NO_HEADERS
@@ -567,8 +549,8 @@ fn dispatch(
         // The claims' leases expire at a time an idle worker must learn
         // (rescue); and a database whose consumers claim is busy (its
         // worker keeps its process). A poll that claims nothing is neither.
-        crate::worker::wake::recheck_at_commit();
-        crate::worker::wake::busy_at_commit();
+        crate::wake::recheck_at_commit();
+        crate::wake::busy_at_commit();
     }
     JobRows(out)
 }

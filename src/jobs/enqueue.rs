@@ -20,16 +20,12 @@
 //!    (PostgreSQL folds identical notifications of one transaction into one,
 //!    and delivers them only at commit).
 use super::args::{check_max_attempts, check_priority, check_run_at};
-use super::outcomes::{Outcome, Outcomes};
-use super::stmt::{prepared, ty, with_generic_plans};
+use super::log::outcomes::{Outcome, Outcomes};
+use super::log::stmt::{prepared, ty, with_generic_plans};
 use crate::error::{self, raise, required, valid_name};
 use pgrx::datum::{DatumWithOid, TimestampWithTimeZone};
 use pgrx::prelude::*;
 use pgrx::{pg_sys, JsonB};
-
-/// Priorities accepted (lower runs first).
-pub const MIN_PRIORITY: i16 = -1000;
-pub const MAX_PRIORITY: i16 = 1000;
 
 /// ENQUEUE_SQL's text; `$s`, `$u`, `$a`, `$c`, `$v` add the jobs' headers
 /// ($12) to the input, the unnest, its column names, the INSERT's columns
@@ -255,25 +251,6 @@ pub fn ready_lane_priorities(
     lanes
 }
 
-/// The argument types of the enqueue statements (ENQUEUE_SQL takes the first
-/// ten; ENQUEUE_NO_KEYS_SQL and the job log's take all eleven).
-pub fn arg_types() -> [pgrx::pg_sys::PgOid; 11] {
-    [
-        ty(pg_sys::TEXTOID),
-        ty(pg_sys::TEXTARRAYOID),
-        ty(pg_sys::JSONBARRAYOID),
-        ty(pg_sys::INT2ARRAYOID),
-        ty(pg_sys::TIMESTAMPTZARRAYOID),
-        ty(pg_sys::TEXTARRAYOID),
-        ty(pg_sys::TEXTARRAYOID),
-        ty(pg_sys::TEXTARRAYOID),
-        ty(pg_sys::TEXTARRAYOID),
-        ty(pg_sys::INT4ARRAYOID),
-        // ENQUEUE_NO_KEYS_SQL only: the ready lanes' priorities
-        ty(pg_sys::INT2ARRAYOID),
-    ]
-}
-
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum OnDuplicate {
     Skip,
@@ -332,7 +309,7 @@ impl<'a> Batch<'a> {
     pub fn finish(&mut self, lanes: Option<Vec<i16>>, headers: Option<DatumWithOid<'a>>) {
         match headers {
             Some(h) => {
-                if self.log_lanes.is_some() && !super::args::log_has_headers() {
+                if self.log_lanes.is_some() && !crate::headers::job_log_has_headers() {
                     self.log_lanes = None;
                 }
                 self.headers = true;
@@ -370,7 +347,7 @@ pub fn run(queue: &str, batch: Batch<'_>, on_duplicate: OnDuplicate) -> Vec<Outc
     };
     with_generic_plans(|| {
         Spi::connect_mut(|client| {
-            let base = arg_types();
+            let base = super::log::enqueue::arg_types();
             let with_headers: Vec<pg_sys::PgOid>;
             let types = if batch.headers {
                 with_headers = base
@@ -423,7 +400,7 @@ pub fn run(queue: &str, batch: Batch<'_>, on_duplicate: OnDuplicate) -> Vec<Outc
         }
     }
     if out.iter().any(|o| o.state == "scheduled") {
-        crate::worker::wake::at_commit();
+        crate::wake::at_commit();
     }
     out
 }

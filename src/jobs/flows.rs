@@ -20,7 +20,7 @@
 //! - `ended`: a parent that ends failed or cancelled cancels its waiting
 //!   children (the error names the parent), and theirs in turn; a child that
 //!   says `"on_parent_failure": "run"` counts that parent as done instead.
-use super::stmt::{prepared, ty, with_generic_plans, with_settings, PLAN_SETTINGS};
+use super::log::stmt::{prepared, ty, with_generic_plans, with_settings, PLAN_SETTINGS};
 use crate::error::{self, raise};
 use pgrx::datum::DatumWithOid;
 use pgrx::prelude::*;
@@ -408,7 +408,7 @@ fn check_options(jobs: &[FlowJob]) {
     for j in jobs {
         if let Some(h) = &j.headers {
             crate::headers::check_headers(&JsonB(h.clone()), &format!("job {:?}: headers", j.key));
-            if !super::args::schema_has_headers() {
+            if !crate::headers::jobs_have_headers() {
                 raise(
                     error::FEATURE_NOT_SUPPORTED,
                     "headers need the pgque 0.8.0 schema: run ALTER EXTENSION pgque UPDATE",
@@ -559,7 +559,7 @@ fn insert(
         );
     }
     if rows.iter().any(|r| r.3 == "scheduled") {
-        crate::worker::wake::at_commit();
+        crate::wake::at_commit();
     }
     rows
 }
@@ -728,7 +728,7 @@ pub fn enqueue_after(queue: &str, job: FlowJob, parents: &[i64]) -> i64 {
         )
         .unwrap_or_else(|e| pgrx::error!("{e}"));
         // an idle worker runs job_maint at once (duty_due counts job_links)
-        crate::worker::wake::at_commit();
+        crate::wake::at_commit();
     }
     id
 }
@@ -1021,7 +1021,7 @@ fn wake(ids: Vec<i64>) {
         })
     });
     if scheduled > 0 {
-        crate::worker::wake::at_commit();
+        crate::wake::at_commit();
     }
 }
 

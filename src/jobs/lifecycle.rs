@@ -12,9 +12,9 @@
 //! job) a valid path for what must be a primary-key lookup. Every transition out of 'running' gives back the actor's slot and
 //! the identity claim, in the same statement, and writes one job event.
 use super::log;
+use super::log::stmt::{prepared, run_int, ty, with_generic_plans};
 use super::outputs::{self, JsonbDatum};
-use super::stmt::{prepared, run_int, ty, with_generic_plans};
-use crate::api::types::JsonbArray;
+use crate::datum::JsonbArray;
 use crate::error::{self, raise, required};
 use pgrx::datum::{DatumWithOid, Interval, TimestampWithTimeZone};
 use pgrx::pg_sys;
@@ -373,7 +373,7 @@ fn fail(
         super::flows::propagate(vec![id], "failed");
     }
     if state.as_deref() == Some("scheduled") {
-        crate::worker::wake::at_commit();
+        crate::wake::at_commit();
     }
     state
 }
@@ -473,7 +473,7 @@ fn snooze(
         vec![id.into(), token.into(), until.into()],
     );
     if n == 1 {
-        crate::worker::wake::at_commit();
+        crate::wake::at_commit();
     }
     n == 1
 }

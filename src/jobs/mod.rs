@@ -23,14 +23,11 @@ pub mod channel;
 pub mod dispatch;
 pub mod enqueue;
 pub mod flows;
-pub mod jobrows;
 pub mod lifecycle;
 pub mod log;
-pub mod outcomes;
 pub mod outputs;
 pub mod queues;
 pub mod rate;
-pub mod stmt;
 pub mod sweeps;
 
 extension_sql_file!(

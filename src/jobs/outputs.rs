@@ -15,8 +15,8 @@
 //! - Sizes are capped (`MAX_OUTPUT_BYTES`, `MAX_PROGRESS_BYTES`, 54000):
 //!   both are kept as long as the job, inline in the rows the hot paths read.
 use super::log;
-use super::stmt::{prepared, ty, with_generic_plans};
-use crate::api::types::JsonbArray;
+use super::log::stmt::{prepared, ty, with_generic_plans};
+use crate::datum::JsonbArray;
 use crate::error::{self, raise, required};
 use pgrx::callconv::{Arg, ArgAbi};
 use pgrx::datum::DatumWithOid;
@@ -115,35 +115,6 @@ pub fn elements(arr: &JsonbArray) -> Vec<Option<pg_sys::Datum>> {
         }
     }
     out
-}
-
-/// A jsonb[] of `elems` (in this order) as an SPI argument; NULL (no array)
-/// when every element is None, so a completion without outputs stores none.
-pub fn array_arg(elems: &[Option<pg_sys::Datum>]) -> DatumWithOid<'static> {
-    if elems.iter().all(Option::is_none) {
-        return DatumWithOid::null_oid(pg_sys::JSONBARRAYOID);
-    }
-    unsafe {
-        let mut datums: Vec<pg_sys::Datum> = elems
-            .iter()
-            .map(|e| e.unwrap_or(pg_sys::Datum::from(0)))
-            .collect();
-        let mut nulls: Vec<bool> = elems.iter().map(Option::is_none).collect();
-        let mut dims = [elems.len() as i32];
-        let mut lbs = [1i32];
-        let a = pg_sys::construct_md_array(
-            datums.as_mut_ptr(),
-            nulls.as_mut_ptr(),
-            1,
-            dims.as_mut_ptr(),
-            lbs.as_mut_ptr(),
-            pg_sys::JSONBOID,
-            -1,
-            false,
-            pg_sys::TYPALIGN_INT as std::ffi::c_char,
-        );
-        DatumWithOid::new(pg_sys::Datum::from(a), pg_sys::JSONBARRAYOID)
-    }
 }
 
 /// $1 job, $2 token, $3 progress: a running job of pgque.jobs records it.

@@ -1,11 +1,11 @@
 //! Job queue and actor administration (role pgque_admin). Not hot paths:
 //! plain SPI with parameters, no SQL built from input.
+use super::args::MAX_MAX_ATTEMPTS;
 use crate::error::{self, raise, required, valid_name};
 use pgrx::prelude::*;
 
 const MODES: [&str; 2] = ["strict_fifo", "round_robin"];
 pub const MAX_SHARDS: i32 = 64;
-pub const MAX_MAX_ATTEMPTS: i32 = 1000;
 
 fn check_mode(mode: &str) {
     if !MODES.contains(&mode) {
@@ -316,7 +316,7 @@ fn resume_job_queue(queue_name: Option<&str>) {
         valid_name(queue_name, "queue_name", error::MAX_QUEUE_NAME),
         false,
     );
-    crate::worker::wake::at_commit();
+    crate::wake::at_commit();
 }
 
 /// Caps how many of `actor`'s jobs may run at once (across all queues and

@@ -38,40 +38,13 @@ extension_sql_file!(
     requires = ["job_log"]
 );
 
-/// The tokens of bucket row `$b` (columns `$jobs`, `$per`, `$burst`,
-/// `tokens`, `refilled_at`) at statement_timestamp(), as float8.
-#[macro_export]
-macro_rules! refill {
-    ($b:ident, $jobs:ident, $per:ident, $burst:ident) => {
-        concat!(
-            "LEAST(",
-            stringify!($b),
-            ".",
-            stringify!($burst),
-            "::float8, ",
-            stringify!($b),
-            ".tokens + ",
-            stringify!($b),
-            ".",
-            stringify!($jobs),
-            "::float8 * GREATEST(0, EXTRACT(EPOCH FROM statement_timestamp() - ",
-            stringify!($b),
-            ".refilled_at))::float8 / EXTRACT(EPOCH FROM ",
-            stringify!($b),
-            ".",
-            stringify!($per),
-            ")::float8)"
-        )
-    };
-}
-
 /// $1 the ctids of the buckets LOCK_LANES_SQL locked in this transaction
 /// (as text), $2 the jobs claimed from each: takes them out. The rows are
 /// locked by this transaction, so their versions stay where they were found:
 /// a TID scan, O(buckets of the call) under any plan.
 pub const DEBIT_SQL: &str = concat!(
     "UPDATE pgque.job_rate_limits b SET tokens = GREATEST(0, ",
-    refill!(b, jobs, per, burst),
+    crate::refill!(b, jobs, per, burst),
     " - ($2::int[])[pg_catalog.array_position($1::text[], b.ctid::text)]),
      refilled_at = GREATEST(b.refilled_at, statement_timestamp())
      WHERE b.ctid = ANY ($1::text[]::tid[])"
@@ -155,7 +128,7 @@ fn set_rate_limit(
                  ON CONFLICT (queue_name) DO UPDATE
                  SET jobs = excluded.jobs, per = excluded.per, burst = excluded.burst,
                      tokens = LEAST(excluded.burst, ",
-                refill!(b, jobs, per, burst),
+                crate::refill!(b, jobs, per, burst),
                 "), refilled_at = GREATEST(b.refilled_at, statement_timestamp())"
             ),
             &[queue.into(), jobs.into(), per.into(), burst.into()],
@@ -197,7 +170,7 @@ fn set_actor_rate_limit(
                  tokens = CASE WHEN excluded.rate_jobs IS NULL THEN NULL
                                WHEN b.rate_jobs IS NULL THEN excluded.rate_burst
                                ELSE LEAST(excluded.rate_burst, ",
-            refill!(b, rate_jobs, rate_per, rate_burst),
+            crate::refill!(b, rate_jobs, rate_per, rate_burst),
             ") END,
                  refilled_at = CASE WHEN excluded.rate_jobs IS NULL THEN NULL
                                     WHEN b.rate_jobs IS NULL THEN statement_timestamp()
@@ -216,7 +189,7 @@ pub fn debit(
     client: &mut pgrx::spi::SpiClient<'_>,
     limited: &[String],
     tids: &[String],
-    out: &[super::jobrows::RawRow],
+    out: &[super::log::jobrows::RawRow],
 ) {
     let (tids, counts): (Vec<String>, Vec<i32>) = limited
         .iter()
@@ -227,12 +200,12 @@ pub fn debit(
     if tids.is_empty() {
         return;
     }
-    let stmt = super::stmt::prepared(
+    let stmt = super::log::stmt::prepared(
         client,
         DEBIT_SQL,
         &[
-            super::stmt::ty(pg_sys::TEXTARRAYOID),
-            super::stmt::ty(pg_sys::INT4ARRAYOID),
+            super::log::stmt::ty(pg_sys::TEXTARRAYOID),
+            super::log::stmt::ty(pg_sys::INT4ARRAYOID),
         ],
     );
     client
@@ -241,7 +214,7 @@ pub fn debit(
 }
 
 /// How many of `out`'s rows are jobs of `queue`.
-fn count_of(queue: &str, out: &[super::jobrows::RawRow]) -> i32 {
+fn count_of(queue: &str, out: &[super::log::jobrows::RawRow]) -> i32 {
     out.iter()
         .filter(|r| {
             !r.1[1] && unsafe { <&str as FromDatum>::from_datum(r.0[1], false) } == Some(queue)

@@ -258,7 +258,7 @@ mod tests {
         run("SELECT pgque.set_rate_limit('deep', 1000000, '1 second')");
         // the kept plans of a backend that dispatched while 'deep' had the
         // only bucket
-        for (name, value) in crate::jobs::stmt::PLAN_SETTINGS {
+        for (name, value) in crate::jobs::log::stmt::PLAN_SETTINGS {
             run(&format!(
                 "SET LOCAL {} = {}",
                 name.to_str().unwrap(),

@@ -2,7 +2,7 @@
 //! SQL function of its own (manual mode, tests): lease rescue, promotion of
 //! due scheduled jobs, the job_events retention sweep, pruning of terminal
 //! jobs; `job_maint()` runs the four, `job_analyze()` refreshes statistics.
-use super::stmt::{prepared, run_int, ty, with_generic_plans};
+use super::log::stmt::{prepared, run_int, ty, with_generic_plans};
 use crate::error::{self, raise, required};
 use crate::gucs;
 use pgrx::pg_sys;

@@ -1358,7 +1358,7 @@ pub mod tests {
         run("SELECT pgque.create_job_queue('tinyrr', 'round_robin')");
         run("SELECT count(*) FROM pgque.enqueue_ready_rows('tiny', ARRAY['a','b','c'], ARRAY['{}','{}','{}']::jsonb[])");
         run("ANALYZE pgque.jobs");
-        for (name, value) in crate::jobs::stmt::PLAN_SETTINGS {
+        for (name, value) in crate::jobs::log::stmt::PLAN_SETTINGS {
             run(&format!(
                 "SET LOCAL {} = {}",
                 name.to_str().unwrap(),

@@ -26,9 +26,10 @@
 //! The table is unlogged: what it holds is derived from the event tables,
 //! and a cut whose chunks are gone (a crash empties it) reads by txid or
 //! builds them again.
-use super::batch::{event_cols, id_range, interval_cond, snapshots, take_events, Event};
-use super::slots::Slot;
-use super::{col, event_table, exec, plan, Queue};
+use super::events::{event_cols, id_range, interval_cond, snapshots, take_events, Event};
+use super::queue::{event_table, Queue};
+use super::slot::Slot;
+use super::spi::{col, exec, plan};
 use pgrx::pg_sys;
 use pgrx::spi::SpiClient;
 
@@ -37,16 +38,6 @@ use pgrx::spi::SpiClient;
 /// compresses nor writes a TOAST table and a read detoasts nothing; a cut
 /// reads little beyond its own events, a 100,000-event cut a thousand rows.
 pub const CHUNK: i64 = 100;
-
-/// Whether `pgque.batch_cut` exists (a 0.6.0 schema not updated yet has
-/// none: batches are then cut by the read by txid, as 0.6.0 did).
-pub fn installed() -> bool {
-    unsafe {
-        let ns = pg_sys::get_namespace_oid(c"pgque".as_ptr(), true);
-        ns != pg_sys::InvalidOid
-            && pg_sys::get_relname_relid(c"batch_cut".as_ptr(), ns) != pg_sys::InvalidOid
-    }
-}
 
 /// One cut served from stored chunks.
 pub struct Cut {

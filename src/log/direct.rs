@@ -11,7 +11,7 @@
 //! deferred unique indexes, and the transaction may write. Otherwise
 //! [`Target::open`] returns None and the caller runs the SQL INSERT, which
 //! applies (or refuses) whatever the table has.
-use super::Queue;
+use super::queue::Queue;
 use pgrx::pg_sys;
 use std::ffi::CString;
 
@@ -354,14 +354,14 @@ pub fn text_datum(s: &str) -> pg_sys::Datum {
     }
 }
 
-/// A jsonb datum's text (what `jsonb::text` gives, [`super::jsontext`]) as
+/// A jsonb datum's text (what `jsonb::text` gives, [`crate::jsontext`]) as
 /// a text datum; `scratch` is a buffer reused between calls.
 pub fn jsonb_text(jsonb: pg_sys::Datum, scratch: &mut Vec<u8>) -> pg_sys::Datum {
     unsafe {
         let jb = pg_sys::pg_detoast_datum(jsonb.cast_mut_ptr()) as *const u8;
         scratch.clear();
         scratch.extend_from_slice(&[0u8; 4]);
-        super::jsontext::append_jsonb_text(scratch, jb);
+        crate::jsontext::append_jsonb_text(scratch, jb);
         let data = pg_sys::palloc(scratch.len()) as *mut u8;
         std::ptr::copy_nonoverlapping(scratch.as_ptr(), data, scratch.len());
         set_varsize(data, scratch.len());

@@ -9,7 +9,8 @@
 //! answers it now; only a call that finds something goes on to the locked
 //! path of batch.rs (which looks again under the subscription's lock).
 use super::batch::{self, Batch, Opened};
-use super::{col, exec, first_row, queue_by_name, sub_by_name, Queue};
+use super::queue::{queue_by_name, sub_by_name, Queue};
+use super::spi::{col, exec, first_row};
 use crate::error;
 use pgrx::spi::SpiClient;
 

@@ -3,7 +3,8 @@
 //! TRUNCATE first tries its lock without waiting (a few short attempts), so a
 //! reader holding a lock delays the duty to the next call instead of stalling
 //! the worker. All of it works the same when called by hand.
-use super::{col, event_table, exec, first_row, run_once};
+use super::queue::event_table;
+use super::spi::{col, exec, first_row, run_once};
 use pgrx::pg_sys;
 use pgrx::spi::SpiClient;
 
@@ -32,7 +33,7 @@ pub fn retry_events(client: &mut SpiClient<'_>) -> i64 {
                ORDER BY ev_id RETURNING 1) \
              SELECT count(*) FROM ins",
             event_table(qid, cur),
-            h = super::headers_col()
+            h = super::schema::headers_col()
         );
         let t = exec(client, &sql, &[qid.into()]);
         let n: i64 = col(&first_row(t).unwrap(), 1).unwrap();
@@ -42,7 +43,7 @@ pub fn retry_events(client: &mut SpiClient<'_>) -> i64 {
         }
     }
     if moved > 0 {
-        crate::worker::wake::at_commit();
+        crate::wake::at_commit();
     }
     moved
 }
@@ -63,7 +64,7 @@ pub fn tick_after_reinsert(client: &mut SpiClient<'_>, qid: i32) {
     let r = first_row(t).unwrap();
     let (name, seq): (String, i64) = (col(&r, 1).unwrap(), col(&r, 2).unwrap());
     super::tick::try_insert_tick(client, qid, &name, seq, super::tick::Pending::New, false);
-    crate::worker::wake::at_commit();
+    crate::wake::at_commit();
 }
 
 /// Takes AccessExclusiveLock on `rel` without queueing behind readers: a
@@ -201,7 +202,7 @@ pub fn rotate_metadata(client: &mut SpiClient<'_>, period_ms: i64) -> i64 {
             return 0;
         }
         let old = 1 - cur;
-        let cuts = super::cuts::installed();
+        let cuts = crate::log::schema::cuts_installed();
         let mut rels = vec![
             format!("pgque.tick_p{old}"),
             format!("pgque.batch_p{old}"),

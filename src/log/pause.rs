@@ -40,8 +40,10 @@
 //! nack, or release_partition_key), and held events are put back only at a
 //! batch boundary: an open batch, re-read after a crash, shows exactly what
 //! it showed (its events minus the parked ones).
-use super::batch::{self, Batch, Event};
-use super::{col, event_table, exec, first_row, Queue};
+use super::batch::{self, Batch};
+use super::events::Event;
+use super::queue::{event_table, Queue};
+use super::spi::{col, exec, first_row};
 use pgrx::datum::{Interval, TimestampWithTimeZone};
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
@@ -63,18 +65,6 @@ extension_sql_file!(
     name = "slots_pause",
     requires = ["slots"]
 );
-
-/// Whether this database has the pause tables (0.8.0). Between installing
-/// this library and `ALTER EXTENSION pgque UPDATE` an older schema has
-/// none, and its partitioned consumers keep working with the skip policy.
-/// A syscache lookup, no SQL.
-pub fn installed() -> bool {
-    unsafe {
-        let ns = pg_sys::get_namespace_oid(c"pgque".as_ptr(), true);
-        ns != pg_sys::InvalidOid
-            && pg_sys::get_relname_relid(c"partition_blocked".as_ptr(), ns) != pg_sys::InvalidOid
-    }
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum State {
@@ -256,7 +246,7 @@ fn park_events(c: &mut SpiClient<'_>, sub: i32, evs: &[(String, Event)]) {
     if evs.is_empty() {
         return;
     }
-    let txt = |f: &dyn Fn(&Event) -> Option<batch::PgText>| -> Vec<Option<String>> {
+    let txt = |f: &dyn Fn(&Event) -> Option<super::events::PgText>| -> Vec<Option<String>> {
         evs.iter()
             .map(|(_, e)| f(e).map(|t| t.to_string_lossy()))
             .collect()
@@ -363,7 +353,7 @@ pub fn nack(
     reason: Option<&str>,
 ) -> i32 {
     let retry = |c: &mut SpiClient<'_>| {
-        crate::api::consume::retry_event(c, q, b, name, ev, retry_after, reason, true)
+        super::retry::retry_event(c, q, b, name, ev, retry_after, reason, true)
     };
     let Some(key) = key_of(ev) else {
         return retry(c);
@@ -433,7 +423,7 @@ fn pull_back(c: &mut SpiClient<'_>, sub: i32, key: &str, ev_id: i64) {
                       SELECT $1, $2, * FROM r ON CONFLICT DO NOTHING RETURNING 1) \
          UPDATE pgque.partition_blocked SET pb_held = pb_held + (SELECT count(*) FROM ins) \
           WHERE pb_sub = $1 AND pb_key = $2",
-        h = super::headers_col()
+        h = super::schema::headers_col()
     );
     exec(c, &sql, &[sub.into(), key.into(), ev_id.into()]);
 }
@@ -494,7 +484,7 @@ fn settle_one(c: &mut SpiClient<'_>, q: &Queue, sub: i32, m: &Marker, acked: Opt
          SELECT count(*)::int4, min(ev_id), (SELECT count(*) FROM r)::int4, \
                 (SELECT count(*) FROM h)::int4 FROM ins",
         event_table(q.id, q.cur_table),
-        h = super::headers_col()
+        h = super::schema::headers_col()
     );
     let t = exec(
         c,

@@ -15,10 +15,10 @@
 //! Columns are found by name, since an upgraded database may have them at
 //! other positions than a fresh install. The caller already runs as the
 //! schema's owner (crate::api::owner), who may read the table.
-use super::Queue;
+use super::queue::Queue;
 use pgrx::pg_sys;
 
-/// The queue named `name` as [`super::find_queue`] reads it; `Some(None)`
+/// The queue named `name` as [`super::queue::find_queue`] reads it; `Some(None)`
 /// when there is no such queue, `None` when this lookup cannot be made
 /// here (no active snapshot, the table or its index not as expected) and
 /// the caller must use the SQL lookup.

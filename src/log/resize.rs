@@ -18,8 +18,11 @@
 //! after T (their owner), the pause policy's markers and held events, and
 //! dead letters. `abort` drops the new subscriptions and the seal: the old
 //! slots simply go on past T, nothing was moved.
-use super::slots::{self, MAX_SLOTS};
-use super::{batch, col, exec, first_row, tick, Queue};
+use super::queue::Queue;
+use super::slot::MAX_SLOTS;
+use super::slots;
+use super::spi::{col, exec, first_row};
+use super::{batch, tick};
 use crate::error::{self, raise, raise_detail};
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
@@ -29,15 +32,6 @@ extension_sql_file!(
     name = "slots_resize",
     requires = ["slots_pause"]
 );
-
-/// Whether this database has the resize schema (0.8.0). A syscache lookup.
-pub fn installed() -> bool {
-    unsafe {
-        let ns = pg_sys::get_namespace_oid(c"pgque".as_ptr(), true);
-        ns != pg_sys::InvalidOid
-            && pg_sys::get_relname_relid(c"partition_resize".as_ptr(), ns) != pg_sys::InvalidOid
-    }
-}
 
 /// A resize in progress (a row of pgque.partition_resize).
 pub struct Resize {
@@ -49,7 +43,7 @@ pub struct Resize {
 
 /// 55000 unless the resize schema is installed.
 pub fn require_installed() {
-    if !installed() {
+    if !crate::log::schema::resize_installed() {
         raise(
             error::WRONG_STATE,
             "resizing N needs pgque 0.8.0's schema: run ALTER EXTENSION pgque UPDATE",
@@ -59,7 +53,7 @@ pub fn require_installed() {
 
 /// The resize in progress of `consumer`, if any.
 pub fn current(c: &mut SpiClient<'_>, q: &Queue, consumer: &str) -> Option<Resize> {
-    if !installed() {
+    if !crate::log::schema::resize_installed() {
         return None;
     }
     let t = exec(
@@ -205,7 +199,7 @@ pub fn begin(c: &mut SpiClient<'_>, q: &Queue, consumer: &str, new_n: i32) -> i6
 
 /// Inserts the new slots' subscriptions at tick `t`; their ids in slot order.
 fn insert_subs(c: &mut SpiClient<'_>, q: &Queue, names: &[String], t: i64) -> Vec<i32> {
-    super::check_consumer_room(c, q, names.len() as i64);
+    super::queue::check_consumer_room(c, q, names.len() as i64);
     let r = exec(
         c,
         "WITH s AS (INSERT INTO pgque.subscription (sub_queue, sub_consumer, sub_start_tick) \
@@ -273,7 +267,7 @@ fn slot_state(c: &mut SpiClient<'_>, k: i32, sub: i32, seal: i64) -> SlotState {
                     (SELECT count(*) FROM pgque.partition_blocked WHERE pb_sub = $1), \
                     (SELECT count(*) FROM pgque.partition_held WHERE ph_sub = $1), \
                     (SELECT count(*) FROM {} WHERE dl_owner = $1)",
-            super::dead_letter_table()
+            super::schema::dead_letter_table()
         ),
         &[sub.into()],
     );
@@ -383,7 +377,7 @@ pub fn complete(c: &mut SpiClient<'_>, q: &Queue, consumer: &str) -> i32 {
             snap.as_str().into(),
         ],
     );
-    if super::pause::installed() {
+    if crate::log::schema::pause_installed() {
         exec(
             c,
             &format!(
@@ -415,7 +409,7 @@ pub fn complete(c: &mut SpiClient<'_>, q: &Queue, consumer: &str) -> i32 {
         &format!(
             "UPDATE {} SET dl_owner = {}, dl_consumer = $3 || '#' || {slot_sql} \
               WHERE dl_owner = ANY ($2)",
-            super::dead_letter_table(),
+            super::schema::dead_letter_table(),
             new_sub_sql("ev_extra1", nn, "$1")
         ),
         &[
@@ -473,7 +467,7 @@ pub fn complete(c: &mut SpiClient<'_>, q: &Queue, consumer: &str) -> i32 {
         &[q.id.into(), consumer.into()],
     );
     slots::drop_index_if_unused(c, q, n);
-    crate::worker::wake::at_commit();
+    crate::wake::at_commit();
     nn
 }
 

@@ -8,7 +8,9 @@
 //! events whose key maps to it: `read_events` adds the slot condition, which
 //! an index on (slot expression for N, ev_txid, ev_id) on every event table
 //! of the queue answers, so a slot reads its own events, not the stream.
-use super::{col, exec, first_row, run_once, Queue};
+use super::queue::Queue;
+use super::slot::{slot_expr, Slot};
+use super::spi::{col, exec, first_row, run_once};
 use crate::error::{self, raise, raise_detail};
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
@@ -18,124 +20,6 @@ extension_sql_file!(
     name = "slots",
     requires = ["event_log"]
 );
-
-/// Most slots a partitioned consumer may have.
-pub const MAX_SLOTS: i32 = 256;
-
-/// Slot `k` of a consumer with `n` slots.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Slot {
-    pub n: i32,
-    pub k: i32,
-}
-
-/// slot(K) = (h % N + N) % N for h = hashtextextended(K, 0): PostgreSQL's `%`
-/// keeps the dividend's sign, so this is the non-negative remainder.
-pub fn slot_of_hash(h: i64, n: i32) -> i32 {
-    let n = n as i64;
-    ((h % n + n) % n) as i32
-}
-
-/// PostgreSQL's hashtextextended(key, 0) for a deterministic collation (the
-/// default): hash_bytes_extended (Bob Jenkins' lookup3, src/common/hashfn.c)
-/// over the key's bytes. Pure Rust, so clients' slot maths can be checked
-/// without a server; a pg_test compares it with the server's function.
-pub fn key_hash(key: &str) -> i64 {
-    hash_bytes_extended(key.as_bytes(), 0) as i64
-}
-
-fn mix(a: &mut u32, b: &mut u32, c: &mut u32) {
-    *a = a.wrapping_sub(*c);
-    *a ^= c.rotate_left(4);
-    *c = c.wrapping_add(*b);
-    *b = b.wrapping_sub(*a);
-    *b ^= a.rotate_left(6);
-    *a = a.wrapping_add(*c);
-    *c = c.wrapping_sub(*b);
-    *c ^= b.rotate_left(8);
-    *b = b.wrapping_add(*a);
-    *a = a.wrapping_sub(*c);
-    *a ^= c.rotate_left(16);
-    *c = c.wrapping_add(*b);
-    *b = b.wrapping_sub(*a);
-    *b ^= a.rotate_left(19);
-    *a = a.wrapping_add(*c);
-    *c = c.wrapping_sub(*b);
-    *c ^= b.rotate_left(4);
-    *b = b.wrapping_add(*a);
-}
-
-fn final_mix(a: &mut u32, b: &mut u32, c: &mut u32) {
-    *c ^= *b;
-    *c = c.wrapping_sub(b.rotate_left(14));
-    *a ^= *c;
-    *a = a.wrapping_sub(c.rotate_left(11));
-    *b ^= *a;
-    *b = b.wrapping_sub(a.rotate_left(25));
-    *c ^= *b;
-    *c = c.wrapping_sub(b.rotate_left(16));
-    *a ^= *c;
-    *a = a.wrapping_sub(c.rotate_left(4));
-    *b ^= *a;
-    *b = b.wrapping_sub(a.rotate_left(14));
-    *c ^= *b;
-    *c = c.wrapping_sub(b.rotate_left(24));
-}
-
-/// PostgreSQL's hash_bytes_extended (little-endian byte order, which both
-/// of its code paths read on every platform PostgreSQL hashes identically).
-pub fn hash_bytes_extended(k: &[u8], seed: u64) -> u64 {
-    let init = 0x9e37_79b9u32
-        .wrapping_add(k.len() as u32)
-        .wrapping_add(3_923_095);
-    let (mut a, mut b, mut c) = (init, init, init);
-    if seed != 0 {
-        a = a.wrapping_add((seed >> 32) as u32);
-        b = b.wrapping_add(seed as u32);
-        mix(&mut a, &mut b, &mut c);
-    }
-    let word = |w: &[u8]| -> u32 {
-        w.iter()
-            .enumerate()
-            .fold(0u32, |acc, (i, &x)| acc.wrapping_add((x as u32) << (8 * i)))
-    };
-    let mut rest = k;
-    while rest.len() >= 12 {
-        a = a.wrapping_add(word(&rest[0..4]));
-        b = b.wrapping_add(word(&rest[4..8]));
-        c = c.wrapping_add(word(&rest[8..12]));
-        mix(&mut a, &mut b, &mut c);
-        rest = &rest[12..];
-    }
-    // The last 0..11 bytes: a takes bytes 0-3, b 4-7, c 8-10 shifted up one
-    // byte (its lowest byte is left for the length, as in lookup3).
-    let n = rest.len();
-    a = a.wrapping_add(word(&rest[..n.min(4)]));
-    if n > 4 {
-        b = b.wrapping_add(word(&rest[4..n.min(8)]));
-    }
-    if n > 8 {
-        c = c.wrapping_add(word(&rest[8..n]) << 8);
-    }
-    final_mix(&mut a, &mut b, &mut c);
-    ((b as u64) << 32) | c as u64
-}
-
-/// The slot of a partition key (NULL key: slot 0).
-pub fn slot_of(key: Option<&str>, n: i32) -> i32 {
-    key.map_or(0, |k| slot_of_hash(key_hash(k), n))
-}
-
-/// The SQL expression of an event's slot for `n` slots: the key rides
-/// ev_extra1, a NULL key is slot 0. Index and queries use this same text.
-pub fn slot_expr(n: i32) -> String {
-    format!("coalesce((hashtextextended(ev_extra1, 0) % {n} + {n}) % {n}, 0)")
-}
-
-/// The subscription name of slot `k` of consumer `c`.
-pub fn slot_sub_name(consumer: &str, k: i32) -> String {
-    format!("{consumer}#{k}")
-}
 
 fn index_name(qid: i32, t: i32, n: i32) -> String {
     format!("event_{qid}_{t}_slot{n}_idx")
@@ -186,7 +70,7 @@ pub fn ensure_index(client: &mut SpiClient<'_>, q: &Queue, n: i32) {
                 client,
                 &format!(
                     "CREATE INDEX {name} ON {} (({}), ev_txid, ev_id)",
-                    super::event_table(q.id, t),
+                    super::queue::event_table(q.id, t),
                     slot_expr(n)
                 ),
             );
@@ -219,21 +103,9 @@ pub fn drop_index_if_unused(client: &mut SpiClient<'_>, q: &Queue, n: i32) {
     }
 }
 
-/// Whether the partition-key tables exist in this database. They came with
-/// 0.2.0: between installing this library and `ALTER EXTENSION pgque UPDATE`
-/// a database still has the 0.1.0 schema, and its plain consumers must keep
-/// working (it can have no partitioned consumer). A syscache lookup, no SQL.
-pub fn installed() -> bool {
-    unsafe {
-        let ns = pg_sys::get_namespace_oid(c"pgque".as_ptr(), true);
-        ns != pg_sys::InvalidOid
-            && pg_sys::get_relname_relid(c"partition_slot".as_ptr(), ns) != pg_sys::InvalidOid
-    }
-}
-
 /// The persisted N of a partitioned consumer, if it is one.
 pub fn consumer_n(client: &mut SpiClient<'_>, q: &Queue, consumer: &str) -> Option<i32> {
-    if !installed() {
+    if !crate::log::schema::slots_installed() {
         return None;
     }
     let t = exec(
@@ -305,7 +177,7 @@ pub fn set_n(
     n: i32,
     policy: Option<Policy>,
 ) {
-    if super::find_sub(client, q, consumer).is_some() {
+    if super::queue::find_sub(client, q, consumer).is_some() {
         raise(
             error::DUPLICATE_OBJECT,
             format!(
@@ -314,7 +186,7 @@ pub fn set_n(
             ),
         );
     }
-    if !super::pause::installed() {
+    if !crate::log::schema::pause_installed() {
         // An older schema (before ALTER EXTENSION UPDATE): skip, as it was.
         let t = exec(
             client,
@@ -417,7 +289,7 @@ pub fn subscribe_slots(
     ))
     .and_then(|r| col(&r, 1))
     .unwrap_or(0);
-    super::check_consumer_room(client, q, new_slots);
+    super::queue::check_consumer_room(client, q, new_slots);
     let t = exec(
         client,
         "WITH s AS ( \
@@ -561,12 +433,12 @@ pub fn fence(
                 ps_ttl IS NOT NULL AND ps_until - clock_timestamp() < ps_ttl / 2, {}, {} \
            FROM pgque.partition_slot \
           WHERE ps_queue = $1 AND ps_consumer = $2 AND ps_slot = $3{}",
-        if super::pause::installed() {
+        if crate::log::schema::pause_installed() {
             "ps_pause"
         } else {
             "false"
         },
-        if super::resize::installed() {
+        if crate::log::schema::resize_installed() {
             "ps_seal"
         } else {
             "NULL::int8"
@@ -696,7 +568,7 @@ pub fn backlog(
               AND (ev_owner IS NULL OR ev_owner = $2) \
            UNION ALL \
            SELECT ev_time FROM pgque.retry_queue WHERE ev_owner = $2) e",
-        super::event_parent(qid),
+        super::queue::event_parent(qid),
         slot_expr(s.n)
     );
     let t = exec(
@@ -706,39 +578,4 @@ pub fn backlog(
     );
     let r = first_row(t).unwrap();
     (col(&r, 1).unwrap(), col(&r, 2))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn slot_is_the_non_negative_remainder() {
-        assert_eq!(slot_of_hash(0, 16), 0);
-        assert_eq!(slot_of_hash(17, 16), 1);
-        assert_eq!(slot_of_hash(-1, 16), 15);
-        assert_eq!(slot_of_hash(-17, 16), 15);
-        assert_eq!(slot_of_hash(i64::MIN, 256), 0);
-        assert_eq!(slot_of_hash(i64::MAX, 256), 255);
-        assert_eq!(
-            slot_of_hash(i64::MIN + 1, 3),
-            (i64::MIN + 1).rem_euclid(3) as i32
-        );
-        for h in [-1_000_003i64, -7, 0, 5, 99_999_989] {
-            for n in 1..=256 {
-                let k = slot_of_hash(h, n);
-                assert!((0..n).contains(&k));
-                assert_eq!(k as i64, h.rem_euclid(n as i64));
-            }
-        }
-    }
-
-    #[test]
-    fn slot_names_and_expression() {
-        assert_eq!(slot_sub_name("orders", 7), "orders#7");
-        assert_eq!(
-            slot_expr(16),
-            "coalesce((hashtextextended(ev_extra1, 0) % 16 + 16) % 16, 0)"
-        );
-    }
 }

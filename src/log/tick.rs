@@ -13,7 +13,7 @@
 //! was running then has finished (snapshot xmin >= tick_pending), or at the
 //! latest after ticker_max_lag, so the event is delivered without waiting for
 //! the idle period.
-use super::{col, exec, first_row};
+use super::spi::{col, exec, first_row};
 use pgrx::spi::SpiClient;
 
 #[derive(Debug, Clone)]
@@ -238,7 +238,7 @@ pub fn uncovered_events(client: &mut SpiClient<'_>, qid: i32, snapshot: &str) ->
     let sql = format!(
         "SELECT EXISTS (SELECT 1 FROM {t} WHERE ev_txid >= pg_snapshot_xmax($1::pg_snapshot)) \
              OR EXISTS (SELECT 1 FROM {t} WHERE ev_txid = ANY (ARRAY(SELECT pg_snapshot_xip($1::pg_snapshot))))",
-        t = super::event_parent(qid)
+        t = super::queue::event_parent(qid)
     );
     let t = exec(client, &sql, &[snapshot.into()]);
     col(&first_row(t).unwrap(), 1).unwrap_or(false)

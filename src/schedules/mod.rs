@@ -13,7 +13,7 @@
 //! The table is in `sql/32_schedules.sql`; user documentation in
 //! docs/schedules.md.
 use crate::error::{self, raise, required, valid_name};
-use crate::jobs::stmt::{prepared, ty, with_generic_plans};
+use crate::jobs::log::stmt::{prepared, ty, with_generic_plans};
 use pgrx::prelude::*;
 use pgrx::{pg_sys, JsonB};
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -131,7 +131,7 @@ fn create_schedule(
     max_attempts: default!(Option<i32>, "NULL"),
 ) -> i64 {
     // an idle worker reads the next slot again (schedules duty)
-    crate::worker::wake::recheck_at_commit();
+    crate::wake::recheck_at_commit();
     let name = valid_name(name, "name", MAX_SCHEDULE_NAME);
     let cron_text = required(cron, "cron");
     let queue = valid_name(queue_name, "queue_name", error::MAX_QUEUE_NAME);
@@ -234,7 +234,7 @@ fn alter_schedule(
     max_attempts: default!(Option<i32>, "NULL"),
 ) {
     // an idle worker reads the next slot again (schedules duty)
-    crate::worker::wake::recheck_at_commit();
+    crate::wake::recheck_at_commit();
     let name = valid_name(name, "name", MAX_SCHEDULE_NAME);
     if let Some(c) = cron {
         check_cron(c);
@@ -314,7 +314,7 @@ fn pause_schedule(name: Option<&str>) {
 #[search_path(pg_catalog, pgque, pg_temp)]
 fn resume_schedule(name: Option<&str>) {
     // an idle worker reads the next slot again (schedules duty)
-    crate::worker::wake::recheck_at_commit();
+    crate::wake::recheck_at_commit();
     let name = valid_name(name, "name", MAX_SCHEDULE_NAME);
     let (cron_text, tz_name, queue, paused) = lock_schedule(name);
     if !paused {

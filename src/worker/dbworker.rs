@@ -202,7 +202,7 @@ unsafe extern "C-unwind" fn release_slot(_code: i32, arg: pg_sys::Datum) {
     let idx = arg.value();
     if let Some(launcher) = shmem::release(idx, unsafe { pg_sys::MyProcPid }) {
         // parked: the pool has a process free
-        super::wake::set_latch_of(launcher);
+        crate::wake::set_latch_of(launcher);
     }
 }
 
@@ -219,8 +219,8 @@ struct Schedule {
 #[unsafe(no_mangle)]
 pub extern "C-unwind" fn pgque_db_worker_main(arg: pg_sys::Datum) {
     let db_oid = (arg.value() as u64 & 0xFFFF_FFFF) as u32;
-    let await_install = arg.value() as u64 & super::AWAIT_INSTALL != 0;
-    let pool_start = arg.value() as u64 & super::DUE_START != 0;
+    let await_install = arg.value() as u64 & super::spawn::AWAIT_INSTALL != 0;
+    let pool_start = arg.value() as u64 & super::spawn::DUE_START != 0;
     BackgroundWorker::attach_signal_handlers(SignalWakeFlags::SIGHUP | SignalWakeFlags::SIGTERM);
     if shmem::is_dropped(db_oid) {
         exit_clean();

@@ -437,7 +437,7 @@ unsafe extern "C-unwind" fn process_utility_with_worker(
                     // a new one would find it taken and leave.)
                     wait_gone(oid.to_u32(), false);
                     shmem::unmark_dropped(oid.to_u32());
-                    super::spawn_db_worker(oid, super::Start::Wanted);
+                    super::spawn::spawn_db_worker(oid, super::spawn::Start::Wanted);
                     e.rethrow()
                 })
                 .execute();
@@ -445,7 +445,7 @@ unsafe extern "C-unwind" fn process_utility_with_worker(
                 shmem::unmark_dropped(oid.to_u32());
             }
             if restart {
-                super::spawn_db_worker(oid, super::Start::Wanted);
+                super::spawn::spawn_db_worker(oid, super::spawn::Start::Wanted);
             }
         }
     }

@@ -1,6 +1,6 @@
 //! The launcher: finds the databases that need a pgque worker and starts
 //! workers for them within the pool's bound (pool.rs).
-use super::pool;
+use crate::pool;
 use crate::{gucs, shmem};
 use pgrx::bgworkers::{
     BackgroundWorker, BackgroundWorkerBuilder, BgWorkerStartTime, SignalWakeFlags,
@@ -141,11 +141,11 @@ fn serve_pool() -> Option<i64> {
         // parks again if idle), one the launcher only looked at (new since
         // the server started) a worker that stays (dbworker, claim).
         let how = if wanted {
-            super::Start::Wanted
+            super::spawn::Start::Wanted
         } else {
-            super::Start::Due
+            super::spawn::Start::Due
         };
-        if !super::spawn_db_worker(pg_sys::Oid::from(oid), how) {
+        if !super::spawn::spawn_db_worker(pg_sys::Oid::from(oid), how) {
             shmem::mark_starting(oid, 0);
             refused = true;
             break;
@@ -159,7 +159,7 @@ fn serve_pool() -> Option<i64> {
         if shmem::pool_waiting_since() == 0 {
             shmem::set_pool_waiting(now);
             for pid in shmem::idle_worker_pids() {
-                super::wake::set_latch_of(pid);
+                crate::wake::set_latch_of(pid);
             }
         }
     } else {

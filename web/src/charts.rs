@@ -5,7 +5,7 @@
 //! a time axis (UTC clock times), a value axis with its unit, a line and a
 //! legend entry per queue.
 use crate::db::HistRow;
-use crate::pages::{esc, num};
+use crate::html::{esc, num};
 use std::fmt::Write;
 
 /// The ranges the picker offers: (name, seconds). The first is the default.
@@ -33,8 +33,6 @@ pub fn picker(path: &str, current: &str) -> String {
     o.push_str("</nav>");
     o
 }
-
-pub const CSS: &str = "nav.range a{margin:0 .3rem;padding:.05rem .4rem;border-radius:4px}nav.range a.on{background:#1d2330;color:#fff}";
 
 /// HH:MM (UTC) of a Unix time.
 fn clock(t: f64) -> String {

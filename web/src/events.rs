@@ -7,8 +7,7 @@
 //! confirmation of their count, through pgque.dlq_replay and the
 //! pgque.dead_letter view, each all or nothing.
 use crate::db::DbError;
-use crate::explorer::{pretty, text, urlenc, when, Row};
-use crate::pages::{esc, Ctx};
+use crate::html::{esc, pretty, text, urlenc, when, Ctx, Row};
 use deadpool_postgres::Pool;
 use serde_json::Value;
 use std::fmt::Write;
@@ -33,7 +32,7 @@ impl Cursor {
     /// value that is not a number.
     pub fn from_query(q: &[(String, String)]) -> Result<Cursor, String> {
         let num = |k: &str| -> Result<Option<i64>, String> {
-            match crate::explorer::field(q, k)
+            match crate::html::field(q, k)
                 .map(str::trim)
                 .filter(|s| !s.is_empty())
             {
@@ -172,7 +171,7 @@ fn payload_cell(ctx: &Ctx, r: &Row, k: &str) -> String {
     if !ctx.contents {
         return format!(
             "<td class=\"payload\">{}</td>",
-            crate::pages::hidden_short(ctx)
+            crate::html::hidden_short(ctx)
         );
     }
     let p = text(r, k);
@@ -195,7 +194,7 @@ fn headers_cell(ctx: &Ctx, r: &Row) -> String {
     if !ctx.contents {
         return format!(
             "<td class=\"headers\">{}</td>",
-            crate::pages::hidden_short(ctx)
+            crate::html::hidden_short(ctx)
         );
     }
     match r.get("headers").filter(|v| !v.is_null()) {
@@ -206,9 +205,6 @@ fn headers_cell(ctx: &Ctx, r: &Row) -> String {
         ),
     }
 }
-
-pub const CSS: &str = "td.payload{max-width:28rem;word-break:break-all}td.payload code{font-size:.8rem}\
-td.headers pre{margin:0;padding:.2rem .4rem;font-size:.75rem;white-space:pre-wrap;word-break:break-all;max-width:24rem}";
 
 /// The queue's page content.
 pub fn queue_page(ctx: &Ctx, name: &str, at: Cursor, d: &QueueData) -> String {
@@ -326,7 +322,7 @@ in transaction order, a page at a time.</p><table id=\"waiting-events\"><thead><
             if ctx.contents {
                 esc(&text(r, "dl_reason"))
             } else {
-                crate::pages::hidden_short(ctx)
+                crate::html::hidden_short(ctx)
             },
             esc(&text(r, "ev_id")),
             esc(&text(r, "ev_type")),

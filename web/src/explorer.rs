@@ -7,9 +7,9 @@
 //! without an admin login, lease tokens for everyone) is taken out of the
 //! rows before a page is made of them (redact_job).
 use crate::db::DbError;
-use crate::pages::{esc, Ctx};
+use crate::html::{esc, field, pretty, text, urlenc, when, Ctx, Row};
 use deadpool_postgres::Pool;
-use serde_json::{Map, Value};
+use serde_json::Value;
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write;
@@ -29,9 +29,6 @@ pub const STATES: &[&str] = &[
     "cancelled",
 ];
 
-/// A row as a JSON object.
-pub type Row = Map<String, Value>;
-
 /// Runs `sql`, whose rows are one jsonb value each, and returns the objects.
 async fn json_rows(
     pool: &Pool,
@@ -47,25 +44,6 @@ async fn json_rows(
             _ => None,
         })
         .collect())
-}
-
-/// A value as text: strings as they are, null as "", others as JSON.
-pub fn text(r: &Row, k: &str) -> String {
-    match r.get(k) {
-        None | Some(Value::Null) => String::new(),
-        Some(Value::String(s)) => s.clone(),
-        Some(v) => v.to_string(),
-    }
-}
-
-/// A timestamp as people read it: to the second, without the `T`.
-pub fn when(r: &Row, k: &str) -> String {
-    let t = text(r, k);
-    if t.len() >= 19 && t.as_bytes()[10] == b'T' {
-        format!("{} {}", &t[..10], &t[11..19])
-    } else {
-        t
-    }
 }
 
 /// The list's filters, as the query string gives them.
@@ -121,24 +99,6 @@ impl Filter {
             before: None,
         }
     }
-}
-
-/// The first value of a form field.
-pub fn field<'a>(f: &'a [(String, String)], k: &str) -> Option<&'a str> {
-    f.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str())
-}
-
-/// Percent-encodes everything but unreserved characters.
-pub fn urlenc(s: &str) -> String {
-    let mut o = String::new();
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.' || b == b'~' {
-            o.push(b as char);
-        } else {
-            let _ = write!(o, "%{b:02X}");
-        }
-    }
-    o
 }
 
 /// One page of the list: the jobs, and where the next page starts (None:
@@ -236,22 +196,6 @@ fn state_class(s: &str) -> &'static str {
         _ => "st-waiting",
     }
 }
-
-/// The states' colours, for the list's badges and the flow graph's nodes.
-pub const CSS: &str = r#"
-.st{padding:.05rem .45rem;border-radius:9px;font-size:.8rem;color:#fff;white-space:nowrap}
-.st-completed{background:#17803d}.st-failed{background:#b42318}.st-cancelled{background:#6b7280}
-.st-running{background:#3b6fd8}.st-ready{background:#0e7490}.st-scheduled{background:#9b4dca}.st-waiting{background:#b54708}
-form.filters{display:flex;gap:.6rem;flex-wrap:wrap;align-items:end;margin-bottom:.8rem}
-form.filters label{font-size:.8rem;display:flex;flex-direction:column;gap:.15rem}
-form.filters input,form.filters select{font-size:.9rem;padding:.2rem}
-.bulk{margin:.6rem 0;display:flex;gap:.5rem;flex-wrap:wrap}
-dl.job{display:grid;grid-template-columns:11rem 1fr;gap:.25rem .8rem;background:#fff;padding:.8rem 1rem;border-radius:6px}
-dl.job dt{color:#5a6475}dl.job dd{margin:0;word-break:break-all}
-pre{background:#fff;padding:.6rem .8rem;border-radius:6px;overflow:auto;font-size:.85rem;max-height:24rem}
-.pager{margin:.8rem 0;display:flex;gap:1rem}
-svg.flow{background:#fff;border-radius:6px}svg.flow text{font-size:11px;fill:#fff}
-"#;
 
 fn badge(state: &str) -> String {
     format!(
@@ -389,7 +333,7 @@ pub fn list_page(ctx: &Ctx, f: &Filter, page: &Result<JobPage, String>) -> Strin
             if ctx.contents {
                 esc(&text(r, "last_error"))
             } else {
-                crate::pages::hidden_short(ctx)
+                crate::html::hidden_short(ctx)
             },
             esc(&text(r, "stored_in")),
             if flow.is_empty() {
@@ -737,14 +681,6 @@ async fn job_rows(pool: &Pool, id: i64) -> Result<JobData, DbError> {
     })
 }
 
-/// A JSON value pretty-printed (job and event pages); empty for none or null.
-pub fn pretty(v: Option<&Value>) -> String {
-    match v {
-        None | Some(Value::Null) => String::new(),
-        Some(v) => serde_json::to_string_pretty(v).unwrap_or_default(),
-    }
-}
-
 /// An admin button of the explorer: a POST with the CSRF token that comes
 /// back to `back`. Empty for a viewer without admin actions.
 fn button(ctx: &Ctx, action: &str, fields: &[(&str, &str)], back: &str, label: &str) -> String {
@@ -856,7 +792,7 @@ pub fn job_page(ctx: &Ctx, id: i64, d: &JobData) -> String {
         let _ = write!(
             o,
             "<h2>Args, output, progress, headers and error texts</h2><p id=\"contents-hidden\">{}</p>",
-            crate::pages::hidden(ctx)
+            crate::html::hidden(ctx)
         );
     } else {
         let _ = write!(
@@ -909,7 +845,7 @@ pub fn job_page(ctx: &Ctx, id: i64, d: &JobData) -> String {
                 String::new()
             };
             let shown = match msg.split_once('\n') {
-                _ if !ctx.contents => crate::pages::hidden(ctx),
+                _ if !ctx.contents => crate::html::hidden(ctx),
                 Some((first, _)) => {
                     format!("{}<pre class=\"traceback\">{}</pre>", esc(first), esc(&msg))
                 }
@@ -945,7 +881,7 @@ pub fn job_page(ctx: &Ctx, id: i64, d: &JobData) -> String {
             esc(&when(t, "at")),
             esc(&text(t, "attempt")),
             if !ctx.contents && matches!(ev.as_str(), "failed" | "retried") {
-                crate::pages::hidden(ctx)
+                crate::html::hidden(ctx)
             } else {
                 esc(&text(t, "detail"))
             },
@@ -1225,7 +1161,7 @@ pub fn schedules_page(ctx: &Ctx, s: &Result<Option<Vec<Row>>, String>) -> String
             if ctx.contents {
                 esc(&text(r, "args"))
             } else {
-                crate::pages::hidden_short(ctx)
+                crate::html::hidden_short(ctx)
             },
             esc(&text(r, "misfire")),
             if paused { "warn" } else { "ok" },

@@ -27,6 +27,7 @@ mod events;
 mod explorer;
 mod guard;
 mod history;
+mod html;
 mod pages;
 mod prom;
 
@@ -40,7 +41,8 @@ use axum::Router;
 use clap::Parser;
 use deadpool_postgres::Pool;
 use history::History;
-use pages::{Ctx, Figures, Page};
+use html::Ctx;
+use pages::{Figures, Page};
 use serde::Deserialize;
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -717,7 +719,7 @@ async fn render(app: &App, p: Page, q: PageQuery, headers: &HeaderMap) -> Respon
             pages::page(
                 p,
                 &c,
-                &format!("<p class=\"bad\">{}</p>", pages::esc(&e)),
+                &format!("<p class=\"bad\">{}</p>", html::esc(&e)),
                 "",
             ),
         ),
@@ -777,7 +779,7 @@ async fn fragment(
         Ok(body) => html(StatusCode::OK, body),
         Err(e) => html(
             StatusCode::SERVICE_UNAVAILABLE,
-            format!("<p class=\"bad\">{}</p>", pages::esc(&e)),
+            format!("<p class=\"bad\">{}</p>", html::esc(&e)),
         ),
     }
 }
@@ -939,7 +941,7 @@ async fn login(State(app): State<Shared>, Form(f): Form<LoginForm>) -> Response 
         Ok(x) => x,
         Err(e) => {
             log(&e);
-            return html(StatusCode::SERVICE_UNAVAILABLE, pages::esc(&e));
+            return html(StatusCode::SERVICE_UNAVAILABLE, html::esc(&e));
         }
     };
     let (ttl, live) = {
@@ -1001,28 +1003,8 @@ async fn logout(
 async fn action(
     State(app): State<Shared>,
     Path(name): Path<String>,
-    headers: HeaderMap,
-    Form(form): Form<HashMap<String, String>>,
+    AdminPost { viewer: v, form }: AdminPost<HashMap<String, String>>,
 ) -> Response {
-    // `name` is the percent-decoded path segment: anything, newlines included
-    let what = request_what("POST", &format!("/action/{name}"));
-    let Some(v) = viewer(&app, &headers) else {
-        return refuse(StatusCode::FORBIDDEN, &what, "not logged in");
-    };
-    if !app.admin {
-        return refuse(StatusCode::FORBIDDEN, &what, "this dashboard is read-only");
-    }
-    if !v.admin {
-        return refuse(StatusCode::FORBIDDEN, &what, "this login is read-only");
-    }
-    match form.get("csrf") {
-        Some(t) if same(t, &v.csrf) => {}
-        Some(_) => return refuse(StatusCode::FORBIDDEN, &what, "wrong CSRF token"),
-        None => return refuse(StatusCode::FORBIDDEN, &what, "no CSRF token"),
-    }
-    if let Some(r) = standby_refusal(&app, &what).await {
-        return r;
-    }
     let back = form
         .get("back")
         .map(String::as_str)
@@ -1081,6 +1063,101 @@ fn action_line(name: &str, who: &str, msg: &str) -> String {
     )
 }
 
+/// The form of a data-changing POST that passed every check an admin
+/// action needs, in this order: a session (403 "not logged in"), a
+/// dashboard with admin actions and an admin login (403 "... read-only"),
+/// the session's CSRF token in the form field `csrf` (403 "wrong" / "no
+/// CSRF token"), and a primary server (409 on a hot standby). Each refusal
+/// is logged with the request's method and percent-decoded path. A handler
+/// that takes it changes data only after all of them; nothing else checks.
+struct AdminPost<T> {
+    viewer: Viewer,
+    form: T,
+}
+
+/// A form's `csrf` field, for [`AdminPost`].
+trait CsrfField {
+    fn csrf(&self) -> Option<&str>;
+}
+
+impl CsrfField for HashMap<String, String> {
+    fn csrf(&self) -> Option<&str> {
+        self.get("csrf").map(String::as_str)
+    }
+}
+
+impl CsrfField for Vec<(String, String)> {
+    fn csrf(&self) -> Option<&str> {
+        html::field(self, "csrf")
+    }
+}
+
+/// `p` with its %XX escapes decoded (as axum's Path extractor decodes a
+/// segment), invalid UTF-8 replaced.
+fn percent_decoded(p: &str) -> String {
+    let b = p.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = |c: u8| (c as char).to_digit(16);
+        match (
+            b[i],
+            b.get(i + 1).copied().and_then(hex),
+            b.get(i + 2).copied().and_then(hex),
+        ) {
+            (b'%', Some(h), Some(l)) => {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+            }
+            (c, _, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+impl<T> axum::extract::FromRequest<Shared> for AdminPost<T>
+where
+    T: serde::de::DeserializeOwned + CsrfField + Send,
+{
+    type Rejection = Response;
+
+    async fn from_request(req: Request, app: &Shared) -> Result<Self, Response> {
+        let what = request_what("POST", &percent_decoded(req.uri().path()));
+        let Some(viewer) = viewer(app, req.headers()) else {
+            return Err(refuse(StatusCode::FORBIDDEN, &what, "not logged in"));
+        };
+        if !app.admin {
+            return Err(refuse(
+                StatusCode::FORBIDDEN,
+                &what,
+                "this dashboard is read-only",
+            ));
+        }
+        if !viewer.admin {
+            return Err(refuse(
+                StatusCode::FORBIDDEN,
+                &what,
+                "this login is read-only",
+            ));
+        }
+        let Form(form) = Form::<T>::from_request(req, app)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        match form.csrf() {
+            Some(t) if same(t, &viewer.csrf) => {}
+            Some(_) => return Err(refuse(StatusCode::FORBIDDEN, &what, "wrong CSRF token")),
+            None => return Err(refuse(StatusCode::FORBIDDEN, &what, "no CSRF token")),
+        }
+        if let Some(r) = standby_refusal(app, &what).await {
+            return Err(r);
+        }
+        Ok(AdminPost { viewer, form })
+    }
+}
+
 /// The refusal of an admin request on a hot standby (every write fails
 /// there), asked of the server at the time of the request; None on a
 /// primary. 409 with the reason, logged; a failed check lets the request go
@@ -1101,7 +1178,7 @@ admin actions run on the primary",
 /// The redirect back to a page (a local path) with a message for it.
 fn back_with(back: &str, msg: &str) -> Response {
     let sep = if back.contains('?') { '&' } else { '?' };
-    Redirect::to(&format!("{back}{sep}msg={}", explorer::urlenc(msg))).into_response()
+    Redirect::to(&format!("{back}{sep}msg={}", html::urlenc(msg))).into_response()
 }
 
 /// Runs an action of the explorer (schedules, bulk retry / cancel); None
@@ -1210,7 +1287,7 @@ async fn page_job_list(
         return login_instead(Page::JobList);
     };
     let mut f = explorer::Filter::from_form(&q);
-    match explorer::field(&q, "before")
+    match html::field(&q, "before")
         .map(str::trim)
         .filter(|s| !s.is_empty())
     {
@@ -1220,7 +1297,7 @@ async fn page_job_list(
         },
         None => f.before = None,
     }
-    let c = ctx(&app, &v, explorer::field(&q, "msg"));
+    let c = ctx(&app, &v, html::field(&q, "msg"));
     let page = explorer::list(&app.pool, &f, c.contents)
         .await
         .map_err(|e| e.0);
@@ -1249,7 +1326,7 @@ async fn page_job(
         Ok(d) => (StatusCode::OK, explorer::job_page(&c, id, &d)),
         Err(e) => (
             StatusCode::SERVICE_UNAVAILABLE,
-            format!("<p class=\"bad\">{}</p>", pages::esc(&e.0)),
+            format!("<p class=\"bad\">{}</p>", html::esc(&e.0)),
         ),
     };
     html(
@@ -1272,7 +1349,7 @@ async fn page_flow(State(app): State<Shared>, Path(id): Path<String>, h: HeaderM
         Ok(d) => (StatusCode::OK, explorer::flow_page(id, &d)),
         Err(e) => (
             StatusCode::SERVICE_UNAVAILABLE,
-            format!("<p class=\"bad\">{}</p>", pages::esc(&e.0)),
+            format!("<p class=\"bad\">{}</p>", html::esc(&e.0)),
         ),
     };
     html(
@@ -1294,9 +1371,9 @@ async fn page_event_queue(
     };
     let at = match events::Cursor::from_query(&q) {
         Ok(at) => at,
-        Err(e) => return html(StatusCode::BAD_REQUEST, pages::esc(&e)),
+        Err(e) => return html(StatusCode::BAD_REQUEST, html::esc(&e)),
     };
-    let c = ctx(&app, &v, explorer::field(&q, "msg"));
+    let c = ctx(&app, &v, html::field(&q, "msg"));
     let (status, body) = match events::queue(&app.pool, &queue, at, c.contents).await {
         Ok(d) => (StatusCode::OK, events::queue_page(&c, &queue, at, &d)),
         Err(e) => (
@@ -1305,7 +1382,7 @@ async fn page_event_queue(
             } else {
                 StatusCode::SERVICE_UNAVAILABLE
             },
-            format!("<p class=\"bad\">{}</p>", pages::esc(&e.0)),
+            format!("<p class=\"bad\">{}</p>", html::esc(&e.0)),
         ),
     };
     html(
@@ -1325,34 +1402,15 @@ async fn page_event_queue(
 /// change. Changes nothing itself.
 async fn dead_confirm(
     State(app): State<Shared>,
-    headers: HeaderMap,
-    Form(form): Form<Vec<(String, String)>>,
+    AdminPost { viewer: v, form }: AdminPost<Vec<(String, String)>>,
 ) -> Response {
-    let what = "POST /events/confirm";
-    let Some(v) = viewer(&app, &headers) else {
-        return refuse(StatusCode::FORBIDDEN, what, "not logged in");
-    };
-    if !app.admin {
-        return refuse(StatusCode::FORBIDDEN, what, "this dashboard is read-only");
-    }
-    if !v.admin {
-        return refuse(StatusCode::FORBIDDEN, what, "this login is read-only");
-    }
-    match explorer::field(&form, "csrf") {
-        Some(t) if same(t, &v.csrf) => {}
-        Some(_) => return refuse(StatusCode::FORBIDDEN, what, "wrong CSRF token"),
-        None => return refuse(StatusCode::FORBIDDEN, what, "no CSRF token"),
-    }
-    if let Some(r) = standby_refusal(&app, what).await {
-        return r;
-    }
-    let Some(op) = explorer::field(&form, "op").and_then(events::DeadOp::parse) else {
+    let Some(op) = html::field(&form, "op").and_then(events::DeadOp::parse) else {
         return html(
             StatusCode::BAD_REQUEST,
             "no replay or purge operation".into(),
         );
     };
-    let Some(queue) = explorer::field(&form, "queue").filter(|s| !s.is_empty()) else {
+    let Some(queue) = html::field(&form, "queue").filter(|s| !s.is_empty()) else {
         return html(StatusCode::BAD_REQUEST, "a queue name is required".into());
     };
     let ids = match parse_ids(
@@ -1361,12 +1419,12 @@ async fn dead_confirm(
             .map(|(_, v)| v.as_str()),
     ) {
         Ok(v) => v,
-        Err(e) => return html(StatusCode::BAD_REQUEST, pages::esc(&e)),
+        Err(e) => return html(StatusCode::BAD_REQUEST, html::esc(&e)),
     };
     let c = ctx(&app, &v, None);
     let body = match events::confirm(&app.pool, &c, op, queue, &ids).await {
         Ok(b) => b,
-        Err(e) => format!("<p class=\"bad\">{}</p>", pages::esc(&e.0)),
+        Err(e) => format!("<p class=\"bad\">{}</p>", html::esc(&e.0)),
     };
     html(
         StatusCode::OK,
@@ -1385,28 +1443,9 @@ async fn dead_confirm(
 /// saying how many jobs it will change. Changes nothing itself.
 async fn bulk_confirm(
     State(app): State<Shared>,
-    headers: HeaderMap,
-    Form(form): Form<Vec<(String, String)>>,
+    AdminPost { viewer: v, form }: AdminPost<Vec<(String, String)>>,
 ) -> Response {
-    let what = "POST /jobs/bulk";
-    let Some(v) = viewer(&app, &headers) else {
-        return refuse(StatusCode::FORBIDDEN, what, "not logged in");
-    };
-    if !app.admin {
-        return refuse(StatusCode::FORBIDDEN, what, "this dashboard is read-only");
-    }
-    if !v.admin {
-        return refuse(StatusCode::FORBIDDEN, what, "this login is read-only");
-    }
-    match explorer::field(&form, "csrf") {
-        Some(t) if same(t, &v.csrf) => {}
-        Some(_) => return refuse(StatusCode::FORBIDDEN, what, "wrong CSRF token"),
-        None => return refuse(StatusCode::FORBIDDEN, what, "no CSRF token"),
-    }
-    if let Some(r) = standby_refusal(&app, what).await {
-        return r;
-    }
-    let op = explorer::field(&form, "op").unwrap_or("");
+    let op = html::field(&form, "op").unwrap_or("");
     let Some((act, mode)) = op.split_once('-') else {
         return html(StatusCode::BAD_REQUEST, "no bulk operation".into());
     };
@@ -1421,7 +1460,7 @@ async fn bulk_confirm(
                 .map(|(_, v)| v.as_str()),
         ) {
             Ok(v) => Some(v),
-            Err(e) => return html(StatusCode::BAD_REQUEST, pages::esc(&e)),
+            Err(e) => return html(StatusCode::BAD_REQUEST, html::esc(&e)),
         }
     } else {
         None
@@ -1430,11 +1469,11 @@ async fn bulk_confirm(
     let body = match app.pool.get().await {
         Ok(conn) => match explorer::bulk_targets(&conn, act, ids.as_deref(), &f).await {
             Ok(t) => explorer::confirm_page(&c, act, ids.as_deref(), &f, &t),
-            Err(e) => format!("<p class=\"bad\">{}</p>", pages::esc(&e.0)),
+            Err(e) => format!("<p class=\"bad\">{}</p>", html::esc(&e.0)),
         },
         Err(e) => format!(
             "<p class=\"bad\">{}</p>",
-            pages::esc(&db::DbError::from(e).0)
+            html::esc(&db::DbError::from(e).0)
         ),
     };
     html(

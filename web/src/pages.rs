@@ -3,6 +3,7 @@
 //! networks without internet). Every value from the database is escaped.
 use crate::db::{Metric, Table};
 use crate::history::{key, History};
+use crate::html::{esc, num, Ctx};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
 
@@ -80,78 +81,6 @@ impl Page {
             Page::EventQueue => Page::Events,
             p => p,
         }
-    }
-}
-
-/// What every page needs besides its data.
-pub struct Ctx<'a> {
-    pub role: &'a str,
-    pub database: &'a str,
-    pub admin: bool,
-    pub csrf: &'a str,
-    pub refresh_ms: u64,
-    pub message: Option<&'a str>,
-    /// The logged-in user's name and role (`admin` / `read`); None when
-    /// the dashboard has no login.
-    pub user: Option<(&'a str, &'a str)>,
-    /// The database server is a hot standby (in recovery): the pages are
-    /// read-only whatever the role, and say so.
-    pub standby: bool,
-    /// May see contents (job args, outputs, progress, error texts, event and
-    /// dead-letter payloads, headers, dead-letter reasons): an admin login on
-    /// a dashboard whose database role is in pgque_admin. Everyone else gets
-    /// them left out of the data before a page is made ([`hidden`] says so
-    /// where they would be), as pgque's own functions leave them out for
-    /// roles without pgque_admin. Lease tokens nobody sees.
-    pub contents: bool,
-}
-
-/// Why the viewer sees no contents (pages::Ctx::contents).
-fn hidden_reason(ctx: &Ctx) -> &'static str {
-    match ctx.user {
-        Some((_, "admin")) => "hidden: the dashboard's database role is not in pgque_admin",
-        _ => "hidden: an admin login sees it",
-    }
-}
-
-/// What a page shows in place of contents the viewer may not see.
-pub fn hidden(ctx: &Ctx) -> String {
-    format!(
-        "<span class=\"muted hidden-contents\" data-hidden=\"contents\">{}</span>",
-        hidden_reason(ctx)
-    )
-}
-
-/// `hidden`, in a table cell's width: "hidden" with the reason as its title.
-pub fn hidden_short(ctx: &Ctx) -> String {
-    format!(
-        "<span class=\"muted hidden-contents\" data-hidden=\"contents\" title=\"{}\">hidden</span>",
-        hidden_reason(ctx)
-    )
-}
-
-pub fn esc(s: &str) -> String {
-    let mut o = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => o.push_str("&amp;"),
-            '<' => o.push_str("&lt;"),
-            '>' => o.push_str("&gt;"),
-            '"' => o.push_str("&quot;"),
-            '\'' => o.push_str("&#39;"),
-            c => o.push(c),
-        }
-    }
-    o
-}
-
-/// A count as an integer, anything else with up to three decimals.
-pub fn num(v: f64) -> String {
-    if v.fract() == 0.0 && v.abs() < 1e15 {
-        format!("{}", v as i64)
-    } else {
-        let s = format!("{v:.3}");
-        s.trim_end_matches('0').trim_end_matches('.').to_string()
     }
 }
 
@@ -252,9 +181,9 @@ pub fn page_titled(p: Page, title: &str, ctx: &Ctx, content: &str, fixed: &str) 
 <footer><span id=\"updated\">rendered {when}</span>{every} · <a href=\"/metrics\">/metrics</a></footer>\
 <script>{JS}</script></body></html>",
         title = esc(title),
-        ECSS = crate::explorer::CSS,
-        VCSS = crate::events::CSS,
-        HCSS = crate::charts::CSS,
+        ECSS = crate::html::EXPLORER_CSS,
+        VCSS = crate::html::EVENTS_CSS,
+        HCSS = crate::html::CHARTS_CSS,
         refresh = if p.refreshes() { ctx.refresh_ms } else { 0 },
         slug = p.slug(),
         admin = ctx.admin,
@@ -754,7 +683,7 @@ pub fn jobs(ctx: &Ctx, f: &Figures, h: &History, failed: Option<&Result<Table, S
         let _ = write!(
             o,
             "<tr data-queue=\"{qe}\"><td><a href=\"/jobs/list?queue={}\">{qe}</a></td>",
-            crate::explorer::urlenc(q),
+            crate::html::urlenc(q),
             qe = esc(q)
         );
         for s in STATES {

@@ -504,7 +504,7 @@ pub const SPILL_ALL_SQL_V07: &str = spill_all_sql!("NULL::jsonb[]", "", "");
 /// array is 0.8.0's (the library can be newer than the schema until ALTER
 /// EXTENSION pgque UPDATE). Picks `cur` or `v07`.
 pub fn fit(cur: &'static str, v07: &'static str) -> &'static str {
-    if crate::jobs::args::log_has_headers() {
+    if crate::headers::job_log_has_headers() {
         cur
     } else {
         v07

@@ -16,11 +16,11 @@
 //! COMMITTED: each statement's snapshot is taken after the lock, so the
 //! cursor read is the last committed one, and no other dispatcher moves it
 //! before this one commits.
-use super::super::jobrows::RawRow;
-use super::super::stmt::{prepared, ty};
 use super::dispatch::{
     CLAIM_SQL, LANE_ROWS_SQL, LANE_ROWS_SQL_V07, LANE_STATE_SQL, LANE_STATE_SQL_V07,
 };
+use super::jobrows::RawRow;
+use super::stmt::{prepared, ty};
 use pgrx::datum::{DatumWithOid, Interval};
 use pgrx::pg_sys::{self, Datum};
 use pgrx::prelude::*;
@@ -225,7 +225,7 @@ pub fn dispatch_one(
     lease: Option<Interval>,
     out: &mut Vec<RawRow>,
 ) -> bool {
-    let (state_sql, rows_sql) = if crate::jobs::args::log_has_headers() {
+    let (state_sql, rows_sql) = if crate::headers::job_log_has_headers() {
         (LANE_STATE_SQL, LANE_ROWS_SQL)
     } else {
         (LANE_STATE_SQL_V07, LANE_ROWS_SQL_V07)

@@ -7,8 +7,8 @@
 //! queue's shared lock, the lanes' locks in hash order, before the first id),
 //! so log and pgque.jobs producers of one lane serialise on one lock and their
 //! ids are one order.
-use super::super::outcomes::Outcome;
-use super::super::stmt::{prepared, ty, with_generic_plans};
+use super::outcomes::Outcome;
+use super::stmt::{prepared, ty, with_generic_plans};
 use pgrx::datum::DatumWithOid;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
@@ -316,7 +316,7 @@ pub fn run(
     };
     with_generic_plans(|| {
         Spi::connect_mut(|client| {
-            let base = super::super::enqueue::arg_types();
+            let base = arg_types();
             let with_headers: Vec<pg_sys::PgOid>;
             let types = if headers {
                 with_headers = base
@@ -351,4 +351,23 @@ pub fn run(
             None
         })
     })
+}
+
+/// The argument types of the enqueue statements (ENQUEUE_SQL takes the first
+/// ten; ENQUEUE_NO_KEYS_SQL and the job log's take all eleven).
+pub fn arg_types() -> [pgrx::pg_sys::PgOid; 11] {
+    [
+        ty(pg_sys::TEXTOID),
+        ty(pg_sys::TEXTARRAYOID),
+        ty(pg_sys::JSONBARRAYOID),
+        ty(pg_sys::INT2ARRAYOID),
+        ty(pg_sys::TIMESTAMPTZARRAYOID),
+        ty(pg_sys::TEXTARRAYOID),
+        ty(pg_sys::TEXTARRAYOID),
+        ty(pg_sys::TEXTARRAYOID),
+        ty(pg_sys::TEXTARRAYOID),
+        ty(pg_sys::INT4ARRAYOID),
+        // ENQUEUE_NO_KEYS_SQL only: the ready lanes' priorities
+        ty(pg_sys::INT2ARRAYOID),
+    ]
 }

@@ -39,11 +39,15 @@
 pub mod dispatch;
 pub mod dispatch_one;
 pub mod enqueue;
+pub mod fragments;
+pub mod jobrows;
+pub mod outcomes;
 pub mod release;
 pub mod rotate;
+pub mod stmt;
 
-use super::stmt::{run_int, ty};
 use pgrx::pg_sys;
+use stmt::{run_int, ty};
 
 /// Advisory-lock class of a claim (two-key form: class, hashint8(claim id)).
 pub const CLAIM_LOCK_CLASS: i32 = 0x6A6F_6263; // "jobc"

@@ -3,7 +3,7 @@
 //! pgque.jobs (as running, under the claim's token and lease) so that fail,
 //! snooze, cancel and the lease rescue act on them with pgque.jobs' own
 //! statements. Every entry point takes the claims' locks first (mod.rs).
-use super::super::stmt::{prepared, run_int, ty, with_generic_plans};
+use super::stmt::{prepared, run_int, ty, with_generic_plans};
 use pgrx::datum::DatumWithOid;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
@@ -149,7 +149,7 @@ pub fn complete(ids: &[i64], tokens: &[i64], outputs: Option<&[Option<pg_sys::Da
         Some(m) => {
             let v: Vec<Option<pg_sys::Datum>> =
                 pairs.map(|p| m.get(&p).copied().flatten()).collect();
-            crate::jobs::outputs::array_arg(&v)
+            crate::datum::jsonb_array_arg(&v)
         }
     };
     with_generic_plans(|| {

@@ -1,10 +1,13 @@
-//! Argument types the API needs that pgrx does not map the way we want.
+//! SQL argument types that pgrx does not map the way we want (jsonb taken as
+//! its text, arrays as one datum) and interval helpers: shared by the event
+//! engine and every SQL entry point.
 use pgrx::callconv::{Arg, ArgAbi};
+use pgrx::datum::DatumWithOid;
 use pgrx::prelude::*;
 use pgrx::{impl_sql_translatable, pg_sys};
 
 /// A `jsonb` argument taken as its text, exactly what `payload::text`
-/// (jsonb_out) gives, written by crate::log::jsontext: no serde round trip.
+/// (jsonb_out) gives, written by crate::jsontext: no serde round trip.
 #[derive(Debug)]
 pub struct JsonbText(pub String);
 
@@ -20,7 +23,7 @@ impl FromDatum for JsonbText {
         let mut out = Vec::new();
         unsafe {
             let jb = pg_sys::pg_detoast_datum(datum.cast_mut_ptr()) as *const u8;
-            crate::log::jsontext::append_jsonb_text(&mut out, jb);
+            crate::jsontext::append_jsonb_text(&mut out, jb);
         }
         Some(JsonbText(String::from_utf8(out).unwrap_or_else(|e| {
             String::from_utf8_lossy(e.as_bytes()).into_owned()
@@ -102,7 +105,7 @@ impl ArrayDatum {
     }
 
     /// The datum as an SPI argument of its array type.
-    pub fn arg(&self) -> pgrx::datum::DatumWithOid<'static> {
+    pub fn arg(&self) -> DatumWithOid<'static> {
         unsafe { pgrx::datum::DatumWithOid::new(self.datum, self.type_oid) }
     }
 }
@@ -172,5 +175,34 @@ pub fn check_nonnegative_interval(iv: &pgrx::datum::Interval, what: &str) {
             crate::error::INVALID_PARAMETER_VALUE,
             format!("{what} must not be negative"),
         );
+    }
+}
+
+/// A jsonb[] of `elems` (in this order) as an SPI argument; NULL (no array)
+/// when every element is None, so a completion without outputs stores none.
+pub fn jsonb_array_arg(elems: &[Option<pg_sys::Datum>]) -> DatumWithOid<'static> {
+    if elems.iter().all(Option::is_none) {
+        return DatumWithOid::null_oid(pg_sys::JSONBARRAYOID);
+    }
+    unsafe {
+        let mut datums: Vec<pg_sys::Datum> = elems
+            .iter()
+            .map(|e| e.unwrap_or(pg_sys::Datum::from(0)))
+            .collect();
+        let mut nulls: Vec<bool> = elems.iter().map(Option::is_none).collect();
+        let mut dims = [elems.len() as i32];
+        let mut lbs = [1i32];
+        let a = pg_sys::construct_md_array(
+            datums.as_mut_ptr(),
+            nulls.as_mut_ptr(),
+            1,
+            dims.as_mut_ptr(),
+            lbs.as_mut_ptr(),
+            pg_sys::JSONBOID,
+            -1,
+            false,
+            pg_sys::TYPALIGN_INT as std::ffi::c_char,
+        );
+        DatumWithOid::new(pg_sys::Datum::from(a), pg_sys::JSONBARRAYOID)
     }
 }

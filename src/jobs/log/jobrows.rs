@@ -6,7 +6,7 @@
 //! pinned settings applies and rolls back those settings
 //! (fmgr_security_definer); for a dispatch of 100 jobs that was 100 rounds of
 //! GUC work. The SQL signature is unchanged, and so is the C symbol.
-use crate::api::srf::materialize_target;
+use crate::materialize::materialize_target;
 use pgrx::callconv::RetAbi;
 use pgrx::pg_sys;
 use pgrx::pgrx_sql_entity_graph::metadata::{

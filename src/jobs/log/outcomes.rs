@@ -10,7 +10,7 @@
 //! The SQL signature is unchanged (`RETURNS TABLE (ord int, job_id bigint,
 //! state text)`), and so is the function's C symbol. Same technique as
 //! `receive` (src/api/srf.rs).
-use crate::api::srf::materialize_target;
+use crate::materialize::materialize_target;
 use pgrx::callconv::RetAbi;
 use pgrx::pg_sys;
 use pgrx::pgrx_sql_entity_graph::metadata::{
