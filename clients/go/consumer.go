@@ -210,7 +210,8 @@ func (r *runner) listen(ctx context.Context) *listener {
 // event, batch by batch. Make it with [NewConsumer] or [NewConsumerTx].
 type Consumer struct{ r *runner }
 
-const consumerOptions = setBatchSize | setPoll | setRetryAfter | setSubscribe | setLogger | setTracer
+const consumerOptions = setBatchSize | setPoll | setRetryAfter | setSubscribe | setLogger | setTracer |
+	setSubconsumer | setDeadInterval
 
 func newRunner(what string, allowed setBits, pool *pgxpool.Pool, queue, consumer string, opts []Option) (*runner, error) {
 	if pool == nil {
@@ -271,8 +272,13 @@ func (c *Consumer) Run(ctx context.Context) error {
 		return errors.New("pgque: the consumer is already running")
 	}
 	defer r.running.Store(false)
-	if r.cfg.subscribe {
+	if r.cfg.subscribe && r.cfg.subconsumer == "" {
 		if _, err := r.pool.Exec(ctx, "SELECT pgque.subscribe($1::text, $2::text)", r.queue, r.consumer); err != nil {
+			return translate(err)
+		}
+	} else if r.cfg.subscribe {
+		if _, err := r.pool.Exec(ctx, "SELECT pgque.register_subconsumer($1::text, $2::text, $3::text)",
+			r.queue, r.consumer, r.cfg.subconsumer); err != nil {
 			return translate(err)
 		}
 	}
@@ -306,7 +312,19 @@ func (c *Consumer) Run(ctx context.Context) error {
 // if ctx ends meanwhile.
 func (c *Consumer) RunOnce(ctx context.Context) (int, error) {
 	r := c.r
-	msgs, err := r.receive(ctx, "receive", "$1::text, $2::text, $3::int", r.queue, r.consumer, r.cfg.batchSize)
+	var msgs []*Message
+	var err error
+	if r.cfg.subconsumer == "" {
+		msgs, err = r.receive(ctx, "receive", "$1::text, $2::text, $3::int", r.queue, r.consumer, r.cfg.batchSize)
+	} else {
+		var dead *float64
+		if r.cfg.deadInterval != nil {
+			s := r.cfg.deadInterval.Seconds()
+			dead = &s
+		}
+		msgs, err = r.receive(ctx, "receive_coop", "$1::text, $2::text, $3::text, $4::int, $5::float8 * interval '1 second'",
+			r.queue, r.consumer, r.cfg.subconsumer, r.cfg.batchSize, dead)
+	}
 	if err != nil || len(msgs) == 0 {
 		return 0, err
 	}

@@ -435,3 +435,110 @@ func TestPartitionedFollowsAnOnlineResizeWithoutARestart(t *testing.T) {
 	}
 	k.inOrder(t)
 }
+
+// Two members of one cooperative consumer (Subconsumer, pgque.receive_coop)
+// share its stream: every event handled once by one of them, a nack
+// redelivered; a normal consumer beside them still gets every event.
+func TestCooperativeMembersShareTheStream(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	p := newPool(t)
+	q := qname()
+	must(t, p, "SELECT pgque.create_queue($1)", q)
+	must(t, p, "SELECT pgque.subscribe($1, 'all')", q)
+	must(t, p, "SELECT pgque.register_subconsumer($1, 'grp', 'm1')", q)
+	must(t, p, "SELECT pgque.register_subconsumer($1, 'grp', 'm2')", q)
+	var ids []int64
+	for r := 0; r < 8; r++ {
+		payloads := make([]map[string]int, 5)
+		for i := range payloads {
+			payloads[i] = map[string]int{"i": r*5 + i}
+		}
+		got, err := pgque.SendBatch(ctx, p, q, payloads, pgque.Type("t"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, got...)
+		must(t, p, "SELECT pgque.force_tick($1)", q)
+	}
+	type handled struct {
+		member string
+		id     int64
+		retry  int32
+	}
+	var mu sync.Mutex
+	var seen []handled
+	member := func(name string) *pgque.Consumer {
+		c, err := pgque.NewConsumer(p, q, "grp", func(ctx context.Context, m *pgque.Message) error {
+			var v struct{ I int }
+			if err := m.JSON(&v); err != nil {
+				return err
+			}
+			if v.I == 7 && m.RetryCount == 0 {
+				return errors.New("first delivery of 7 fails")
+			}
+			mu.Lock()
+			seen = append(seen, handled{name, m.MsgID, int32(m.RetryCount)})
+			mu.Unlock()
+			time.Sleep(20 * time.Millisecond) // slow, so the other member gets batches too
+			return nil
+		}, pgque.Subconsumer(name), pgque.BatchSize(5), pgque.PollInterval(100*time.Millisecond), pgque.RetryAfter(0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	stops := []func() error{running(t, member("m1")), running(t, member("m2"))}
+	waitUntil(t, 60*time.Second, "every event handled", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(seen) == 40
+	})
+	for _, stop := range stops {
+		if err := stop(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	var got []int64
+	members := map[string]bool{}
+	redelivered := false
+	for _, s := range seen {
+		got = append(got, s.id)
+		members[s.member] = true
+		redelivered = redelivered || (s.id == ids[7] && s.retry == 1)
+	}
+	slices.Sort(got)
+	if !slices.Equal(got, ids) {
+		t.Fatalf("handled %v, sent %v", got, ids)
+	}
+	if !redelivered || len(members) != 2 {
+		t.Fatalf("redelivered %v, members %v", redelivered, members)
+	}
+	must(t, p, "SELECT pgque.force_tick($1)", q)
+	total := 0
+	for {
+		rows, err := p.Query(ctx, "SELECT batch_id FROM pgque.receive($1, 'all', 1000)", q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var batch []int64
+		for rows.Next() {
+			var b int64
+			if err := rows.Scan(&b); err != nil {
+				t.Fatal(err)
+			}
+			batch = append(batch, b)
+		}
+		rows.Close()
+		if len(batch) == 0 {
+			break
+		}
+		total += len(batch)
+		must(t, p, "SELECT pgque.ack($1)", batch[0])
+	}
+	if total < 40 {
+		t.Fatalf("the normal consumer got %d", total)
+	}
+}

@@ -32,6 +32,8 @@ const (
 	setFailurePolicy
 	setLogger
 	setTracer
+	setSubconsumer
+	setDeadInterval
 )
 
 var optionNames = map[setBits]string{
@@ -39,6 +41,7 @@ var optionNames = map[setBits]string{
 	setPoll: "PollInterval", setShutdown: "ShutdownTimeout", setWorkerID: "WorkerID", setRetryAfter: "RetryAfter",
 	setSubscribe: "Subscribe", setWorkers: "Workers", setTTL: "TTL", setMaxBatches: "MaxBatchesPerClaim",
 	setFailurePolicy: "FailurePolicy", setLogger: "Logger", setTracer: "TracerProvider",
+	setSubconsumer: "Subconsumer", setDeadInterval: "DeadInterval",
 }
 
 type config struct {
@@ -59,6 +62,8 @@ type config struct {
 	onDeadLetter       string
 	logger             *slog.Logger
 	tp                 trace.TracerProvider
+	subconsumer        string
+	deadInterval       *time.Duration
 	err                error
 }
 
@@ -195,6 +200,32 @@ func RetryAfter(d time.Duration) Option {
 // (default true; a no-op when it is subscribed).
 func Subscribe(on bool) Option {
 	return optionFunc(func(c *config) { c.subscribe, c.set = on, c.set|setSubscribe })
+}
+
+// Subconsumer makes a Consumer one member, name, of the cooperative
+// consumer it names (pgque.receive_coop): the members share the consumer's
+// stream, each batch to one of them. Run registers the member
+// (register_subconsumer) unless Subscribe(false); a normal consumer of that
+// name is not converted (55000).
+func Subconsumer(name string) Option {
+	return optionFunc(func(c *config) {
+		if name == "" {
+			c.fail("Subconsumer needs a name")
+		}
+		c.subconsumer, c.set = name, c.set|setSubconsumer
+	})
+}
+
+// DeadInterval lets a cooperative member (Subconsumer) also take over the
+// open batch of a member idle longer than d (receive_coop's dead_interval;
+// default: never).
+func DeadInterval(d time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if d < 0 {
+			c.fail("DeadInterval must not be negative, not %s", d)
+		}
+		c.deadInterval, c.set = &d, c.set|setDeadInterval
+	})
 }
 
 // Workers sets how many goroutines of a PartitionedConsumer run the

@@ -39,6 +39,47 @@ def test_consumer_handles_acks_and_nacks(dsn, conn, name):
     assert info == (0,)
 
 
+def test_cooperative_members_share_the_stream(dsn, conn, name):
+    """Two members of one cooperative consumer (``subconsumer=``,
+    ``pgque.receive_coop``): every event handled once by one of them, a
+    nack redelivered; a normal consumer beside them still gets every event."""
+    conn.execute("SELECT pgque.create_queue(%s)", (name,))
+    conn.execute("SELECT pgque.subscribe(%s, 'all')", (name,))
+    for m in ("m1", "m2"):
+        conn.execute("SELECT pgque.register_subconsumer(%s, 'grp', %s)", (name, m))
+    seen: list[tuple[str, int, int | None]] = []
+
+    def handler(member: str):
+        def handle(m: pq.Message):
+            if m.json()["i"] == 7 and m.retry_count is None:
+                raise ValueError("first delivery of 7 fails")
+            seen.append((member, m.msg_id, m.retry_count))
+            time.sleep(0.02)  # slow, so the other member gets batches too
+
+        return handle
+
+    members = [
+        pq.Consumer(dsn, name, "grp", handler(m), subconsumer=m, batch_size=5, poll_interval=0.1,
+                    retry_after=0, handle_signals=False)
+        for m in ("m1", "m2")
+    ]  # fmt: skip
+    ids = []
+    for r in range(8):
+        ids += pq.send_batch(conn, name, [{"i": r * 5 + i} for i in range(5)], type="t")
+        conn.execute("SELECT pgque.force_tick(%s)", (name,))
+    with Running(members[0]), Running(members[1]):
+        wait_until(lambda: len(seen) == 40, 60, 0.05, "every event handled")
+    assert sorted(s[1] for s in seen) == sorted(ids)
+    assert any(s[1] == ids[7] and s[2] == 1 for s in seen)
+    assert {s[0] for s in seen} == {"m1", "m2"}
+    conn.execute("SELECT pgque.force_tick(%s)", (name,))
+    total = 0
+    while rows := conn.execute("SELECT batch_id FROM pgque.receive(%s, 'all', 1000)", (name,)).fetchall():
+        total += len(rows)
+        conn.execute("SELECT pgque.ack(%s)", (rows[0][0],))
+    assert total >= 40
+
+
 def _slots(conn, queue, consumer):
     return conn.execute(
         "SELECT slot, pending_events, last_tick, lease_owner FROM pgque.partition_slot_status "

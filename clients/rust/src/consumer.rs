@@ -105,11 +105,13 @@ async fn handle_one(
     h: &Handler,
     m: &Message,
     tx: Option<&mut Transaction<'_>>,
+    batch: &BatchCx,
     queue: &str,
     consumer: &str,
 ) -> Result<Option<String>> {
     #[cfg(feature = "otel")]
     {
+        let _ = batch;
         let cx = crate::otel::start_event(
             queue,
             consumer,
@@ -129,9 +131,22 @@ async fn handle_one(
     }
     #[cfg(not(feature = "otel"))]
     {
-        let _ = (queue, consumer);
+        let _ = (batch, queue, consumer);
         call_handler(h, m, tx).await
     }
+}
+
+/// What a batch gives its handler calls. The batch span (a `receive
+/// <queue>` span around a batch's receive, handler calls, nacks and ack)
+/// is not done yet (docs/tracing.md, "Not done"): a batch's body runs as is.
+type BatchCx = ();
+
+async fn in_batch<T, F, Fut>(_: &str, _: &str, _: &[Message], _: SystemTime, body: F) -> Result<T>
+where
+    F: FnOnce(BatchCx) -> Fut,
+    Fut: Future<Output = Result<T>>,
+{
+    body(()).await
 }
 
 async fn call_handler(h: &Handler, m: &Message, tx: Option<&mut Transaction<'_>>) -> Result<Option<String>> {
@@ -259,6 +274,9 @@ pub struct Consumer {
     stats: Arc<ConsumerStats>,
     /// False once the server turned out to lack receive_with_headers.
     server_headers: std::sync::atomic::AtomicBool,
+    /// A cooperative consumer's member name ([`Consumer::cooperative`]).
+    subconsumer: Option<String>,
+    dead_interval: Option<Duration>,
 }
 
 impl Consumer {
@@ -308,11 +326,43 @@ impl Consumer {
             retry_after: Duration::from_secs(60),
             stats: Arc::default(),
             server_headers: true.into(),
+            subconsumer: None,
+            dead_interval: None,
         })
     }
     /// Events per receive (default 100).
     pub fn batch_size(mut self, n: i32) -> Self {
         self.batch_size = n.max(1);
+        self
+    }
+    /// Makes this a member `subconsumer` of the cooperative consumer
+    /// `consumer` (PgQ's cooperative consumers, `pgque.receive_coop`): the
+    /// members share the consumer's stream, each batch goes to one member.
+    /// `run` registers the member (`register_subconsumer`); the consumer
+    /// must be cooperative or new (a normal consumer is not converted:
+    /// 55000). With the `otel` feature it receives through
+    /// `receive_coop_with_headers`.
+    ///
+    /// ```no_run
+    /// use pgque_client::{Consumer, Message, Shutdown};
+    ///
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// let member = Consumer::new("host=/tmp dbname=app", "orders", "billing", |m: Message| async move {
+    ///     println!("{} {:?}", m.msg_id, m.payload);
+    ///     Ok(())
+    /// })?
+    /// .cooperative("billing-1");
+    /// member.run(Shutdown::on_signals()).await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn cooperative(mut self, subconsumer: impl Into<String>) -> Self {
+        self.subconsumer = Some(subconsumer.into());
+        self
+    }
+    /// A cooperative member also takes over the open batch of a member idle
+    /// longer than `d` (`receive_coop`'s dead_interval; default: never).
+    pub fn dead_interval(mut self, d: Duration) -> Self {
+        self.dead_interval = Some(d);
         self
     }
     /// Poll when no tick NOTIFY comes (default 2 s).
@@ -334,11 +384,22 @@ impl Consumer {
     pub async fn run(&self, shutdown: Shutdown) -> Result<()> {
         let pool = pool_for(&self.config, 1)?;
         let mut c = pool.get().await?;
-        c.execute(
-            "SELECT pgque.subscribe($1::text, $2::text)",
-            &[&self.queue, &self.consumer],
-        )
-        .await?;
+        match &self.subconsumer {
+            None => {
+                c.execute(
+                    "SELECT pgque.subscribe($1::text, $2::text)",
+                    &[&self.queue, &self.consumer],
+                )
+                .await?
+            }
+            Some(sub) => {
+                c.execute(
+                    "SELECT pgque.register_subconsumer($1::text, $2::text, $3::text)",
+                    &[&self.queue, &self.consumer, sub],
+                )
+                .await?
+            }
+        };
         let (gen_tx, mut gen_rx) = watch::channel(0u64);
         let stop = Shutdown::new();
         let listener = listen::spawn(
@@ -364,44 +425,67 @@ impl Consumer {
     }
 
     async fn run_once(&self, c: &mut Object) -> Result<usize> {
-        let rows = receive(
-            c,
-            &self.server_headers,
-            "receive",
-            "$1::text, $2::text, $3::int4",
-            &[&self.queue, &self.consumer, &self.batch_size],
-        )
-        .await?;
+        let started = SystemTime::now();
+        let rows = match &self.subconsumer {
+            None => {
+                receive(
+                    c,
+                    &self.server_headers,
+                    "receive",
+                    "$1::text, $2::text, $3::int4",
+                    &[&self.queue, &self.consumer, &self.batch_size],
+                )
+                .await?
+            }
+            Some(sub) => {
+                let dead = self.dead_interval.map(|d| d.as_secs_f64());
+                receive(
+                    c,
+                    &self.server_headers,
+                    "receive_coop",
+                    "$1::text, $2::text, $3::text, $4::int4, $5::float8 * interval '1 second'",
+                    &[&self.queue, &self.consumer, sub, &self.batch_size, &dead],
+                )
+                .await?
+            }
+        };
         if rows.is_empty() {
             return Ok(0);
         }
         let msgs: Vec<Message> = rows.iter().map(Message::from_row).collect();
-        let mut failed = Vec::new();
-        if !self.handler.is_tx() {
-            for m in &msgs {
-                if let Some(why) = handle_one(&self.handler, m, None, &self.queue, &self.consumer).await? {
-                    failed.push((m, why));
+        let msgs = &msgs;
+        in_batch(&self.queue, &self.consumer, msgs, started, |batch| async move {
+            let mut failed = Vec::new();
+            if !self.handler.is_tx() {
+                for m in msgs {
+                    if let Some(why) = handle_one(&self.handler, m, None, &batch, &self.queue, &self.consumer).await? {
+                        failed.push((m, why));
+                    }
+                    self.stats.handled.fetch_add(1, Ordering::Relaxed);
                 }
-                self.stats.handled.fetch_add(1, Ordering::Relaxed);
             }
-        }
-        let retry = self.retry_after.as_secs_f64();
-        let mut tx = c.transaction().await?;
-        if self.handler.is_tx() {
-            for m in &msgs {
-                if let Some(why) = handle_one(&self.handler, m, Some(&mut tx), &self.queue, &self.consumer).await? {
-                    failed.push((m, why));
+            let retry = self.retry_after.as_secs_f64();
+            let mut tx = c.transaction().await?;
+            if self.handler.is_tx() {
+                for m in msgs {
+                    if let Some(why) =
+                        handle_one(&self.handler, m, Some(&mut tx), &batch, &self.queue, &self.consumer).await?
+                    {
+                        failed.push((m, why));
+                    }
+                    self.stats.handled.fetch_add(1, Ordering::Relaxed);
                 }
-                self.stats.handled.fetch_add(1, Ordering::Relaxed);
             }
-        }
-        for (m, why) in &failed {
-            let sql = format!("SELECT pgque.nack($11::int8, {MSG_ROW}, make_interval(secs => $12::float8), $13::text)");
-            nack_in(&tx, &sql, m, &[&m.batch_id, &retry, why]).await?;
-        }
-        tx.execute("SELECT pgque.ack($1::int8)", &[&msgs[0].batch_id]).await?;
-        tx.commit().await?;
-        Ok(msgs.len())
+            for (m, why) in &failed {
+                let sql =
+                    format!("SELECT pgque.nack($11::int8, {MSG_ROW}, make_interval(secs => $12::float8), $13::text)");
+                nack_in(&tx, &sql, m, &[&m.batch_id, &retry, why]).await?;
+            }
+            tx.execute("SELECT pgque.ack($1::int8)", &[&msgs[0].batch_id]).await?;
+            tx.commit().await?;
+            Ok(msgs.len())
+        })
+        .await
     }
 }
 
@@ -721,6 +805,7 @@ impl PartitionedConsumer {
         let retry = self.retry_after.as_secs_f64();
         let mut total = 0;
         for _ in 0..16 {
+            let started = SystemTime::now();
             if shutdown.is_triggered() {
                 break;
             }
@@ -738,69 +823,75 @@ impl PartitionedConsumer {
                 break;
             }
             let msgs: Vec<Message> = rows.iter().map(Message::from_row).collect();
-            let mut failed = Vec::new();
-            let mut blocked = std::collections::HashSet::new();
-            let pause = self.pause();
-            if !self.handler.is_tx() {
-                for m in &msgs {
-                    if skipped(&blocked, m) {
-                        continue;
-                    }
-                    if renewed.elapsed() > self.ttl / 3 {
-                        epoch = self.renew(c, wid, slot, epoch).await?;
-                        renewed = Instant::now();
-                    }
-                    if let Some(why) = handle_one(&self.handler, m, None, &self.queue, &self.consumer).await? {
-                        if let (true, Some(k)) = (pause, m.partition_key()) {
-                            blocked.insert(k.to_string());
+            let msgs = &msgs;
+            let cc: &mut Object = &mut *c;
+            epoch = in_batch(&self.queue, &self.consumer, msgs, started, |batch| async move {
+                let mut failed = Vec::new();
+                let mut blocked = std::collections::HashSet::new();
+                let pause = self.pause();
+                if !self.handler.is_tx() {
+                    for m in msgs {
+                        if skipped(&blocked, m) {
+                            continue;
                         }
-                        failed.push((m, why));
-                    }
-                    self.stats.handled.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-            let mut tx = c.transaction().await?;
-            if self.handler.is_tx() {
-                let side = side.expect("a second connection with an exactly-once handler");
-                for m in &msgs {
-                    if skipped(&blocked, m) {
-                        continue;
-                    }
-                    if renewed.elapsed() > self.ttl / 3 {
-                        // An error returns with tx dropped: the batch rolls back.
-                        epoch = self.renew(side, wid, slot, epoch).await?;
-                        renewed = Instant::now();
-                    }
-                    if let Some(why) = handle_one(&self.handler, m, Some(&mut tx), &self.queue, &self.consumer).await? {
-                        if let (true, Some(k)) = (pause, m.partition_key()) {
-                            blocked.insert(k.to_string());
+                        if renewed.elapsed() > self.ttl / 3 {
+                            epoch = self.renew(cc, wid, slot, epoch).await?;
+                            renewed = Instant::now();
                         }
-                        failed.push((m, why));
+                        if let Some(why) = handle_one(&self.handler, m, None, &batch, &self.queue, &self.consumer).await? {
+                            if let (true, Some(k)) = (pause, m.partition_key()) {
+                                blocked.insert(k.to_string());
+                            }
+                            failed.push((m, why));
+                        }
+                        self.stats.handled.fetch_add(1, Ordering::Relaxed);
                     }
-                    self.stats.handled.fetch_add(1, Ordering::Relaxed);
                 }
-            }
-            for (m, why) in &failed {
-                let sql = format!(
-                    "SELECT pgque.nack_partitioned($11::text, $12::text, $13::int4, $14::int4, $15::text, {MSG_ROW}, \
-                     make_interval(secs => $16::float8), $17::text)"
-                );
-                nack_in(
-                    &tx,
-                    &sql,
-                    m,
-                    &[&self.queue, &self.consumer, &slot, &n, &wid, &retry, why],
+                let mut tx = cc.transaction().await?;
+                if self.handler.is_tx() {
+                    let side = side.expect("a second connection with an exactly-once handler");
+                    for m in msgs {
+                        if skipped(&blocked, m) {
+                            continue;
+                        }
+                        if renewed.elapsed() > self.ttl / 3 {
+                            // An error returns with tx dropped: the batch rolls back.
+                            epoch = self.renew(side, wid, slot, epoch).await?;
+                            renewed = Instant::now();
+                        }
+                        if let Some(why) = handle_one(&self.handler, m, Some(&mut tx), &batch, &self.queue, &self.consumer).await? {
+                            if let (true, Some(k)) = (pause, m.partition_key()) {
+                                blocked.insert(k.to_string());
+                            }
+                            failed.push((m, why));
+                        }
+                        self.stats.handled.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                for (m, why) in &failed {
+                    let sql = format!(
+                        "SELECT pgque.nack_partitioned($11::text, $12::text, $13::int4, $14::int4, $15::text, {MSG_ROW}, \
+                         make_interval(secs => $16::float8), $17::text)"
+                    );
+                    nack_in(
+                        &tx,
+                        &sql,
+                        m,
+                        &[&self.queue, &self.consumer, &slot, &n, &wid, &retry, why],
+                    )
+                    .await
+                    .map_err(lost)?;
+                }
+                tx.execute(
+                    "SELECT pgque.ack_partitioned($1::text, $2::text, $3::int4, $4::int4, $5::text)",
+                    &[&self.queue, &self.consumer, &slot, &n, &wid],
                 )
                 .await
-                .map_err(lost)?;
-            }
-            tx.execute(
-                "SELECT pgque.ack_partitioned($1::text, $2::text, $3::int4, $4::int4, $5::text)",
-                &[&self.queue, &self.consumer, &slot, &n, &wid],
-            )
-            .await
-            .map_err(|e| lost(e.into()))?;
-            tx.commit().await?;
+                .map_err(|e| lost(e.into()))?;
+                tx.commit().await?;
+                Ok(epoch)
+            })
+            .await?;
             total += rows.len();
         }
         c.execute(

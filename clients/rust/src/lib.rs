@@ -150,8 +150,8 @@ pub use consumer::{Consumer, ConsumerStats, Message, PartitionedConsumer, TxMsgF
 pub use error::{Error, ErrorKind, Result};
 pub use features::Features;
 pub use producer::{
-    enqueue, enqueue_flow, enqueue_many, send, send_batch, send_idem, send_text, EnqueueOptions, Enqueued, FlowJob,
-    IdemSend, NewJob,
+    enqueue, enqueue_flow, enqueue_many, send, send_at, send_batch, send_batch_with, send_idem, send_idem_with,
+    send_text, send_text_with, send_with, EnqueueOptions, Enqueued, FlowJob, IdemSend, NewJob, SendOptions,
 };
 pub use shutdown::Shutdown;
 pub use worker::{BoxError, HandlerResult, Job, Stats, TxFuture, Worker, WorkerBuilder};

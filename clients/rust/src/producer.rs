@@ -325,12 +325,27 @@ fn missing(e: tokio_postgres::Error, what: &'static str) -> Error {
     }
 }
 
+/// The options of an event send ([`send_with`], [`send_text_with`],
+/// [`send_idem_with`], [`send_at`]).
+#[derive(Debug, Clone, Default)]
+pub struct SendOptions {
+    /// Rides extra1 (partitioned consumers read it).
+    pub partition_key: Option<String>,
+    /// Stored with the event (servers with event headers, pgque 0.8): a JSON
+    /// object of strings, e.g. W3C `traceparent` / `tracestate`. Given, they
+    /// win over the `send <queue>` span's trace context (feature `otel`); a
+    /// server without event headers refuses them with
+    /// [`Error::ServerFeatureMissing`].
+    pub headers: Option<Value>,
+}
+
 /// Runs `f` (an event send) in a `send <queue>` span with the `otel`
-/// feature: `f` gets the span's headers when there is a valid span context
-/// and the server's send takes headers (pgque 0.8), else None (the plain
-/// overloads; an untraced send costs nothing more).
+/// feature. `f` gets the headers to store: `explicit` when given, else the
+/// span's when there is a valid span context and the server's send takes
+/// headers (pgque 0.8), else None (the plain overloads; an untraced send
+/// costs nothing more).
 #[cfg(feature = "otel")]
-async fn send_span<C, T, F, Fut>(client: &C, queue: &str, n: usize, f: F) -> Result<T>
+async fn send_span<C, T, F, Fut>(client: &C, queue: &str, n: usize, explicit: Option<&Value>, f: F) -> Result<T>
 where
     C: GenericClient,
     F: FnOnce(Option<Value>) -> Fut,
@@ -338,11 +353,12 @@ where
 {
     let (cx, headers) = crate::otel::start_send(queue, n);
     let r = async {
-        let headers = match headers {
-            Some(h) if event_headers(client).await? => Some(h),
+        let headers = match (explicit, headers) {
+            (Some(h), _) => Some(h.clone()),
+            (None, Some(h)) if event_headers(client).await? => Some(h),
             _ => None,
         };
-        f(headers).await
+        with_explicit(explicit.is_some(), f(headers).await)
     }
     .await;
     crate::otel::end(&cx, r.as_ref().err().map(|e| e.to_string()).as_deref());
@@ -350,13 +366,22 @@ where
 }
 
 #[cfg(not(feature = "otel"))]
-async fn send_span<C, T, F, Fut>(_: &C, _: &str, _: usize, f: F) -> Result<T>
+async fn send_span<C, T, F, Fut>(_: &C, _: &str, _: usize, explicit: Option<&Value>, f: F) -> Result<T>
 where
     C: GenericClient,
     F: FnOnce(Option<Value>) -> Fut,
     Fut: std::future::Future<Output = Result<T>>,
 {
-    f(None).await
+    with_explicit(explicit.is_some(), f(explicit.cloned()).await)
+}
+
+/// A server without the headers overloads (42883, pgque 0.7) refuses the
+/// caller's explicit headers as a missing feature.
+fn with_explicit<T>(explicit: bool, r: Result<T>) -> Result<T> {
+    match r {
+        Err(Error::Db(e)) if explicit => Err(missing(e, "event headers (pgque 0.8)")),
+        r => r,
+    }
 }
 
 /// Whether the server's event sends take headers (pgque 0.8).
@@ -381,8 +406,34 @@ pub async fn send<C: GenericClient>(
     payload: &Value,
     partition_key: Option<&str>,
 ) -> Result<i64> {
-    send_span(client, queue, 1, |h| {
+    send_span(client, queue, 1, None, |h| {
         send_one(client, queue, type_name, payload, "jsonb", partition_key, h)
+    })
+    .await
+}
+
+/// [`send`] with [`SendOptions`]: a partition key and explicit headers.
+///
+/// ```no_run
+/// # async fn f(client: &tokio_postgres::Client) -> pgque_client::Result<()> {
+/// use pgque_client::{send_with, SendOptions};
+/// let opts = SendOptions {
+///     headers: Some(serde_json::json!({"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"})),
+///     ..Default::default()
+/// };
+/// let id = send_with(client, "orders", "created", &serde_json::json!({"id": 1}), &opts).await?;
+/// # let _ = id; Ok(()) }
+/// ```
+pub async fn send_with<C: GenericClient>(
+    client: &C,
+    queue: &str,
+    type_name: &str,
+    payload: &Value,
+    options: &SendOptions,
+) -> Result<i64> {
+    let key = options.partition_key.as_deref();
+    send_span(client, queue, 1, options.headers.as_ref(), |h| {
+        send_one(client, queue, type_name, payload, "jsonb", key, h)
     })
     .await
 }
@@ -395,8 +446,59 @@ pub async fn send_text<C: GenericClient>(
     payload: &str,
     partition_key: Option<&str>,
 ) -> Result<i64> {
-    send_span(client, queue, 1, |h| {
+    send_span(client, queue, 1, None, |h| {
         send_one(client, queue, type_name, &payload, "text", partition_key, h)
+    })
+    .await
+}
+
+/// [`send_text`] with [`SendOptions`].
+pub async fn send_text_with<C: GenericClient>(
+    client: &C,
+    queue: &str,
+    type_name: &str,
+    payload: &str,
+    options: &SendOptions,
+) -> Result<i64> {
+    let key = options.partition_key.as_deref();
+    send_span(client, queue, 1, options.headers.as_ref(), |h| {
+        send_one(client, queue, type_name, &payload, "text", key, h)
+    })
+    .await
+}
+
+/// Delayed delivery (`pgque.send_at`): the event is delivered at
+/// `deliver_at` (a past time: at the next tick); returns its id. Traced as
+/// [`send`]; `options.headers` are kept until the event is delivered.
+pub async fn send_at<C: GenericClient>(
+    client: &C,
+    queue: &str,
+    type_name: &str,
+    payload: &Value,
+    deliver_at: SystemTime,
+    options: &SendOptions,
+) -> Result<i64> {
+    let key = options.partition_key.as_deref();
+    send_span(client, queue, 1, options.headers.as_ref(), |h| async move {
+        let row = match &h {
+            Some(h) => {
+                client
+                    .query_one(
+                        "SELECT pgque.send_at($1::text, $2::text, $3::jsonb, $4::timestamptz, $5::text, $6::jsonb)",
+                        &[&queue, &type_name, payload, &deliver_at, &key, h],
+                    )
+                    .await?
+            }
+            None => {
+                client
+                    .query_one(
+                        "SELECT pgque.send_at($1::text, $2::text, $3::jsonb, $4::timestamptz, $5::text)",
+                        &[&queue, &type_name, payload, &deliver_at, &key],
+                    )
+                    .await?
+            }
+        };
+        Ok(row.get(0))
     })
     .await
 }
@@ -452,12 +554,25 @@ pub async fn send_batch<C: GenericClient>(
     payloads: &[Value],
     partition_keys: Option<&[Option<&str>]>,
 ) -> Result<Vec<i64>> {
+    send_batch_with(client, queue, type_name, payloads, partition_keys, None).await
+}
+
+/// [`send_batch`] with explicit `headers`: one object stored with every
+/// event of the batch (servers with event headers); they win over the span's.
+pub async fn send_batch_with<C: GenericClient>(
+    client: &C,
+    queue: &str,
+    type_name: &str,
+    payloads: &[Value],
+    partition_keys: Option<&[Option<&str>]>,
+    headers: Option<&Value>,
+) -> Result<Vec<i64>> {
     if let Some(keys) = partition_keys {
         if keys.len() != payloads.len() {
             return Err(Error::Invalid("partition_keys must align with payloads".into()));
         }
     }
-    send_span(client, queue, payloads.len(), |h| async move {
+    send_span(client, queue, payloads.len(), headers, |h| async move {
         let row = match (partition_keys, &h) {
             (keys, Some(h)) => {
                 client
@@ -500,8 +615,27 @@ pub async fn send_idem<C: GenericClient>(
     ttl: Duration,
     partition_key: Option<&str>,
 ) -> Result<IdemSend> {
+    let options = SendOptions {
+        partition_key: partition_key.map(str::to_owned),
+        headers: None,
+    };
+    send_idem_with(client, queue, type_name, payload, idem_key, ttl, &options).await
+}
+
+/// [`send_idem`] with [`SendOptions`] (a deduped send stores nothing: the
+/// original keeps its own headers).
+pub async fn send_idem_with<C: GenericClient>(
+    client: &C,
+    queue: &str,
+    type_name: &str,
+    payload: &Value,
+    idem_key: &str,
+    ttl: Duration,
+    options: &SendOptions,
+) -> Result<IdemSend> {
     let secs = ttl.as_secs_f64();
-    send_span(client, queue, 1, |h| async move {
+    let partition_key = options.partition_key.as_deref();
+    send_span(client, queue, 1, options.headers.as_ref(), |h| async move {
         let mut params: Vec<&(dyn ToSql + Sync)> = vec![&queue, &type_name, payload, &idem_key, &secs, &partition_key];
         let sql = if let Some(h) = &h {
             params.push(h);

@@ -360,3 +360,96 @@ async fn partitioned_follows_an_online_resize_without_a_restart() {
         "every key in send order, none lost or twice"
     );
 }
+
+/// Two members of one cooperative consumer (`Consumer::cooperative`,
+/// `pgque.receive_coop`) share its stream: every event handled once by one
+/// of them, a nack redelivered, and a normal consumer beside them still
+/// gets every event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cooperative_members_share_the_stream() {
+    let (dsn, c) = test_db("consumer_coop").await;
+    c.batch_execute("SELECT pgque.create_queue('ev'); SELECT pgque.subscribe('ev', 'all')")
+        .await
+        .unwrap();
+    type Seen = Arc<Mutex<Vec<(String, i64, Option<i32>)>>>;
+    let seen: Seen = Arc::default();
+    let member = |name: &str| {
+        let (s, sub, name) = (seen.clone(), name.to_string(), name.to_string());
+        Arc::new(
+            Consumer::new(&dsn, "ev", "group", move |m: Message| {
+                let (s, name) = (s.clone(), name.clone());
+                async move {
+                    if m.json()?["i"] == 7 && m.retry_count.is_none() {
+                        return Err("first delivery of 7 fails".into());
+                    }
+                    s.lock().unwrap().push((name, m.msg_id, m.retry_count));
+                    // a slow handler, so the other member gets batches too
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    Ok(())
+                }
+            })
+            .unwrap()
+            .cooperative(sub)
+            .batch_size(5)
+            .poll_interval(Duration::from_millis(100))
+            .retry_after(Duration::ZERO),
+        )
+    };
+    let (m1, m2) = (member("m1"), member("m2"));
+    let sd = Shutdown::new();
+    let runs: Vec<_> = [m1, m2]
+        .into_iter()
+        .map(|m| {
+            let sd = sd.clone();
+            tokio::spawn(async move { m.run(sd).await })
+        })
+        .collect();
+    wait_until(10, "both members registered", || async {
+        c.query_one("SELECT count(*) FROM pgque.get_consumer_info('ev')", &[])
+            .await
+            .map(|r| r.get::<_, i64>(0) >= 2)
+            .unwrap_or(false)
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut ids = Vec::new();
+    for r in 0..8 {
+        let payloads: Vec<serde_json::Value> = (0..5).map(|i| json!({ "i": r * 5 + i })).collect();
+        ids.extend(send_batch(&c, "ev", "t", &payloads, None).await.unwrap());
+        c.execute("SELECT pgque.force_tick('ev')", &[]).await.unwrap();
+    }
+    wait_until(60, "every event handled", || async { seen.lock().unwrap().len() == 40 }).await;
+    sd.trigger();
+    for r in runs {
+        r.await.unwrap().unwrap();
+    }
+    let seen = seen.lock().unwrap().clone();
+    let mut handled: Vec<i64> = seen.iter().map(|s| s.1).collect();
+    handled.sort();
+    assert_eq!(handled, ids, "each event handled exactly once by the group");
+    assert!(seen.contains(&("m1".into(), ids[7], Some(1))) || seen.contains(&("m2".into(), ids[7], Some(1))));
+    let by = |n: &str| seen.iter().filter(|s| s.0 == n).count();
+    assert!(
+        by("m1") > 0 && by("m2") > 0,
+        "both members got batches: m1 {} m2 {}",
+        by("m1"),
+        by("m2")
+    );
+    // the normal consumer beside the group still has all 40 waiting
+    c.execute("SELECT pgque.force_tick('ev')", &[]).await.unwrap();
+    let mut all = 0;
+    loop {
+        let rows = c
+            .query("SELECT batch_id FROM pgque.receive('ev', 'all', 1000)", &[])
+            .await
+            .unwrap();
+        if rows.is_empty() {
+            break;
+        }
+        all += rows.len();
+        c.execute("SELECT pgque.ack($1)", &[&rows[0].get::<_, i64>(0)])
+            .await
+            .unwrap();
+    }
+    assert!(all >= 40, "the normal consumer got {all}");
+}

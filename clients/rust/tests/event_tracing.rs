@@ -251,5 +251,65 @@ async fn send_spans_headers_and_consumer_spans_per_event() {
         assert_eq!(links(p), vec![psend.span_context.span_id()]);
         assert_eq!(attr(p, "messaging.consumer.group.name"), Some("pc".into()));
     }
+    exporter.reset();
+
+    // a cooperative member reads the headers (receive_coop_with_headers);
+    // explicit headers win over the send span's
+    c.batch_execute("SELECT pgque.create_queue('cev'); SELECT pgque.register_subconsumer('cev', 'grp', 'm1')")
+        .await
+        .unwrap();
+    let explicit = json!({"traceparent": "00-0af7651916cd43dd8448eb211c80319c-00f067aa0ba902b7-01"});
+    let (cid, xid) = {
+        let root = Context::current_with_span(global::tracer("test").start("request 3"));
+        let _g = root.attach();
+        let cid = send(&c, "cev", "co", &json!({"n": 1}), None).await.unwrap();
+        let opts = SendOptions {
+            headers: Some(explicit.clone()),
+            ..Default::default()
+        };
+        (cid, send_with(&c, "cev", "co", &json!({"n": 2}), &opts).await.unwrap())
+    };
+    let csend = named(&exporter.get_finished_spans().unwrap(), "send cev")[0].clone();
+    type Got = Arc<Mutex<Vec<(i64, Option<Value>)>>>;
+    let got: Got = Arc::default();
+    let g2 = got.clone();
+    let member = Consumer::new(&dsn, "cev", "grp", move |m: Message| {
+        let g2 = g2.clone();
+        async move {
+            g2.lock().unwrap().push((m.msg_id, m.headers.clone()));
+            Ok(())
+        }
+    })
+    .unwrap()
+    .cooperative("m1")
+    .poll_interval(Duration::from_millis(200));
+    let sd = Shutdown::new();
+    let run = tokio::spawn({
+        let sd = sd.clone();
+        async move { member.run(sd).await }
+    });
+    c.execute("SELECT pgque.force_tick('cev')", &[]).await.unwrap();
+    wait_until(60, "the cooperative member's events", || {
+        let n = got.lock().unwrap().len();
+        async move { n == 2 }
+    })
+    .await;
+    sd.trigger();
+    run.await.unwrap().unwrap();
+    let got = got.lock().unwrap().clone();
+    assert_eq!(got[0], (cid, Some(tp(&csend))));
+    assert_eq!(got[1], (xid, Some(explicit)));
+    let spans = exporter.get_finished_spans().unwrap();
+    let procs = named(&spans, "process cev");
+    assert_eq!(procs.len(), 2);
+    let p = procs.iter().find(|p| msg_id(p) == cid).unwrap();
+    assert_eq!(p.parent_span_id, csend.span_context.span_id());
+    assert_eq!(links(p), vec![csend.span_context.span_id()]);
+    assert_eq!(attr(p, "messaging.consumer.group.name"), Some("grp".into()));
+    let x = procs.iter().find(|p| msg_id(p) == xid).unwrap();
+    assert_eq!(
+        x.span_context.trace_id().to_string(),
+        "0af7651916cd43dd8448eb211c80319c"
+    );
     let _ = provider.shutdown();
 }

@@ -226,3 +226,91 @@ async fn events_without_otel_carry_no_headers() {
         ids.iter().map(|i| (*i, true)).collect::<Vec<_>>()
     );
 }
+
+type Read = Vec<(i64, Option<serde_json::Value>, Option<String>)>;
+
+/// One batch of receive_with_headers for 'c' on 'q' (acked): id, headers, extra1.
+async fn read_headers(c: &tokio_postgres::Client) -> Read {
+    let rows = c
+        .query(
+            "SELECT msg_id, batch_id, headers, extra1 FROM pgque.receive_with_headers('q', 'c', 100) ORDER BY msg_id",
+            &[],
+        )
+        .await
+        .unwrap();
+    if let Some(r) = rows.first() {
+        c.execute("SELECT pgque.ack($1)", &[&r.get::<_, i64>(1)]).await.unwrap();
+    }
+    rows.iter().map(|r| (r.get(0), r.get(2), r.get(3))).collect()
+}
+
+/// Explicit event headers (`SendOptions`, `send_batch_with`) are stored as
+/// given, with or without the `otel` feature; `send_at` delivers at its time
+/// with its headers.
+#[tokio::test]
+async fn explicit_event_headers_and_send_at() {
+    let (_dsn, c) = test_db("producer_event_headers").await;
+    c.batch_execute("SELECT pgque.create_queue('q'); SELECT pgque.subscribe('q', 'c')")
+        .await
+        .unwrap();
+    let h = |n: u8| json!({"traceparent": format!("00-0af7651916cd43dd8448eb211c80319c-00f067aa0ba902b{n}-01")});
+    let opts = |n: u8, key: Option<&str>| SendOptions {
+        partition_key: key.map(str::to_owned),
+        headers: Some(h(n)),
+    };
+    let one = send_with(&c, "q", "t", &json!({"n": 1}), &opts(1, Some("k1")))
+        .await
+        .unwrap();
+    let text = send_text_with(&c, "q", "t", "x", &opts(2, None)).await.unwrap();
+    let idem = send_idem_with(&c, "q", "t", &json!({}), "e1", Duration::from_secs(60), &opts(3, None))
+        .await
+        .unwrap();
+    let again = send_idem_with(&c, "q", "t", &json!({}), "e1", Duration::from_secs(60), &opts(9, None))
+        .await
+        .unwrap();
+    assert!(again.deduped && again.event_id == idem.event_id);
+    let batch = send_batch_with(&c, "q", "t", &[json!(1), json!(2)], None, Some(&h(4)))
+        .await
+        .unwrap();
+    let plain = send_with(&c, "q", "t", &json!({"n": 0}), &SendOptions::default())
+        .await
+        .unwrap();
+    let at = send_at(
+        &c,
+        "q",
+        "later",
+        &json!({"n": 5}),
+        std::time::SystemTime::now() + Duration::from_secs(2),
+        &opts(5, Some("k5")),
+    )
+    .await
+    .unwrap();
+    c.execute("SELECT pgque.force_tick('q')", &[]).await.unwrap();
+    let got = read_headers(&c).await;
+    assert_eq!(
+        got,
+        vec![
+            (one, Some(h(1)), Some("k1".to_string())),
+            (text, Some(h(2)), None),
+            (idem.event_id, Some(h(3)), None),
+            (batch[0], Some(h(4)), None),
+            (batch[1], Some(h(4)), None),
+            (plain, None, None),
+        ]
+    );
+    // the delayed event: not yet, then delivered (maint_delayed) with its headers and key
+    let mut later = Vec::new();
+    for _ in 0..50 {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        c.execute("SELECT pgque.maint_delayed()", &[]).await.ok();
+        c.execute("SELECT pgque.force_tick('q')", &[]).await.unwrap();
+        later = read_headers(&c).await;
+        if !later.is_empty() {
+            break;
+        }
+    }
+    assert_eq!(later.len(), 1, "the send_at event was delivered");
+    assert_eq!(later[0].1, Some(h(5)));
+    assert_eq!(later[0].2.as_deref(), Some("k5"));
+    let _ = at;
+}

@@ -318,7 +318,19 @@ abstract class Runner {
 }
 
 /** Options of {@link Consumer}. */
-export type ConsumerOptions = ConsumerOptionsBase;
+export interface ConsumerOptions extends ConsumerOptionsBase {
+  /**
+   * Makes it one member of the cooperative consumer `consumer`
+   * (`pgque.receive_coop`): the members share the consumer's stream, each
+   * batch to one of them. `run()` registers the member
+   * (`register_subconsumer`) unless `subscribe: false`; a normal consumer of
+   * that name is not converted (55000).
+   */
+  subconsumer?: string;
+  /** A cooperative member also takes over the open batch of a member idle
+   * longer than this, in ms (`receive_coop`'s dead_interval; default never). */
+  deadIntervalMs?: number;
+}
 
 /**
  * Reads `queue` as `consumer` and calls the handler per event, acking each
@@ -331,9 +343,14 @@ export type ConsumerOptions = ConsumerOptionsBase;
  * ```
  */
 export class Consumer extends Runner {
+  private readonly subconsumer: string | undefined;
+  private readonly deadIntervalMs: number | undefined;
+
   /** Makes a consumer; nothing connects before {@link run}. */
   constructor(options: ConsumerOptions) {
     super(options);
+    this.subconsumer = options.subconsumer;
+    this.deadIntervalMs = options.deadIntervalMs;
   }
 
   /** Subscribes (unless `subscribe: false`), then receives, handles and acks
@@ -344,8 +361,14 @@ export class Consumer extends Runner {
     await this.runWith(options.signal, async () => {
       let conn = await connect(this.connection);
       try {
-        if (this.subscribe) {
+        if (this.subscribe && this.subconsumer === undefined) {
           await query(conn, "SELECT pgque.subscribe($1::text, $2::text)", [this.queue, this.consumer]);
+        } else if (this.subscribe) {
+          await query(conn, "SELECT pgque.register_subconsumer($1::text, $2::text, $3::text)", [
+            this.queue,
+            this.consumer,
+            this.subconsumer,
+          ]);
         }
         while (!this.stopping) {
           const gen = this.waker.gen;
@@ -370,11 +393,15 @@ export class Consumer extends Runner {
 
   /** Receives one batch on `conn`, handles it, acks it; returns its size (0: none). */
   async runOnce(conn: pg.Client): Promise<number> {
-    const msgs = await this.receive(conn, "receive", "$1::text, $2::text, $3::int4", [
-      this.queue,
-      this.consumer,
-      this.batchSize,
-    ]);
+    const msgs =
+      this.subconsumer === undefined
+        ? await this.receive(conn, "receive", "$1::text, $2::text, $3::int4", [this.queue, this.consumer, this.batchSize])
+        : await this.receive(
+            conn,
+            "receive_coop",
+            "$1::text, $2::text, $3::text, $4::int4, $5::float8 * interval '1 millisecond'",
+            [this.queue, this.consumer, this.subconsumer, this.batchSize, this.deadIntervalMs ?? null],
+          );
     if (msgs.length === 0) return 0;
     const batchId = msgs[0]?.batchId as number;
     await this.handleBatch(

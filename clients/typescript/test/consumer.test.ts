@@ -321,3 +321,53 @@ test("PartitionedConsumer follows an online resize (4 -> 8 -> 2) without a resta
   for (const k of keys) assert.deepEqual(got.get(k), sent.get(k), `key ${k}: in send order, none lost or twice`);
   assert.equal((await slots(q, "pr")).length, 2);
 });
+
+test("cooperative members (subconsumer) share the stream; a normal consumer still gets every event", async () => {
+  const q = uniq();
+  await conn.query("SELECT pgque.create_queue($1)", [q]);
+  await conn.query("SELECT pgque.subscribe($1, 'all')", [q]);
+  for (const m of ["m1", "m2"]) await conn.query("SELECT pgque.register_subconsumer($1, 'grp', $2)", [q, m]);
+  const seen: [string, number, number | null][] = [];
+  const member = (name: string) =>
+    new Consumer({
+      connection: cfg,
+      queue: q,
+      consumer: "grp",
+      subconsumer: name,
+      batchSize: 5,
+      pollIntervalMs: 100,
+      retryAfterMs: 0,
+      handleSignals: false,
+      handler: async (m: Message) => {
+        if (m.json<{ i: number }>().i === 7 && m.retryCount === null) throw new Error("first delivery of 7 fails");
+        seen.push([name, m.msgId, m.retryCount]);
+        await sleep(20); // slow, so the other member gets batches too
+      },
+    });
+  const ids: number[] = [];
+  for (let r = 0; r < 8; r++) {
+    ids.push(...(await sendBatch(conn, q, Array.from({ length: 5 }, (_, i) => ({ i: r * 5 + i })), { type: "t" })));
+    await conn.query("SELECT pgque.force_tick($1)", [q]);
+  }
+  const runs = [running(member("m1")), running(member("m2"))];
+  try {
+    await waitUntil(() => seen.length === 40, 60_000, "every event handled");
+  } finally {
+    for (const r of runs) await r.stop();
+  }
+  assert.deepEqual(
+    seen.map((s) => s[1]).sort((a, b) => a - b),
+    ids,
+  );
+  assert.ok(seen.some((s) => s[1] === ids[7] && s[2] === 1), "7 redelivered");
+  assert.deepEqual(new Set(seen.map((s) => s[0])), new Set(["m1", "m2"]));
+  await conn.query("SELECT pgque.force_tick($1)", [q]);
+  let total = 0;
+  for (;;) {
+    const { rows } = await conn.query("SELECT batch_id FROM pgque.receive($1, 'all', 1000)", [q]);
+    if (rows.length === 0) break;
+    total += rows.length;
+    await conn.query("SELECT pgque.ack($1)", [rows[0].batch_id]);
+  }
+  assert.ok(total >= 40, `the normal consumer got ${total}`);
+});

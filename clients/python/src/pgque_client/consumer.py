@@ -199,7 +199,14 @@ class Consumer(_Runner):
     ``run()`` blocks until ``stop()`` or SIGTERM / SIGINT (in the main thread);
     the batch in hand is finished and acked first. A ``handler(message, tx)``
     (or ``transactional=True``) runs in the transaction that acks its batch
-    (a savepoint per message): its writes commit with the ack."""
+    (a savepoint per message): its writes commit with the ack.
+
+    ``subconsumer="member-1"`` makes it one member of the cooperative
+    consumer ``consumer`` (``pgque.receive_coop``; ``dead_interval``: also
+    take over the open batch of a member idle that long): the members share
+    the consumer's stream, each batch to one of them. ``run()`` registers
+    the member (``register_subconsumer``) when ``subscribe``; a normal
+    consumer of that name is not converted (55000)."""
 
     def __init__(
         self,
@@ -208,6 +215,8 @@ class Consumer(_Runner):
         consumer: str,
         handler: MessageHandler,
         *,
+        subconsumer: str | None = None,
+        dead_interval: float | timedelta | None = None,
         batch_size: int = 100,
         poll_interval: float | timedelta = 2.0,
         retry_after: float | timedelta = 60.0,
@@ -221,6 +230,8 @@ class Consumer(_Runner):
         self.batch_size = batch_size
         self.retry_after = timedelta(seconds=_seconds(retry_after))
         self.subscribe = subscribe
+        self.subconsumer = subconsumer
+        self.dead_interval = None if dead_interval is None else timedelta(seconds=_seconds(dead_interval))
         self.handled = 0
 
     def run(self) -> None:
@@ -230,7 +241,13 @@ class Consumer(_Runner):
             with self._connect() as conn:
                 if self.subscribe:
                     with translated():
-                        conn.execute("SELECT pgque.subscribe(%s, %s)", (self.queue, self.consumer))
+                        if self.subconsumer is None:
+                            conn.execute("SELECT pgque.subscribe(%s, %s)", (self.queue, self.consumer))
+                        else:
+                            conn.execute(
+                                "SELECT pgque.register_subconsumer(%s, %s, %s)",
+                                (self.queue, self.consumer, self.subconsumer),
+                            )
                 listener.start()
                 while not self._stopping.is_set():
                     with self._cond:
@@ -244,7 +261,11 @@ class Consumer(_Runner):
 
     def run_once(self, conn: psycopg.Connection[Any]) -> int:
         """Receives one batch, handles it, acks it; returns its size (0: none)."""
-        msgs = self._receive(conn, "receive", (self.queue, self.consumer, self.batch_size))
+        if self.subconsumer is None:
+            msgs = self._receive(conn, "receive", (self.queue, self.consumer, self.batch_size))
+        else:
+            args = (self.queue, self.consumer, self.subconsumer, self.batch_size, self.dead_interval)
+            msgs = self._receive(conn, "receive_coop", args)
         if not msgs:
             return 0
         failed: list[tuple[Message, str]] = []
