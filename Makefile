@@ -7,7 +7,7 @@ VERSIONS ?= 14 15 16 17 18
 # The multi-session / SQL regression tier runs on these versions.
 PGTEST_VERSIONS ?= 14 15 18
 
-.PHONY: setup test lint package pgrx-test pgtest test-web test-clients test-compat soak run stop bench psql cluster cluster-stop help
+.PHONY: setup test lint package test-package pgrx-test pgtest test-web test-clients test-compat soak run stop bench psql cluster cluster-stop help
 
 help:
 	@echo "make run      build, start a local PostgreSQL $(PG) with pgque preloaded, show a demo"
@@ -32,6 +32,7 @@ test: setup lint pgrx-test
 	@$(MAKE) --no-print-directory test-web
 	@$(MAKE) --no-print-directory test-clients PG=15
 	@$(MAKE) --no-print-directory test-compat PG=15
+	@$(MAKE) --no-print-directory test-package
 	@echo "make test: all green on PostgreSQL $(VERSIONS) (server tier on $(PGTEST_VERSIONS))"
 
 lint:
@@ -89,6 +90,13 @@ soak: setup
 PKG_VERSIONS ?= $(VERSIONS)
 package: setup
 	@bash scripts/package.sh --release $(PKG_VERSIONS)
+
+# The package tier: install, upgrade from 0.8.0 and remove postgresql-15-pgque
+# with apt-get on Debian's PostgreSQL 15. Last in make test: it takes the
+# shared /usr/lib/postgresql/15 and reinstalls the dev build when it is done.
+test-package: setup
+	@echo "==== package tier on Debian's PostgreSQL 15"
+	@bash scripts/test_package.sh
 
 # ---- a local server -----------------------------------------------------------
 run: setup
