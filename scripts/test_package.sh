@@ -46,6 +46,31 @@ deb="$out/postgresql-15-pgque_${version}_amd64.deb"
 step "building $deb"
 bash "$ROOT/scripts/package.sh" --tier 15 >/tmp/pgque_pkgtest_build.log 2>&1 \
   || { tail -30 /tmp/pgque_pkgtest_build.log; fail "package.sh"; }
+# The previous release's package, built once per commit and cached: built
+# before anything is installed, so that a build failure leaves the system as it was.
+old_deb="$out/old-$OLD_COMMIT/postgresql-15-pgque_${OLD_VERSION}_amd64.deb"
+build_old() {
+  if [ ! -f "$old_deb" ]; then
+    git -C "$ROOT" cat-file -e "$OLD_COMMIT^{commit}" 2>/dev/null \
+      || fail "commit $OLD_COMMIT (release $OLD_VERSION) is not in this clone's history: fetch it, or PKG_SKIP_UPGRADE=1"
+    src=$(mktemp -d /tmp/pgque_old_src.XXXXXX)
+    git -C "$ROOT" archive "$OLD_COMMIT" | tar -x -C "$src"
+    # 0.8.0 has no package.sh: build it with this one (the file layout is the same).
+    cp "$ROOT/scripts/package.sh" "$ROOT/scripts/check_symbols.sh" "$ROOT/scripts/check_meta.sh" "$src/scripts/"
+    sed "s/\"0.9.0\"/\"$OLD_VERSION\"/" "$ROOT/META.json" >"$src/META.json"
+    step "building the $OLD_VERSION package from $OLD_COMMIT (cached afterwards)"
+    CARGO_TARGET_DIR="$target" bash "$src/scripts/package.sh" --tier 15 >/tmp/pgque_pkgtest_old.log 2>&1 \
+      || { tail -30 /tmp/pgque_pkgtest_old.log; fail "building $OLD_VERSION"; }
+    mkdir -p "$(dirname "$old_deb")"
+    mv "$out/postgresql-15-pgque_${OLD_VERSION}_amd64.deb" "$old_deb"
+    rm -rf "$src"
+    # The new package's build was overwritten by the old one in the shared stage; rebuild.
+    bash "$ROOT/scripts/package.sh" --tier 15 >/tmp/pgque_pkgtest_build.log 2>&1 || fail "package.sh (again)"
+  fi
+}
+[ "${PKG_SKIP_UPGRADE:-0}" = 1 ] || build_old
+if [ "${PKG_BUILD_ONLY:-0}" = 1 ]; then step "built $deb and $old_deb"; exit 0; fi
+
 mkdir -p "$(dirname "$DATA")"; chown postgres "$(dirname "$DATA")"
 trap cleanup EXIT
 purge
@@ -78,24 +103,6 @@ pgq_cluster_stop
 
 # ---- 2. upgrade from the previous release's package with state in flight ----
 if [ "${PKG_SKIP_UPGRADE:-0}" != 1 ]; then
-  old_deb="$out/old-$OLD_COMMIT/postgresql-15-pgque_${OLD_VERSION}_amd64.deb"
-  if [ ! -f "$old_deb" ]; then
-    git -C "$ROOT" cat-file -e "$OLD_COMMIT^{commit}" 2>/dev/null \
-      || fail "commit $OLD_COMMIT (release $OLD_VERSION) is not in this clone's history: fetch it, or PKG_SKIP_UPGRADE=1"
-    src=$(mktemp -d /tmp/pgque_old_src.XXXXXX)
-    git -C "$ROOT" archive "$OLD_COMMIT" | tar -x -C "$src"
-    # 0.8.0 has no package.sh: build it with this one (the file layout is the same).
-    cp "$ROOT/scripts/package.sh" "$ROOT/scripts/check_symbols.sh" "$ROOT/scripts/check_meta.sh" "$src/scripts/"
-    sed "s/\"0.9.0\"/\"$OLD_VERSION\"/" "$ROOT/META.json" >"$src/META.json"
-    step "building the $OLD_VERSION package from $OLD_COMMIT (cached afterwards)"
-    CARGO_TARGET_DIR="$target" bash "$src/scripts/package.sh" --tier 15 >/tmp/pgque_pkgtest_old.log 2>&1 \
-      || { tail -30 /tmp/pgque_pkgtest_old.log; fail "building $OLD_VERSION"; }
-    mkdir -p "$(dirname "$old_deb")"
-    mv "$out/postgresql-15-pgque_${OLD_VERSION}_amd64.deb" "$old_deb"
-    rm -rf "$src"
-    # The new package's build was overwritten by the old one in the shared stage; rebuild.
-    bash "$ROOT/scripts/package.sh" --tier 15 >/tmp/pgque_pkgtest_build.log 2>&1 || fail "package.sh (again)"
-  fi
   purge
   step "installing the $OLD_VERSION package"
   apt_install "$old_deb" /tmp/pgque_pkgtest_apt_old.log || { cat /tmp/pgque_pkgtest_apt_old.log; fail "apt-get install $OLD_VERSION"; }
