@@ -16,6 +16,9 @@
 # extension), whatever prefix that build's PostgreSQL has: the ABI is the major's.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+# cargo builds the crate of the current directory: build this tree's, not the caller's
+# (test_package.sh runs a copy of this script in a 0.8.0 checkout).
+cd "$ROOT"
 usage() { echo "usage: package.sh [--release|--tier] [MAJOR...]  (MAJOR in 14..18)" >&2; exit 2; }
 profile=(--release)
 case "${1:-}" in
