@@ -7,7 +7,7 @@ VERSIONS ?= 14 15 16 17 18
 # The multi-session / SQL regression tier runs on these versions.
 PGTEST_VERSIONS ?= 14 15 18
 
-.PHONY: setup test lint pgrx-test pgtest test-web test-clients test-compat soak run stop bench psql cluster cluster-stop help
+.PHONY: setup test lint package test-package pgrx-test pgtest test-web test-clients test-compat soak run stop bench psql cluster cluster-stop help
 
 help:
 	@echo "make run      build, start a local PostgreSQL $(PG) with pgque preloaded, show a demo"
@@ -19,6 +19,7 @@ help:
 	@echo "make test-web  the dashboard (pgque-web) in headless Chromium"
 	@echo "make test-clients   the Python, Rust, TypeScript and Go client libraries against a real server"
 	@echo "make test-compat    PgQue's Python client (pgque-py 0.2.2) against pgque"
+	@echo "make package  .deb per major (14-18), tarballs and META.json into <target>/pgque-package"
 	@echo "make bench    side-by-side benchmarks (benches/)"
 	@echo "make soak     held-xmin soak, ~8 min (not part of make test; results in benches/results/soak-pg<N>.md)"
 
@@ -31,9 +32,11 @@ test: setup lint pgrx-test
 	@$(MAKE) --no-print-directory test-web
 	@$(MAKE) --no-print-directory test-clients PG=15
 	@$(MAKE) --no-print-directory test-compat PG=15
+	@$(MAKE) --no-print-directory test-package
 	@echo "make test: all green on PostgreSQL $(VERSIONS) (server tier on $(PGTEST_VERSIONS))"
 
 lint:
+	@bash scripts/check_meta.sh
 	python3 scripts/layers.py --self-test
 	python3 scripts/layers.py
 	python3 scripts/upgrade_draft.py --self-test
@@ -83,6 +86,20 @@ test-compat: setup
 # The held-xmin soak: too long for make test (~8 minutes); see scripts/soak.sh.
 soak: setup
 	@bash scripts/soak.sh $(PG)
+
+# ---- packages ----------------------------------------------------------------
+# postgresql-<major>-pgque_<version>_amd64.deb and a tarball per major, and
+# META.json, from release builds (scripts/package.sh; docs/install.md).
+PKG_VERSIONS ?= $(VERSIONS)
+package: setup
+	@bash scripts/package.sh --release $(PKG_VERSIONS)
+
+# The package tier: install, upgrade from 0.8.0 and remove postgresql-15-pgque
+# with apt-get on Debian's PostgreSQL 15. Last in make test: it takes the
+# shared /usr/lib/postgresql/15 and reinstalls the dev build when it is done.
+test-package: setup
+	@echo "==== package tier on Debian's PostgreSQL 15"
+	@bash scripts/test_package.sh
 
 # ---- a local server -----------------------------------------------------------
 run: setup
