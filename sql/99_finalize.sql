@@ -147,6 +147,12 @@ GRANT EXECUTE ON FUNCTION
     pgque.receive_coop_with_headers(text, text, text, int4, interval),
     pgque.receive_partitioned_with_headers(text, text, int4, int4, text, int4)
   TO pgque_reader;
+-- The waiting forms (src/waiters.rs, docs/waits.md): consumers' calls.
+GRANT EXECUTE ON FUNCTION
+    pgque.receive(text, text, int4, interval),
+    pgque.receive_with_headers(text, text, int4, interval),
+    pgque.next_batch_wait(text, text, interval)
+  TO pgque_reader;
 GRANT SELECT ON pgque.partition_slot_status TO pgque_reader;
 -- The pause failure policy (src/log/pause.rs): a consumer chooses it at
 -- subscribe; releasing a blocked key is an administrator's call.
@@ -195,7 +201,7 @@ BEGIN
                     'pause_queue', 'resume_queue', 'queue_stats', 'consumer_stats',
                     'queue_health', 'otel_metrics', 'stuck_consumers', 'in_flight', 'throughput',
                     'error_rate', 'receive_with_headers', 'receive_coop_with_headers',
-                    'receive_partitioned_with_headers'])
+                    'receive_partitioned_with_headers', 'next_batch_wait'])
     LOOP
         EXECUTE format('ALTER FUNCTION %s SET enable_seqscan = off', f);
     END LOOP;
@@ -216,7 +222,7 @@ BEGIN
                     'receive', 'receive_coop', 'next_batch', 'next_batch_info',
                     'next_batch_custom', 'get_batch_events', 'get_batch_cursor',
                     'receive_partitioned', 'receive_with_headers', 'receive_coop_with_headers',
-                    'receive_partitioned_with_headers'])
+                    'receive_partitioned_with_headers', 'next_batch_wait'])
     LOOP
         EXECUTE format('ALTER FUNCTION %s SET plan_cache_mode = force_generic_plan', f);
     END LOOP;

@@ -458,3 +458,52 @@ BEGIN
      LIMIT v_lim;
 END
 $browse_dead_letters$;
+
+-- ==== waiting inside the server (issue 43, src/waiters.rs, docs/waits.md) ====
+-- receive and receive_with_headers with a required wait argument, and PgQ's
+-- next_batch as next_batch_wait (a next_batch(text, text, interval) would
+-- clash with the cooperative next_batch(text, text, text) for a literal).
+CREATE OR REPLACE FUNCTION "receive"(
+	"queue_name" TEXT,
+	"consumer" TEXT,
+	"max_return" INT,
+	"wait" interval
+) RETURNS SETOF pgque.message
+SECURITY DEFINER
+SET search_path TO pg_catalog, pgque, pg_temp
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'receive_wait_wrapper';
+CREATE OR REPLACE FUNCTION "receive_with_headers"(
+	"queue_name" TEXT,
+	"consumer" TEXT,
+	"max_return" INT,
+	"wait" interval
+) RETURNS TABLE (msg_id bigint, batch_id bigint, type text, payload text, retry_count int4, created_at timestamptz, extra1 text, extra2 text, extra3 text, extra4 text, headers jsonb)
+SECURITY DEFINER
+SET search_path TO pg_catalog, pgque, pg_temp
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'receive_with_headers_wait_wrapper';
+CREATE OR REPLACE FUNCTION "next_batch_wait"(
+	"queue_name" TEXT,
+	"consumer_name" TEXT,
+	"wait" interval
+) RETURNS bigint
+SECURITY DEFINER
+SET search_path TO pg_catalog, pgque, pg_temp
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'next_batch_wait_wrapper';
+REVOKE ALL ON FUNCTION pgque.receive(text, text, int4, interval),
+    pgque.receive_with_headers(text, text, int4, interval),
+    pgque.next_batch_wait(text, text, interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION pgque.receive(text, text, int4, interval),
+    pgque.receive_with_headers(text, text, int4, interval),
+    pgque.next_batch_wait(text, text, interval) TO pgque_reader;
+ALTER FUNCTION pgque.receive(text, text, int4, interval) SET enable_seqscan = off;
+ALTER FUNCTION pgque.receive(text, text, int4, interval) SET plan_cache_mode = force_generic_plan;
+ALTER FUNCTION pgque.receive(text, text, int4, interval) SET jit = off;
+ALTER FUNCTION pgque.receive_with_headers(text, text, int4, interval) SET enable_seqscan = off;
+ALTER FUNCTION pgque.receive_with_headers(text, text, int4, interval) SET plan_cache_mode = force_generic_plan;
+ALTER FUNCTION pgque.receive_with_headers(text, text, int4, interval) SET jit = off;
+ALTER FUNCTION pgque.next_batch_wait(text, text, interval) SET enable_seqscan = off;
+ALTER FUNCTION pgque.next_batch_wait(text, text, interval) SET plan_cache_mode = force_generic_plan;
+ALTER FUNCTION pgque.next_batch_wait(text, text, interval) SET jit = off;

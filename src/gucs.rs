@@ -32,6 +32,10 @@ pub static DELAYED_PERIOD_MS: GucSetting<i32> = GucSetting::<i32>::new(100);
 pub static BATCH_MAX_EVENTS: GucSetting<i32> = GucSetting::<i32>::new(10_000);
 pub static METADATA_ROTATION_MS: GucSetting<i32> = GucSetting::<i32>::new(60_000);
 pub static MAX_CONSUMERS_PER_QUEUE: GucSetting<i32> = GucSetting::<i32>::new(1_000);
+/// The longest a waiting call (receive(q, c, n, wait), dispatch_wait, ...)
+/// sleeps: its statement's snapshot holds back the xmin horizon meanwhile
+/// (src/waiters.rs).
+pub static MAX_WAIT_MS: GucSetting<i32> = GucSetting::<i32>::new(10_000);
 
 // ---- job queues ---------------------------------------------------------
 pub static JOB_MAINT_PERIOD_MS: GucSetting<i32> = GucSetting::<i32>::new(1_000);
@@ -187,6 +191,14 @@ pub fn init() {
         &TICK_COALESCE_MS,
         1,
         1_000,
+        GucFlags::UNIT_MS,
+    );
+    int(
+        c"pgque.max_wait",
+        c"The longest a waiting receive, next_batch_wait or dispatch sleeps inside the server; a longer wait asked for is cut to it.",
+        &MAX_WAIT_MS,
+        0,
+        3_600_000,
         GucFlags::UNIT_MS,
     );
     int(
@@ -391,6 +403,10 @@ pub fn tick_period() -> Duration {
 /// The coalescing window of the tick on commit (duties::wake_min_interval).
 pub fn tick_coalesce() -> Duration {
     ms(TICK_COALESCE_MS.get())
+}
+/// The cap of every server-side wait (src/waiters.rs).
+pub fn max_wait() -> Duration {
+    ms(MAX_WAIT_MS.get())
 }
 pub fn maint_period() -> Duration {
     ms(MAINT_PERIOD_MS.get())

@@ -13,7 +13,8 @@
 //!    - `headers` trace-context headers of jobs and events: the check, the schema probes
 //!    - `shmem`   shared state of the background workers (status, wake-ups)
 //!    - `pool`    the rules of the worker pool's demand table (kept in shmem)
-//!    - `wake`    a committing transaction wakes its database's worker
+//!    - `waiters` backends waiting inside the server for work, and the waiting loop
+//!    - `wake`    a committing transaction wakes its database's worker and waiters
 //!    - `locks`   pgque's own transaction locks, which other roles cannot take
 //! 1. the engines:
 //!    - `log`     the event log: queues, ticks, batches, cuts, slots, retries, rotation
@@ -58,6 +59,7 @@ pub mod metrics;
 pub mod pool;
 pub mod schedules;
 pub mod shmem;
+pub mod waiters;
 pub mod wake;
 pub mod worker;
 
@@ -83,6 +85,7 @@ pub extern "C-unwind" fn _PG_init() {
     gucs::init();
     if unsafe { pg_sys::process_shared_preload_libraries_in_progress } {
         shmem::init();
+        waiters::init();
         worker::init();
     }
 }

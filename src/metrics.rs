@@ -191,6 +191,13 @@ fn worker_figures(enabled: bool) -> Vec<Figure> {
             json!({}),
             short.waiting as f64,
         );
+        // Backends of this database sleeping in a waiting receive or
+        // next_batch_wait now (src/waiters.rs): exact, from shared memory.
+        put(
+            "pgque_waiting_consumers",
+            json!({}),
+            crate::waiters::waiting(db).1 as f64,
+        );
     }
     if let Some(slot) = running {
         put(

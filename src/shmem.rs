@@ -96,6 +96,9 @@ pub struct DbSlot {
     /// a database whose consumers work is busy even while no producer's
     /// commit wakes the worker, and keeps its process (dbworker).
     pub busy_at: i64,
+    /// Set by a producer's commit into an event queue a consumer waits on
+    /// (src/waiters.rs): tick now, not after the coalescing window.
+    pub tick_demand: bool,
     pub duties: [DutyStat; MAX_DUTIES],
 }
 
@@ -110,6 +113,7 @@ impl DbSlot {
         recheck: false,
         parking: false,
         busy_at: 0,
+        tick_demand: false,
         duties: [DutyStat::EMPTY; MAX_DUTIES],
     };
 }
@@ -572,6 +576,41 @@ pub fn set_wake(db_oid: u32) -> Wake {
     };
     s.wake_pending = true;
     Wake::Signal(s.pid)
+}
+
+/// Asks the worker of `db_oid` for a tick now (a consumer waits for one):
+/// sets its wake and demand flags. Signal when the worker must be woken
+/// (also when a wake is pending: the worker may be sleeping out the
+/// coalescing window), Pending when both flags were already set.
+pub fn demand_tick(db_oid: u32) -> Wake {
+    let mut w = WORKERS.exclusive();
+    let Some(s) = w
+        .slots
+        .iter_mut()
+        .find(|s| s.db_oid == db_oid && s.pid > 0 && !s.parking)
+    else {
+        return Wake::NoWorker;
+    };
+    if s.wake_pending && s.tick_demand {
+        return Wake::Pending;
+    }
+    s.wake_pending = true;
+    s.tick_demand = true;
+    Wake::Signal(s.pid)
+}
+
+/// Reads the tick-demand flag of slot `idx` without clearing it.
+pub fn tick_demanded(idx: usize) -> bool {
+    WORKERS.share().slots[idx].tick_demand
+}
+
+/// Reads and clears the tick-demand flag of slot `idx`.
+pub fn take_tick_demand(idx: usize) -> bool {
+    if !WORKERS.share().slots[idx].tick_demand {
+        return false;
+    }
+    let mut w = WORKERS.exclusive();
+    std::mem::replace(&mut w.slots[idx].tick_demand, false)
 }
 
 /// Reads the wake flag of slot `idx` without clearing it.

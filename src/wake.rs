@@ -1,7 +1,40 @@
-//! Waking this database's worker when a transaction that produced work commits.
+//! Waking this database's worker, and the backends waiting inside the server
+//! (src/waiters.rs), when a transaction that produced work commits.
 use crate::shmem;
+use crate::waiters::{self, Key};
 use pgrx::pg_sys;
+use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Queues kept per transaction for the waiters' wake-ups; a transaction
+/// touching more wakes every waiter of their kind (one look each).
+const QUEUES_KEPT: usize = 16;
+
+/// The queues the current transaction touched, for one kind of wake-up.
+#[derive(Default)]
+struct Touched {
+    ids: Vec<i32>,
+    overflow: bool,
+}
+
+impl Touched {
+    fn add(&mut self, id: i32) {
+        if !self.overflow && !self.ids.contains(&id) {
+            if self.ids.len() == QUEUES_KEPT {
+                self.overflow = true;
+            } else {
+                self.ids.push(id);
+            }
+        }
+    }
+}
+
+thread_local! {
+    /// Event queues this transaction sent to: a waiter on one asks for a tick now.
+    static SENT: RefCell<Touched> = RefCell::new(Touched::default());
+    /// Event queues this transaction ticked: their waiters look again.
+    static TICKED: RefCell<Touched> = RefCell::new(Touched::default());
+}
 
 /// This backend asked for a wake-up in the current transaction.
 static PENDING: AtomicBool = AtomicBool::new(false);
@@ -29,6 +62,70 @@ pub fn at_commit() {
     }
     register();
     PENDING.store(true, Ordering::Relaxed);
+}
+
+/// at_commit for a send into event queue `queue_id`: when the transaction
+/// commits and a consumer waits on that queue, the worker ticks at once.
+pub fn sent_at_commit(queue_id: i32) {
+    at_commit();
+    if shmem::available() {
+        SENT.with(|t| t.borrow_mut().add(queue_id));
+    }
+}
+
+/// Wakes the waiters of event queue `queue_id` when the current transaction
+/// (which ticked it) commits.
+pub fn ticked_at_commit(queue_id: i32) {
+    if !shmem::available() {
+        return;
+    }
+    register();
+    TICKED.with(|t| t.borrow_mut().add(queue_id));
+}
+
+/// Asks this database's worker for a tick now (a consumer starts to wait on
+/// a queue with events no tick covers yet): not after the coalescing window.
+pub fn demand_tick_now() {
+    if !shmem::available() {
+        return;
+    }
+    match shmem::demand_tick(my_db()) {
+        shmem::Wake::Signal(pid) => set_latch_of(pid),
+        shmem::Wake::Pending => {}
+        shmem::Wake::NoWorker => want_worker(my_db()),
+    }
+}
+
+/// After a commit: wakes the waiters of what the transaction touched, and
+/// asks the worker for a tick when a consumer waits on a queue sent to.
+/// (Runs at every commit of a backend that registered the callback: three
+/// empty thread-locals when nothing was touched.)
+fn wake_waiters() {
+    let sent = SENT.with(|t| std::mem::take(&mut *t.borrow_mut()));
+    let ticked = TICKED.with(|t| std::mem::take(&mut *t.borrow_mut()));
+    for q in &ticked.ids {
+        waiters::wake(Key::Events(*q));
+    }
+    if ticked.overflow {
+        waiters::wake_all_events();
+    }
+    let demanded = sent.overflow && waiters::waiting(my_db()).1 > 0
+        || sent
+            .ids
+            .iter()
+            .any(|q| waiters::has_waiters(Key::Events(*q)));
+    if demanded {
+        demand_tick_now();
+    }
+}
+
+fn forget_touched() {
+    SENT.with(|t| *t.borrow_mut() = Touched::default());
+    TICKED.with(|t| *t.borrow_mut() = Touched::default());
+}
+
+fn my_db() -> u32 {
+    unsafe { pg_sys::MyDatabaseId }.to_u32()
 }
 
 /// Asks for this database's worker when the current transaction commits
@@ -118,6 +215,7 @@ unsafe extern "C-unwind" fn on_xact_event(
             if PENDING.swap(false, Ordering::Relaxed) {
                 wake_now();
             }
+            wake_waiters();
             if BUSY_PENDING.swap(false, Ordering::Relaxed) {
                 let db = unsafe { pg_sys::MyDatabaseId }.to_u32();
                 shmem::note_busy(db, unsafe { pg_sys::GetCurrentTimestamp() });
@@ -137,6 +235,7 @@ unsafe extern "C-unwind" fn on_xact_event(
             SPAWN_PENDING.store(false, Ordering::Relaxed);
             RECHECK_PENDING.store(false, Ordering::Relaxed);
             BUSY_PENDING.store(false, Ordering::Relaxed);
+            forget_touched();
         }
         _ => {}
     }

@@ -5,6 +5,7 @@ use super::srf::{Messages, MessagesWithHeaders};
 use crate::datum;
 use crate::error::{self, raise, required};
 use crate::log::{self, batch, Queue};
+use crate::waiters::{self, Key, Look};
 use pgrx::datum::{Interval, TimestampWithTimeZone};
 use pgrx::prelude::*;
 use pgrx::spi::SpiClient;
@@ -139,6 +140,88 @@ fn receive_with_headers(
     )))
 }
 
+/// receive(queue_name, consumer, max_return, wait) → setof pgque.message:
+/// receive that waits inside the server, for at most `wait` (capped by
+/// pgque.max_wait), until the consumer has a batch; empty at the end of the
+/// wait. Woken by the tick that covers a producer's commit, which a waiting
+/// consumer asks for at once (docs/waits.md). Returns at once, as receive,
+/// in a transaction that has written or in REPEATABLE READ / SERIALIZABLE.
+#[pg_extern(name = "receive", security_definer)]
+#[search_path(pg_catalog, pgque, pg_temp)]
+fn receive_wait(
+    queue_name: Option<&str>,
+    consumer: Option<&str>,
+    max_return: Option<i32>,
+    wait: Option<Interval>,
+) -> Messages {
+    Messages::new(receive_batch_waiting(
+        queue_name, consumer, max_return, wait,
+    ))
+}
+
+/// receive_with_headers(queue_name, consumer, max_return, wait): the
+/// waiting receive with the events' headers as a last column.
+#[pg_extern(name = "receive_with_headers", security_definer)]
+#[search_path(pg_catalog, pgque, pg_temp)]
+fn receive_with_headers_wait(
+    queue_name: Option<&str>,
+    consumer: Option<&str>,
+    max_return: Option<i32>,
+    wait: Option<Interval>,
+) -> MessagesWithHeaders {
+    MessagesWithHeaders(Messages::new(receive_batch_waiting(
+        queue_name, consumer, max_return, wait,
+    )))
+}
+
+/// The `wait` argument of the waiting forms: 22004 NULL, 22023 negative or
+/// infinite; capped by pgque.max_wait.
+pub(crate) fn wait_arg(wait: Option<Interval>) -> std::time::Duration {
+    let iv = required(wait, "wait");
+    datum::check_nonnegative_interval(&iv, "wait");
+    let us = (datum::interval_ms(&iv) * 1000.0).min(u64::MAX as f64) as u64;
+    waiters::capped(std::time::Duration::from_micros(us))
+}
+
+/// When a waiting form starts to sleep on queue `queue_id`: a tick now if
+/// the queue has events no tick covers (a producer committed within the
+/// worker's coalescing window, before this consumer waited).
+pub(crate) fn ask_tick_if_new(queue: &Queue) {
+    if Spi::connect_mut(|c| log::tick::ids_since_last_tick(c, queue)) {
+        crate::wake::demand_tick_now();
+    }
+}
+
+/// What the waiting receive returns: receive_batch's batch, waited for.
+fn receive_batch_waiting(
+    queue_name: Option<&str>,
+    consumer: Option<&str>,
+    max_return: Option<i32>,
+    wait: Option<Interval>,
+) -> Option<(i64, Vec<crate::log::events::Event>)> {
+    let limit = max_return_arg(max_return);
+    let wait = wait_arg(wait);
+    let queue: std::cell::RefCell<Option<Queue>> = Default::default();
+    waiters::wait_for(
+        wait,
+        || {
+            Spi::connect_mut(|c| {
+                let (q, opened) = log::look::plain_next(c, queue_name, consumer, limit, true);
+                let found = deliver(c, &q, opened);
+                let key = Key::Events(q.id);
+                *queue.borrow_mut() = Some(q);
+                match found {
+                    Some(b) => Look::Found(b),
+                    None => Look::Wait(vec![key]),
+                }
+            })
+        },
+        |_| ask_tick_if_new(queue.borrow().as_ref().expect("looked")),
+    )
+    // the end of the wait: the plain look, which moves past empty ticks
+    .or_else(|| receive_batch(queue_name, consumer, max_return))
+}
+
 /// What receive returns: the consumer's open or next batch and its events.
 fn receive_batch(
     queue_name: Option<&str>,
@@ -147,7 +230,7 @@ fn receive_batch(
 ) -> Option<(i64, Vec<crate::log::events::Event>)> {
     let limit = max_return_arg(max_return);
     Spi::connect_mut(|c| {
-        let (q, opened) = log::look::plain_next(c, queue_name, consumer, limit);
+        let (q, opened) = log::look::plain_next(c, queue_name, consumer, limit, false);
         deliver(c, &q, opened)
     })
 }

@@ -168,7 +168,7 @@ fn send_idem_impl(
             ),
         };
         exec(c, &ins, &args);
-        crate::wake::at_commit();
+        crate::wake::sent_at_commit(q.id);
         (id, false)
     })
 }

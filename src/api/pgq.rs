@@ -12,7 +12,7 @@ use pgrx::spi::SpiClient;
 fn next_batch_opened(queue: Option<&str>, consumer: Option<&str>) -> Option<(batch::Batch, Queue)> {
     Spi::connect_mut(|c| {
         let limit = crate::gucs::batch_max_events();
-        let (q, opened) = log::look::plain_next(c, queue, consumer, limit);
+        let (q, opened) = log::look::plain_next(c, queue, consumer, limit, false);
         opened.map(|o| (o.batch, q))
     })
 }
@@ -22,6 +22,42 @@ fn next_batch_opened(queue: Option<&str>, consumer: Option<&str>) -> Option<(bat
 #[search_path(pg_catalog, pgque, pg_temp)]
 fn next_batch(x_queue_name: Option<&str>, x_consumer_name: Option<&str>) -> Option<i64> {
     next_batch_opened(x_queue_name, x_consumer_name).map(|(b, _)| b.batch_id)
+}
+
+/// next_batch_wait(queue_name, consumer_name, wait) → batch id or NULL:
+/// PgQ's next_batch that waits inside the server, for at most `wait`
+/// (capped by pgque.max_wait), for the consumer's next batch (as the
+/// waiting receive: docs/waits.md). While it waits, ticks without events
+/// for the consumer are passed over; at the end of the wait it is
+/// next_batch, which returns such a tick as an empty batch, as PgQ's does.
+#[pg_extern(security_definer)]
+#[search_path(pg_catalog, pgque, pg_temp)]
+fn next_batch_wait(
+    queue_name: Option<&str>,
+    consumer_name: Option<&str>,
+    wait: Option<Interval>,
+) -> Option<i64> {
+    use crate::waiters::{self, Key, Look};
+    let wait = super::consume::wait_arg(wait);
+    let queue: std::cell::RefCell<Option<Queue>> = Default::default();
+    waiters::wait_for(
+        wait,
+        || {
+            Spi::connect_mut(|c| {
+                let limit = crate::gucs::batch_max_events();
+                let (q, opened) = log::look::plain_next(c, queue_name, consumer_name, limit, true);
+                let key = Key::Events(q.id);
+                *queue.borrow_mut() = Some(q);
+                match opened {
+                    Some(o) => Look::Found(o.batch.batch_id),
+                    None => Look::Wait(vec![key]),
+                }
+            })
+        },
+        |_| super::consume::ask_tick_if_new(queue.borrow().as_ref().expect("looked")),
+    )
+    // the end of the wait: the plain look, which moves past empty ticks
+    .or_else(|| next_batch_opened(queue_name, consumer_name).map(|(b, _)| b.batch_id))
 }
 
 type BatchInfoRow = (

@@ -62,7 +62,7 @@ pub fn send_events(
         Some(_) if payloads.len == 0 => vec![],
         Some(q) => match insert_events_direct(&q, ev_type, payloads, keys, headers) {
             Some(ids) => {
-                crate::wake::at_commit();
+                crate::wake::sent_at_commit(q.id);
                 ids
             }
             None => Spi::connect_mut(|c| insert_events(c, &q, ev_type, payloads, keys, headers)),
@@ -98,7 +98,7 @@ fn insert_event_direct<'a>(q: &Queue, ev: &NewEvent<'a>) -> Option<i64> {
         ev.headers.map(super::events::PgJsonb::datum),
     );
     t.finish();
-    crate::wake::at_commit();
+    crate::wake::sent_at_commit(q.id);
     Some(id)
 }
 
@@ -127,7 +127,7 @@ fn insert_event_sql(client: &mut SpiClient<'_>, q: &Queue, ev: &NewEvent<'_>) ->
                 h.into(),
             ],
         );
-        crate::wake::at_commit();
+        crate::wake::sent_at_commit(q.id);
         return col(&first_row(t).expect("INSERT RETURNING"), 1).unwrap();
     }
     let sql = format!(
@@ -149,7 +149,7 @@ fn insert_event_sql(client: &mut SpiClient<'_>, q: &Queue, ev: &NewEvent<'_>) ->
             ev.extra[3].into(),
         ],
     );
-    crate::wake::at_commit();
+    crate::wake::sent_at_commit(q.id);
     col(&first_row(t).expect("INSERT RETURNING"), 1).unwrap()
 }
 
@@ -175,7 +175,7 @@ pub fn insert_events(
         return vec![];
     }
     if let Some(ids) = insert_events_direct(q, ev_type, payloads, keys, headers) {
-        crate::wake::at_commit();
+        crate::wake::sent_at_commit(q.id);
         return ids;
     }
     let cast = if payloads.type_oid == pg_sys::JSONBARRAYOID {
@@ -213,7 +213,7 @@ pub fn insert_events(
         args.push(h.into());
     }
     exec(client, &sql, &args);
-    crate::wake::at_commit();
+    crate::wake::sent_at_commit(q.id);
     ids
 }
 

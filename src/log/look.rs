@@ -16,12 +16,13 @@ use pgrx::spi::SpiClient;
 
 /// Columns 1-5 the queue (as find_queue), 6 the subscription, 7-13 the
 /// latest batch (as batch.rs's BATCH_COLS, with its done flag as a scalar
-/// subquery for the same reason), 14 whether the queue has a tick after it.
+/// subquery for the same reason), 14 whether the queue has a tick after it
+/// (after the subscription's start tick when it has no batch yet).
 const LOOK_SQL: &str = "SELECT q.queue_id, q.queue_cur_table, q.queue_ntables, q.queue_max_retries, \
         q.queue_event_seq::pg_catalog.oid, s.sub_id, \
         b.batch_id, b.member_id, b.prev_tick_id, b.tick_id, b.ev_floor, b.ev_ceiling, b.done, \
-        (SELECT true FROM pgque.tick t WHERE t.tick_queue = q.queue_id AND t.tick_id > b.tick_id \
-          LIMIT 1) IS NOT NULL \
+        (SELECT true FROM pgque.tick t WHERE t.tick_queue = q.queue_id \
+            AND t.tick_id > coalesce(b.tick_id, s.sub_start_tick) LIMIT 1) IS NOT NULL \
    FROM pgque.queue q \
    LEFT JOIN pgque.subscription s \
      ON s.sub_queue = q.queue_id AND s.sub_parent IS NULL AND s.sub_consumer = $2 \
@@ -42,12 +43,17 @@ fn consumer_ok(name: Option<&str>) -> bool {
 /// events), for `receive` and PgQ's `next_batch`: returns the queue and
 /// the batch (None: nothing new). Errors as queue_by_name and sub_by_name
 /// (checked in that order). A consumer with nothing new costs one
-/// read-only statement: no lock, no transaction id, no write.
+/// read-only statement: no lock, no transaction id, no write. With
+/// `skip_empty` (the waiting forms), newer ticks without events for the
+/// consumer are nothing new either: it reads them instead of opening (and
+/// finishing) an empty batch; the consumer moves past them with its next
+/// batch, or with the plain look that ends its wait.
 pub fn plain_next(
     c: &mut SpiClient<'_>,
     queue_name: Option<&str>,
     consumer: Option<&str>,
     limit: i64,
+    skip_empty: bool,
 ) -> (Queue, Option<Opened>) {
     let qname = error::valid_name(queue_name, "queue_name", error::MAX_QUEUE_NAME);
     // The statement-by-statement path, which raises the errors of a bad
@@ -101,8 +107,46 @@ pub fn plain_next(
         }
         // finished, not a cut with more above it, no newer tick: caught up
         Some(b) if b.ceiling.is_none() && !newer => return (q, None),
+        // a new subscription with no tick after its start: nothing yet (its
+        // first batch is the range up to the first tick after the start)
+        None if !newer => return (q, None),
         _ => {}
+    }
+    if skip_empty && latest.as_ref().is_none_or(|b| b.ceiling.is_none()) {
+        let from = latest
+            .as_ref()
+            .map_or_else(|| start_tick(c, sub_id), |b| b.tick);
+        if !has_events_after(c, &q, sub_id, from) {
+            return (q, None);
+        }
     }
     let opened = batch::next_batch_locked(c, &q, sub_id, None, limit, &mut |_| None);
     (q, opened)
+}
+
+/// The subscription's start tick.
+fn start_tick(c: &mut SpiClient<'_>, sub_id: i32) -> i64 {
+    let t = exec(
+        c,
+        "SELECT sub_start_tick FROM pgque.subscription WHERE sub_id = $1",
+        &[sub_id.into()],
+    );
+    col(&first_row(t).expect("subscription"), 1).unwrap()
+}
+
+/// Whether the queue has an event between tick `from` and its latest tick
+/// for subscription `sub_id`: read-only, so a waiting consumer skips the
+/// empty ticks (a pending tick's follow-up, an idle tick, a rolled-back
+/// send's) without opening and finishing an empty batch, which would take a
+/// transaction id and end its wait.
+fn has_events_after(c: &mut SpiClient<'_>, q: &Queue, sub_id: i32, from: i64) -> bool {
+    let t = exec(
+        c,
+        "SELECT tick_id FROM pgque.tick WHERE tick_queue = $1 ORDER BY tick_id DESC LIMIT 1",
+        &[q.id.into()],
+    );
+    let Some(last) = first_row(t).and_then(|r| col::<i64>(&r, 1)) else {
+        return false;
+    };
+    last > from && !batch::read_events(c, q, sub_id, None, from, last, 0, None, 1, None).is_empty()
 }

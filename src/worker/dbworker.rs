@@ -444,6 +444,9 @@ pub extern "C-unwind" fn pgque_db_worker_main(arg: pg_sys::Datum) {
         // a wake that comes within wake_min_interval() of the last run is
         // deferred to the end of that interval instead of being dropped.
         let woken = shmem::wake_pending(idx);
+        // A consumer waits on a queue a producer just sent to (waiters.rs):
+        // the tick goes now, not at the end of the coalescing window.
+        let mut demanded = woken && shmem::take_tick_demand(idx);
         let now = Instant::now();
         if woken {
             last_wake = now;
@@ -501,7 +504,11 @@ pub extern "C-unwind" fn pgque_db_worker_main(arg: pg_sys::Datum) {
         // Whether an on_wake duty ran in this pass (see the break below).
         let mut ticked = false;
         for (i, d) in DUTIES.iter().enumerate() {
-            if !d.on_wake && !ticked && shmem::wake_pending(idx) && wake_duty_may_run(&sched) {
+            if !d.on_wake
+                && !ticked
+                && shmem::wake_pending(idx)
+                && (wake_duty_may_run(&sched) || shmem::tick_demanded(idx))
+            {
                 // A producer committed while the duties before this one ran
                 // (an idle worker's housekeeping, a due maint): its tick goes
                 // first, the rest of this pass after it. Once per pass at
@@ -521,8 +528,9 @@ pub extern "C-unwind" fn pgque_db_worker_main(arg: pg_sys::Datum) {
             } else {
                 let wake_run = woken
                     && d.on_wake
-                    && s.last_start
-                        .is_none_or(|t| now.duration_since(t) >= duties::wake_min_interval());
+                    && (demanded
+                        || s.last_start
+                            .is_none_or(|t| now.duration_since(t) >= duties::wake_min_interval()));
                 if woken && d.on_wake && !wake_run {
                     if let Some(t) = s.last_start {
                         s.next_due = s.next_due.min(t + duties::wake_min_interval());
@@ -541,6 +549,9 @@ pub extern "C-unwind" fn pgque_db_worker_main(arg: pg_sys::Datum) {
                 }
             }
             ticked |= d.on_wake;
+            if d.on_wake {
+                demanded = false;
+            }
             run_duty(idx, i, d, s, &dbname);
             let delay = duties::delay(period, s.consecutive_failures, gucs::duty_backoff_max())
                 .unwrap_or(period);

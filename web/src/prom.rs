@@ -137,6 +137,11 @@ pub const KNOWN: &[(&str, &str, &str)] = &[
         "Databases of this server waiting for a worker process.",
     ),
     (
+        "pgque_waiting_consumers",
+        "gauge",
+        "Backends of the database sleeping in a waiting receive or next_batch_wait now.",
+    ),
+    (
         "pgque_worker_start_time_seconds",
         "gauge",
         "Unix time the running worker started.",
