@@ -279,6 +279,8 @@ GRANT SELECT ON pgque.job_history TO pgque_admin;
 GRANT SELECT ON pgque.all_jobs, pgque.job_log_jobs TO pgque_admin;
 GRANT EXECUTE ON FUNCTION pgque.get_job(bigint) TO pgque_admin;
 GRANT EXECUTE ON FUNCTION pgque.dispatch(text[], int, text, interval, int) TO pgque_reader;
+-- dispatch that waits inside the server (src/jobs/dispatch_wait.rs, docs/waits.md).
+GRANT EXECUTE ON FUNCTION pgque.dispatch_wait(text[], int, text, interval, interval, int) TO pgque_reader;
 GRANT EXECUTE ON FUNCTION pgque.complete(bigint, bigint, jsonb) TO pgque_reader;
 GRANT EXECUTE ON FUNCTION pgque.complete_many(bigint[], bigint[], jsonb[]) TO pgque_reader;
 GRANT EXECUTE ON FUNCTION pgque.set_progress(bigint, bigint, jsonb) TO pgque_reader;

@@ -507,3 +507,35 @@ ALTER FUNCTION pgque.receive_with_headers(text, text, int4, interval) SET jit = 
 ALTER FUNCTION pgque.next_batch_wait(text, text, interval) SET enable_seqscan = off;
 ALTER FUNCTION pgque.next_batch_wait(text, text, interval) SET plan_cache_mode = force_generic_plan;
 ALTER FUNCTION pgque.next_batch_wait(text, text, interval) SET jit = off;
+-- dispatch_wait: dispatch that waits (src/jobs/dispatch_wait.rs).
+CREATE OR REPLACE FUNCTION "dispatch_wait"(
+	"queues" TEXT[],
+	"limit" INT,
+	"worker" TEXT,
+	"wait" interval,
+	"lease" interval DEFAULT NULL,
+	"oversample" INT DEFAULT 2
+) RETURNS TABLE (
+	"job_id" bigint,
+	"queue" TEXT,
+	"kind" TEXT,
+	"args" jsonb,
+	"priority" smallint,
+	"attempt" INT,
+	"max_attempts" INT,
+	"actor" TEXT,
+	"fairness_key" TEXT,
+	"identity_key" TEXT,
+	"run_at" timestamp with time zone,
+	"enqueued_at" timestamp with time zone,
+	"lease_token" bigint,
+	"lease_until" timestamp with time zone,
+	"headers" jsonb
+)
+SECURITY DEFINER PARALLEL UNSAFE
+SET search_path TO pg_catalog, pgque, pg_temp
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'dispatch_wait_wrapper';
+REVOKE ALL ON FUNCTION pgque.dispatch_wait(text[], int, text, interval, interval, int) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION pgque.dispatch_wait(text[], int, text, interval, interval, int) TO pgque_reader;
+ALTER FUNCTION pgque.dispatch_wait(text[], int, text, interval, interval, int) SET jit = off;

@@ -99,6 +99,11 @@ pub struct DbSlot {
     /// Set by a producer's commit into an event queue a consumer waits on
     /// (src/waiters.rs): tick now, not after the coalescing window.
     pub tick_demand: bool,
+    /// TimestampTz of the earliest job lease a dispatch handed out while
+    /// the worker was idle and that it has not yet rescued (0: none): the
+    /// idle worker wakes then for job_maint, without re-reading duty_due()
+    /// after every dispatch.
+    pub lease_due: i64,
     pub duties: [DutyStat; MAX_DUTIES],
 }
 
@@ -114,6 +119,7 @@ impl DbSlot {
         parking: false,
         busy_at: 0,
         tick_demand: false,
+        lease_due: 0,
         duties: [DutyStat::EMPTY; MAX_DUTIES],
     };
 }
@@ -653,6 +659,45 @@ pub fn request_recheck(db_oid: u32) -> Option<i32> {
     }
     s.recheck = true;
     Some(s.pid)
+}
+
+/// Records that a job lease of `db_oid` expires at `at` (TimestampTz):
+/// returns the worker's pid to wake when it is idle and `at` is before
+/// every lease expiry it knows of; None otherwise (an active worker rescues
+/// on its cadence, and reads duty_due() when it goes idle).
+pub fn note_lease_due(db_oid: u32, at: i64) -> Option<i32> {
+    let known = |s: &DbSlot| s.idle_since == 0 || (s.lease_due != 0 && s.lease_due <= at);
+    {
+        let w = WORKERS.share();
+        let s = w.slots.iter().find(|s| s.db_oid == db_oid && s.pid > 0)?;
+        if known(s) {
+            return None;
+        }
+    }
+    let mut w = WORKERS.exclusive();
+    let s = w
+        .slots
+        .iter_mut()
+        .find(|s| s.db_oid == db_oid && s.pid > 0)?;
+    if known(s) {
+        return None;
+    }
+    s.lease_due = at;
+    Some(s.pid)
+}
+
+/// The earliest unrescued lease expiry note_lease_due recorded for slot
+/// `idx` (0: none).
+pub fn lease_due(idx: usize) -> i64 {
+    WORKERS.share().slots[idx].lease_due
+}
+
+/// Forgets slot `idx`'s lease expiry: job_maint is about to run (a dispatch
+/// after this records its lease again).
+pub fn clear_lease_due(idx: usize) {
+    if WORKERS.share().slots[idx].lease_due != 0 {
+        WORKERS.exclusive().slots[idx].lease_due = 0;
+    }
 }
 
 /// Reads and clears the recheck flag of slot `idx`.

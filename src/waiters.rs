@@ -1,5 +1,5 @@
 //! Backends that wait inside the server for work: the waiting forms of
-//! receive and next_batch (DESIGN.md 26, docs/waits.md).
+//! receive, next_batch and dispatch (DESIGN.md 26, docs/waits.md).
 //!
 //! A waiter registers the queues it waits on in a shared-memory table, then
 //! sleeps on its own process latch. Whoever makes the work visible sets the
@@ -24,7 +24,8 @@ use std::time::{Duration, Instant};
 
 /// Backends that can wait at the same time; one more waits by polling.
 pub const MAX_WAITERS: usize = 1024;
-/// Queues one waiter can name.
+/// Queues one waiter can name; a dispatch over more waits on every job
+/// queue of its database.
 pub const MAX_KEYS: usize = 8;
 /// The longest a waiter sleeps between two looks at its client connection.
 const CLIENT_CHECK: Duration = Duration::from_secs(1);
@@ -37,17 +38,34 @@ const POLL: Duration = Duration::from_millis(10);
 pub enum Key {
     /// A tick of the event queue with this queue_id.
     Events(i32),
+    /// Work in the job queue of this name hash (job_queue_key): an enqueue,
+    /// a job made ready again.
+    Jobs(i32),
+    /// Any job queue of the database (a dispatch over more than MAX_KEYS).
+    AnyJobs,
+}
+
+/// The key of job queue `name`: a hash of the name (dispatch and enqueue
+/// both have it; a collision only wakes a waiter that finds nothing).
+pub fn job_queue_key(name: &str) -> Key {
+    // FNV-1a, 32 bits
+    let h = name.bytes().fold(0x811c_9dc5u32, |h, b| {
+        (h ^ b as u32).wrapping_mul(0x0100_0193)
+    });
+    Key::Jobs(h as i32)
 }
 
 impl Key {
     fn code(self) -> u64 {
         match self {
             Key::Events(q) => (1 << 32) | q as u32 as u64,
+            Key::Jobs(q) => (2 << 32) | q as u32 as u64,
+            Key::AnyJobs => 3 << 32,
         }
     }
 
     fn matches(self, stored: u64) -> bool {
-        stored == self.code()
+        stored == self.code() || (matches!(self, Key::Jobs(_)) && stored == Key::AnyJobs.code())
     }
 }
 
@@ -127,6 +145,11 @@ pub fn wake(key: Key) -> usize {
 /// ticked more queues than wake.rs keeps).
 pub fn wake_all_events() -> usize {
     wake_where(|k| k >> 32 == 1)
+}
+
+/// Wakes every waiter of this database on a job queue.
+pub fn wake_all_jobs() -> usize {
+    wake_where(|k| k >> 32 >= 2)
 }
 
 fn wake_where(hit: impl Fn(u64) -> bool) -> usize {
@@ -224,11 +247,16 @@ fn register(keys: &[Key]) -> Option<Registered> {
         unsafe { pg_sys::before_shmem_exit(Some(forget_me), pg_sys::Datum::from(0usize)) };
     }
     let mut codes = [0u64; MAX_KEYS];
-    let nkeys = keys.len().min(MAX_KEYS);
-    keys[..nkeys]
-        .iter()
-        .enumerate()
-        .for_each(|(i, k)| codes[i] = k.code());
+    let nkeys = if keys.len() > MAX_KEYS {
+        // more queues than a slot names: every job queue of the database
+        codes[0] = Key::AnyJobs.code();
+        1
+    } else {
+        keys.iter()
+            .enumerate()
+            .for_each(|(i, k)| codes[i] = k.code());
+        keys.len()
+    };
     let slot = Slot {
         pid: unsafe { pg_sys::MyProcPid },
         db: my_db(),
@@ -243,9 +271,13 @@ fn register(keys: &[Key]) -> Option<Registered> {
     Some(Registered(i))
 }
 
-/// The wait a caller asked for, capped by pgque.max_wait.
-pub fn capped(asked: Duration) -> Duration {
-    asked.min(gucs::max_wait())
+/// The `wait` argument of the waiting forms, capped by pgque.max_wait:
+/// 22004 NULL, 22023 negative or infinite.
+pub fn wait_arg(wait: Option<pgrx::datum::Interval>) -> Duration {
+    let iv = crate::error::required(wait, "wait");
+    crate::datum::check_nonnegative_interval(&iv, "wait");
+    let us = (crate::datum::interval_ms(&iv) * 1000.0).min(u64::MAX as f64) as u64;
+    Duration::from_micros(us).min(gucs::max_wait())
 }
 
 /// Whether this transaction may sleep: no transaction id (a sleeping writer
@@ -296,10 +328,12 @@ fn sleep(d: Duration) {
     pg_sys::check_for_interrupts!();
 }
 
-/// One look of a waiting call: what it returns, or the queues to wait on.
+/// One look of a waiting call: what it returns, or the queues to wait on
+/// (and, with `Retry`, the longest to sleep before looking again).
 pub enum Look<T> {
     Found(T),
     Wait(Vec<Key>),
+    Retry(Vec<Key>, Duration),
 }
 
 /// The waiting loop of every waiting form: `look` runs once at once, then
@@ -319,9 +353,10 @@ pub fn wait_for<T>(
     let mut polling = false;
     let mut on_wait = Some(on_wait);
     loop {
-        let keys = match first {
+        let (keys, retry) = match first {
             Look::Found(v) => return Some(v),
-            Look::Wait(keys) => keys,
+            Look::Wait(keys) => (keys, None),
+            Look::Retry(keys, d) => (keys, Some(d)),
         };
         let now = Instant::now();
         if now >= deadline || !may_sleep() {
@@ -340,8 +375,44 @@ pub fn wait_for<T>(
                 continue;
             }
         }
-        let left = deadline - now;
-        sleep(if polling { left.min(POLL) } else { left });
+        let mut left = deadline - now;
+        if polling {
+            left = left.min(POLL);
+        }
+        if let Some(d) = retry {
+            left = left.min(d);
+        }
+        sleep(left);
         first = with_fresh_snapshot(&mut look);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_of_each_kind_are_distinct() {
+        assert_ne!(Key::Events(7).code(), Key::Jobs(7).code());
+        assert_ne!(Key::Jobs(0).code(), Key::AnyJobs.code());
+        assert_eq!(Key::Events(-1).code() >> 32, 1);
+    }
+
+    #[test]
+    fn a_job_wake_reaches_a_waiter_on_every_job_queue_but_not_an_event_one() {
+        let any = Key::AnyJobs.code();
+        assert!(Key::Jobs(42).matches(any));
+        assert!(!Key::Events(42).matches(any));
+        assert!(Key::Jobs(42).matches(Key::Jobs(42).code()));
+        assert!(!Key::Jobs(42).matches(Key::Jobs(43).code()));
+        assert!(!Key::Events(42).matches(Key::Jobs(42).code()));
+    }
+
+    #[test]
+    fn job_queue_keys_follow_the_name() {
+        assert_eq!(job_queue_key("orders"), job_queue_key("orders"));
+        assert_ne!(job_queue_key("orders"), job_queue_key("order"));
+        // FNV-1a of the empty string is its offset basis
+        assert_eq!(job_queue_key(""), Key::Jobs(0x811c_9dc5u32 as i32));
     }
 }

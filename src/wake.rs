@@ -4,7 +4,7 @@ use crate::shmem;
 use crate::waiters::{self, Key};
 use pgrx::pg_sys;
 use std::cell::RefCell;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 
 /// Queues kept per transaction for the waiters' wake-ups; a transaction
 /// touching more wakes every waiter of their kind (one look each).
@@ -34,6 +34,9 @@ thread_local! {
     static SENT: RefCell<Touched> = RefCell::new(Touched::default());
     /// Event queues this transaction ticked: their waiters look again.
     static TICKED: RefCell<Touched> = RefCell::new(Touched::default());
+    /// Job queues (name keys) this transaction made work in: their waiting
+    /// dispatchers look again (overflow: every job waiter).
+    static JOBS: RefCell<Touched> = RefCell::new(Touched::default());
 }
 
 /// This backend asked for a wake-up in the current transaction.
@@ -44,6 +47,8 @@ static SPAWN_PENDING: AtomicBool = AtomicBool::new(false);
 static RECHECK_PENDING: AtomicBool = AtomicBool::new(false);
 /// This backend claimed jobs in the current transaction.
 static BUSY_PENDING: AtomicBool = AtomicBool::new(false);
+/// The earliest lease this transaction's dispatches handed out (TimestampTz; 0: none).
+static LEASE_DUE: AtomicI64 = AtomicI64::new(0);
 /// The transaction callback is registered once per backend.
 static REGISTERED: AtomicBool = AtomicBool::new(false);
 
@@ -83,6 +88,30 @@ pub fn ticked_at_commit(queue_id: i32) {
     TICKED.with(|t| t.borrow_mut().add(queue_id));
 }
 
+/// Wakes the dispatchers waiting on job queue `queue` when the current
+/// transaction commits (it enqueued ready jobs there). The worker is not
+/// woken: ready jobs need no duty.
+pub fn jobs_at_commit(queue: &str) {
+    if !shmem::available() {
+        return;
+    }
+    register();
+    if let Key::Jobs(k) = waiters::job_queue_key(queue) {
+        JOBS.with(|t| t.borrow_mut().add(k));
+    }
+}
+
+/// Wakes every waiting dispatcher of this database when the current
+/// transaction commits: it made jobs ready in queues it does not name one
+/// by one (the worker's promotions and lease rescues, a flow's children).
+pub fn all_jobs_at_commit() {
+    if !shmem::available() {
+        return;
+    }
+    register();
+    JOBS.with(|t| t.borrow_mut().overflow = true);
+}
+
 /// Asks this database's worker for a tick now (a consumer starts to wait on
 /// a queue with events no tick covers yet): not after the coalescing window.
 pub fn demand_tick_now() {
@@ -103,6 +132,14 @@ pub fn demand_tick_now() {
 fn wake_waiters() {
     let sent = SENT.with(|t| std::mem::take(&mut *t.borrow_mut()));
     let ticked = TICKED.with(|t| std::mem::take(&mut *t.borrow_mut()));
+    let jobs = JOBS.with(|t| std::mem::take(&mut *t.borrow_mut()));
+    if jobs.overflow {
+        waiters::wake_all_jobs();
+    } else {
+        for k in &jobs.ids {
+            waiters::wake(Key::Jobs(*k));
+        }
+    }
     for q in &ticked.ids {
         waiters::wake(Key::Events(*q));
     }
@@ -122,6 +159,7 @@ fn wake_waiters() {
 fn forget_touched() {
     SENT.with(|t| *t.borrow_mut() = Touched::default());
     TICKED.with(|t| *t.borrow_mut() = Touched::default());
+    JOBS.with(|t| *t.borrow_mut() = Touched::default());
 }
 
 fn my_db() -> u32 {
@@ -151,6 +189,22 @@ pub fn recheck_at_commit() {
     }
     register();
     RECHECK_PENDING.store(true, Ordering::Relaxed);
+}
+
+/// Tells an idle worker of this database, when the current transaction
+/// commits, that a job lease expires at `at` (TimestampTz): it wakes then to
+/// rescue it. Only a lease earlier than every one it knows of wakes it now,
+/// so a stream of dispatches costs the idle worker nothing per dispatch (it
+/// used to re-read pgque.duty_due(), ~4 ms of CPU, after each).
+pub fn lease_due_at_commit(at: i64) {
+    if !shmem::available() {
+        return;
+    }
+    register();
+    let cur = LEASE_DUE.load(Ordering::Relaxed);
+    if cur == 0 || at < cur {
+        LEASE_DUE.store(at, Ordering::Relaxed);
+    }
 }
 
 /// Notes, when the current transaction commits, that this database is busy
@@ -220,6 +274,16 @@ unsafe extern "C-unwind" fn on_xact_event(
                 let db = unsafe { pg_sys::MyDatabaseId }.to_u32();
                 shmem::note_busy(db, unsafe { pg_sys::GetCurrentTimestamp() });
             }
+            let lease = LEASE_DUE.swap(0, Ordering::Relaxed);
+            if lease != 0 {
+                let db = my_db();
+                if let Some(pid) = shmem::note_lease_due(db, lease) {
+                    set_latch_of(pid);
+                } else if !shmem::serving(db) {
+                    // a parked database: its new due time needs a worker to read it
+                    want_worker(db);
+                }
+            }
             if RECHECK_PENDING.swap(false, Ordering::Relaxed) {
                 let db = unsafe { pg_sys::MyDatabaseId }.to_u32();
                 if let Some(pid) = shmem::request_recheck(db) {
@@ -235,8 +299,33 @@ unsafe extern "C-unwind" fn on_xact_event(
             SPAWN_PENDING.store(false, Ordering::Relaxed);
             RECHECK_PENDING.store(false, Ordering::Relaxed);
             BUSY_PENDING.store(false, Ordering::Relaxed);
+            LEASE_DUE.store(0, Ordering::Relaxed);
             forget_touched();
         }
         _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn touched_keeps_each_queue_once_then_overflows() {
+        let mut t = Touched::default();
+        t.add(1);
+        t.add(1);
+        assert_eq!(t.ids, vec![1]);
+        for q in 2..=QUEUES_KEPT as i32 {
+            t.add(q);
+        }
+        assert_eq!(t.ids.len(), QUEUES_KEPT);
+        assert!(!t.overflow);
+        t.add(1000);
+        assert!(
+            t.overflow,
+            "one queue past the kept ones wakes every waiter"
+        );
+        assert_eq!(t.ids.len(), QUEUES_KEPT);
     }
 }

@@ -22,7 +22,9 @@ bench cluster (benches/run.sh leaves it running):
 
 Each cell also prints its CPU split by process class (the producers' and the
 consumer's backends, pgque's worker, PgQ's ticker backend, walwriter, the
-rest) per event, and per batch. WINDOWS=5,20,50 runs pgque once per
+rest) per event, and per batch. SYSTEMS=pgquewait,pgque,pgq adds pgque's
+waiting receive (no LISTEN: receive(q, c, 1000, WAIT_MS) in a loop, the
+worker ticking on demand; docs/waits.md). WINDOWS=5,20,50 runs pgque once per
 pgque.tick_coalesce_ms value (ALTER SYSTEM + reload before each cell; reset
 at the end).
 """
@@ -46,6 +48,8 @@ POLL_MS = int(os.environ.get("POLL_MS", "10"))
 PGQUE_POLL_MS = int(os.environ.get("PGQUE_POLL_MS", str(POLL_MS)))
 PGQ_TICK_MS = int(os.environ.get("PGQ_TICK_MS", "100"))
 SYSTEMS = os.environ.get("SYSTEMS", "pgque,pgq").split(",")
+# The waiting receive's wait (system pgquewait); the server caps it at pgque.max_wait.
+WAIT_MS = int(os.environ.get("WAIT_MS", "5000"))
 WINDOWS = [w for w in os.environ.get("WINDOWS", "").split(",") if w]
 
 
@@ -94,6 +98,12 @@ def payload(i):
     return json.dumps({"id": i, "ts": time.time(), "kind": "order.created", "note": "x" * 64})
 
 
+def engine(system):
+    """pgque for the pgque systems (pgque: LISTEN + receive; pgquewait: the
+    waiting receive, docs/waits.md), else pgq."""
+    return "pgque" if system.startswith("pgque") else "pgq"
+
+
 def producer(system, q, rate, secs, barrier, outq, end):
     conn = psycopg.connect(CONNINFO, autocommit=True)
     cur = conn.cursor()
@@ -105,7 +115,7 @@ def producer(system, q, rate, secs, barrier, outq, end):
         due = int((time.time() - t0) * rate) + 1
         while i < due:
             i += 1
-            if system == "pgque":
+            if engine(system) == "pgque":
                 cur.execute("SELECT pgque.send(%s, %s::jsonb)", (q, payload(i)), prepare=True)
             else:
                 cur.execute("SELECT pgq.insert_event(%s, 'default', %s)", (q, payload(i)), prepare=True)
@@ -128,7 +138,14 @@ def consumer(system, q, stop_at, barrier, outq, end):
     while time.time() < stop_at:
         rows = []
         with conn.transaction():
-            if system == "pgque":
+            # (the waiting receive is the transaction's first statement: a
+            # transaction that has written would not sleep)
+            if system == "pgquewait":
+                rows = cur.execute("SELECT payload, batch_id FROM pgque.receive(%s, 'c1', 1000, %s::interval)",
+                                   (q, f"{WAIT_MS} ms"), prepare=True).fetchall()
+                if rows:
+                    cur.execute("SELECT pgque.ack(%s)", (rows[0][1],), prepare=True)
+            elif system == "pgque":
                 rows = cur.execute("SELECT payload, batch_id FROM pgque.receive(%s, 'c1', 1000)",
                                    (q,), prepare=True).fetchall()
                 if rows:
@@ -149,7 +166,7 @@ def consumer(system, q, stop_at, barrier, outq, end):
         if system == "pgque":
             for _ in conn.notifies(timeout=PGQUE_POLL_MS / 1000.0, stop_after=1):
                 pass
-        else:
+        elif system == "pgq":
             time.sleep(POLL_MS / 1000.0)
     outq.put(("lats", lats, batches))
     end.wait()
@@ -169,7 +186,7 @@ def pgq_ticker(stop_at, barrier, end, outq):
 
 def cell(admin, system, rate, rnd):
     q = f"ratecpu_{system}_{rate}_{rnd}"
-    if system == "pgque":
+    if engine(system) == "pgque":
         admin.execute("SELECT pgque.create_queue(%s)", (q,))
         admin.execute("SELECT pgque.subscribe(%s, 'c1')", (q,))
     else:
@@ -213,7 +230,7 @@ def cell(admin, system, rate, rnd):
     end.wait()
     for p in procs:
         p.join()
-    if system == "pgque":
+    if engine(system) == "pgque":
         admin.execute("SELECT pgque.drop_queue(%s, true)", (q,))
     else:
         admin.execute("SELECT pgq.drop_queue(%s, true)", (q,))
@@ -241,8 +258,8 @@ def main():
     # systems pgque@5, pgque@20 (unset: pgque at the server's setting)
     systems = []
     for s in SYSTEMS:
-        if s == "pgque" and WINDOWS:
-            systems += [f"pgque@{w}" for w in WINDOWS]
+        if s in ("pgque", "pgquewait") and WINDOWS:
+            systems += [f"{s}@{w}" for w in WINDOWS]
         else:
             systems.append(s)
     print(f"rate_cpu.py: {SECS:.0f} s cells, {ROUNDS} rounds, poll {POLL_MS} ms (pgque {PGQUE_POLL_MS} ms), PgQ ticker {PGQ_TICK_MS} ms; "

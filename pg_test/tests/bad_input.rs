@@ -430,6 +430,24 @@ fn matrix() -> Vec<Row> {
         .with("text max", "SELECT * FROM pgque.receive('q', 'c', 'ten')", St("22P02"))
         .with("numeric max", "SELECT * FROM pgque.receive('q', 'c', 1.5)", St("42883"))
         .with("max beyond the cap, taken as the cap", "SELECT * FROM pgque.receive('q', 'c', 2147483647)", Creates),
+        row(
+            "pgque.receive(text,text,integer,interval)",
+            "SELECT * FROM pgque.receive({Q}::text, {C}::text, 10, '0 s')",
+            QC,
+        )
+        .with("zero", "SELECT * FROM pgque.receive('q', 'c', 0, '0 s')", St("22023"))
+        .with("NULL max", "SELECT * FROM pgque.receive('q', 'c', NULL, '0 s')", St("22004"))
+        .with("NULL wait", "SELECT * FROM pgque.receive('q', 'c', 10, NULL)", St("22004"))
+        .with("negative wait", "SELECT * FROM pgque.receive('q', 'c', 10, '-1 s')", St("22023"))
+        .with("infinite wait", "SELECT * FROM pgque.receive('q', 'c', 10, 'infinity')", inf_interval())
+        .with("text wait", "SELECT * FROM pgque.receive('q', 'c', 10, 'soon')", St("22007")),
+        row(
+            "pgque.next_batch_wait(text,text,interval)",
+            "SELECT pgque.next_batch_wait({Q}::text, {C}::text, '0 s')",
+            QC,
+        )
+        .with("NULL wait", "SELECT pgque.next_batch_wait('q', 'c', NULL)", St("22004"))
+        .with("negative wait", "SELECT pgque.next_batch_wait('q', 'c', '-1 s')", St("22023")),
         finish_cases(row("pgque.ack(bigint)", "", &[]), "SELECT pgque.ack({X})"),
         finish_cases(row("pgque.finish_batch(bigint)", "", &[]), "SELECT pgque.finish_batch({X})"),
         batch_cases(
@@ -594,6 +612,14 @@ fn matrix() -> Vec<Row> {
         )
         .with("zero", "SELECT * FROM pgque.receive_with_headers('q', 'c', 0)", St("22023"))
         .with("NULL max", "SELECT * FROM pgque.receive_with_headers('q', 'c', NULL)", St("22004")),
+        row(
+            "pgque.receive_with_headers(text,text,integer,interval)",
+            "SELECT * FROM pgque.receive_with_headers({Q}::text, {C}::text, 10, '0 s')",
+            QC,
+        )
+        .with("zero", "SELECT * FROM pgque.receive_with_headers('q', 'c', 0, '0 s')", St("22023"))
+        .with("NULL wait", "SELECT * FROM pgque.receive_with_headers('q', 'c', 10, NULL)", St("22004"))
+        .with("negative wait", "SELECT * FROM pgque.receive_with_headers('q', 'c', 10, '-1 s')", St("22023")),
         row(
             "pgque.receive_partitioned_with_headers(text,text,integer,integer,text,integer)",
             "SELECT * FROM pgque.receive_partitioned_with_headers({Q}::text, {C}::text, 0, 4, 'w1')",
@@ -1181,6 +1207,19 @@ fn matrix() -> Vec<Row> {
         .with("infinite lease", "SELECT * FROM pgque.dispatch(ARRAY['jq'], 1, 'w', 'infinity')", inf_interval())
         .with("oversample 0", "SELECT * FROM pgque.dispatch(ARRAY['jq'], 1, 'w', NULL, 0)", St("22003"))
         .with("NULL queue element", "SELECT * FROM pgque.dispatch(ARRAY['jq', NULL], 1, 'w')", St("22004")),
+        row(
+            "pgque.dispatch_wait(text[],integer,text,interval,interval,integer)",
+            "SELECT * FROM pgque.dispatch_wait(ARRAY[{J}::text], 1, 'w', '0 s', '1 minute')",
+            J,
+        )
+        .with("NULL queues", "SELECT * FROM pgque.dispatch_wait(NULL, 1, 'w', '0 s')", St("22004"))
+        .with("empty queues", "SELECT * FROM pgque.dispatch_wait(ARRAY[]::text[], 1, 'w', '0 s')", St("22023"))
+        .with("zero limit", "SELECT * FROM pgque.dispatch_wait(ARRAY['jq'], 0, 'w', '0 s')", St("22003"))
+        .with("NULL worker", "SELECT * FROM pgque.dispatch_wait(ARRAY['jq'], 1, NULL, '0 s')", St("22004"))
+        .with("NULL wait", "SELECT * FROM pgque.dispatch_wait(ARRAY['jq'], 1, 'w', NULL)", St("22004"))
+        .with("negative wait", "SELECT * FROM pgque.dispatch_wait(ARRAY['jq'], 1, 'w', '-1 s')", St("22023"))
+        .with("zero lease", "SELECT * FROM pgque.dispatch_wait(ARRAY['jq'], 1, 'w', '0 s', '0')", St("22023"))
+        .with("oversample 0", "SELECT * FROM pgque.dispatch_wait(ARRAY['jq'], 1, 'w', '0 s', NULL, 0)", St("22003")),
         row("pgque.complete(bigint,bigint,jsonb)", "", &[])
             .with("unknown job", "SELECT pgque.complete(987654321, 1)", Noop)
             .with("stale token", "SELECT pgque.complete((SELECT min(id) FROM pgque.jobs), 987654321)", Noop)

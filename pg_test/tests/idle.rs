@@ -149,3 +149,87 @@ fn idle_database_costs_at_most_a_transaction_a_second_and_wakes_at_once() {
         "delayed event due 3 s after its send received after {after_s:.2} s"
     );
 }
+
+/// A dispatch while the worker is idle tells it, through shared memory, when
+/// the lease it handed out expires (wake::lease_due_at_commit): the worker
+/// rescues the job then, though it re-reads duty_due() only every
+/// idle_check_interval (here an hour) and housekeeps every idle_maint_period
+/// (ten minutes). It used to re-read duty_due() after every dispatch.
+#[test]
+fn an_idle_worker_rescues_a_lease_dispatched_while_it_slept() {
+    let cl = Cluster::start_new(
+        "idle_lease",
+        "pgque.idle_after = 500\npgque.idle_check_interval = 3600\npgque.idle_maint_period = 600\n\
+         track_functions = 'all'",
+    );
+    let mut c = cl.create_db("idle_lease");
+    c.batch_execute(
+        "SELECT pgque.create_job_queue('jl');
+         SELECT pgque.enqueue('jl', 'k', '{}'::jsonb);",
+    )
+    .unwrap();
+    assert!(
+        wait_until(Duration::from_secs(10), || worker_detail(&mut c)
+            .contains("idle")),
+        "the worker went idle: {}",
+        worker_detail(&mut c)
+    );
+    // let its first idle look (duty_due) pass: from now on only the note wakes it
+    std::thread::sleep(Duration::from_millis(700));
+    let job: i64 = c
+        .query_one(
+            "SELECT job_id FROM pgque.dispatch(ARRAY['jl'], 1, 'w', '2 seconds')",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    let t = Instant::now();
+    let rescued = wait_until(Duration::from_secs(20), || {
+        c.query_one("SELECT state FROM pgque.jobs WHERE id = $1", &[&job])
+            .map(|r| r.get::<_, String>(0) != "running")
+            .unwrap_or(false)
+    });
+    let e = t.elapsed();
+    eprintln!("lease of 2 s rescued by the idle worker {e:?} after the dispatch");
+    assert!(rescued, "the expired lease was not rescued");
+    assert!(e < Duration::from_secs(6), "rescued after {e:?}");
+
+    // A stream of dispatches with later leases costs the idle worker no
+    // duty_due() each (counted by track_functions).
+    let duty_due_calls = |c: &mut Client| -> i64 {
+        c.batch_execute("SELECT pg_stat_clear_snapshot()").unwrap();
+        c.query_one(
+            "SELECT coalesce(sum(calls), 0)::int8 FROM pg_stat_user_functions \
+              WHERE schemaname = 'pgque' AND funcname = 'duty_due'",
+            &[],
+        )
+        .unwrap()
+        .get(0)
+    };
+    assert!(
+        wait_until(Duration::from_secs(10), || worker_detail(&mut c)
+            .contains("idle")),
+        "idle again"
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    let before = duty_due_calls(&mut c);
+    for _ in 0..20 {
+        c.batch_execute(
+            "SELECT pgque.enqueue('jl', 'k', '{}'::jsonb); \
+             SELECT * FROM pgque.dispatch(ARRAY['jl'], 1, 'w', '60 seconds')",
+        )
+        .unwrap();
+        std::thread::sleep(Duration::from_millis(30));
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    let after = duty_due_calls(&mut c);
+    eprintln!(
+        "duty_due() calls over 20 dispatches while idle: {}",
+        after - before
+    );
+    assert!(
+        after - before <= 3,
+        "the idle worker re-read duty_due() {} times for 20 dispatches",
+        after - before
+    );
+}

@@ -426,15 +426,30 @@ struct Bouncer {
 
 impl Drop for Bouncer {
     fn drop(&mut self) {
+        stop_bouncer(&self.dir);
         let _ = self.child.kill();
         let _ = self.child.wait();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
+/// Stops the PgBouncer whose pidfile is in `dir` (runuser's child outlives
+/// a kill of runuser), and waits until it has gone.
+fn stop_bouncer(dir: &str) {
+    let Ok(pid) = std::fs::read_to_string(format!("{dir}/bouncer.pid")) else {
+        return;
+    };
+    let pid = pid.trim().to_string();
+    let _ = Command::new("kill").args(["-TERM", &pid]).status();
+    wait_until(Duration::from_secs(5), || {
+        !std::path::Path::new(&format!("/proc/{pid}")).exists()
+    });
+}
+
 fn start_bouncer(db: &str) -> Bouncer {
     let listen = 56400 + (major() as u16);
     let dir = format!("/tmp/pgque_bouncer_{}", major());
+    stop_bouncer(&dir); // one a killed earlier run left behind
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let ini = format!(
@@ -513,4 +528,122 @@ fn a_wait_through_pgbouncer_in_transaction_mode() {
     let (rows, _) = waiter.join().unwrap();
     assert_eq!(rows, 1);
     assert!(t.elapsed() < Duration::from_secs(4), "{:?}", t.elapsed());
+}
+
+#[test]
+fn dispatch_wait_is_woken_by_an_enqueue() {
+    let db = new_db("wait_dispatch");
+    let mut c = db.connect();
+    c.batch_execute("SELECT pgque.create_job_queue('jw')")
+        .unwrap();
+    assert_eq!(
+        sqlstate(c.query(
+            "SELECT * FROM pgque.dispatch_wait(ARRAY['nope'], 10, 'w', '5 s')",
+            &[]
+        )),
+        "42704",
+        "an unknown queue is refused before any wait"
+    );
+    let name = db.name.clone();
+    let waiter = std::thread::spawn(move || {
+        let mut w = connect_to(&name);
+        let t = Instant::now();
+        let ids: Vec<i64> = w
+            .query(
+                "SELECT job_id FROM pgque.dispatch_wait(ARRAY['jw'], 10, 'w1', '8 s') /* dw */",
+                &[],
+            )
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        (ids, t.elapsed())
+    });
+    let slept = wait_until(Duration::from_secs(5), || {
+        !c.query(
+            "SELECT 1 FROM pg_stat_activity WHERE query LIKE '%/* dw */%' \
+               AND wait_event_type = 'Extension' AND pid <> pg_backend_pid()",
+            &[],
+        )
+        .unwrap()
+        .is_empty()
+    });
+    assert!(slept, "the dispatcher sleeps in an Extension wait event");
+    let t = Instant::now();
+    let id: i64 = c
+        .query_one("SELECT pgque.enqueue('jw', 'k', '{}'::jsonb)", &[])
+        .unwrap()
+        .get(0);
+    let (ids, _) = waiter.join().unwrap();
+    assert_eq!(ids, vec![id], "the waiter claimed the enqueued job");
+    assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+    // the claim is a real one: its lease fences complete
+    let (job, token): (i64, i64) = {
+        c.execute("SELECT pgque.enqueue('jw', 'k', '{}'::jsonb)", &[])
+            .unwrap();
+        let r = c
+            .query_one(
+                "SELECT job_id, lease_token FROM pgque.dispatch_wait(ARRAY['jw'], 1, 'w2', '2 s')",
+                &[],
+            )
+            .unwrap();
+        (r.get(0), r.get(1))
+    };
+    let done: bool = c
+        .query_one("SELECT pgque.complete($1, $2)", &[&job, &token])
+        .unwrap()
+        .get(0);
+    assert!(done);
+    // nothing left: the wait ends empty after its time
+    let t = Instant::now();
+    let n = c
+        .query(
+            "SELECT * FROM pgque.dispatch_wait(ARRAY['jw'], 1, 'w', '400 ms')",
+            &[],
+        )
+        .unwrap()
+        .len();
+    assert_eq!(n, 0);
+    assert!(
+        t.elapsed() >= Duration::from_millis(350),
+        "{:?}",
+        t.elapsed()
+    );
+}
+
+#[test]
+fn dispatch_wait_on_a_blocked_queue_does_not_spin() {
+    let db = new_db("wait_blocked");
+    let mut c = db.connect();
+    c.batch_execute(
+        "SELECT pgque.create_job_queue('jb');
+         SELECT pgque.set_actor_capacity('acme', 1);
+         SELECT pgque.enqueue('jb', 'k', '{}'::jsonb, actor => 'acme');
+         SELECT pgque.enqueue('jb', 'k', '{}'::jsonb, actor => 'acme');",
+    )
+    .unwrap();
+    let first = c
+        .query(
+            "SELECT * FROM pgque.dispatch_wait(ARRAY['jb'], 10, 'w', '1 s')",
+            &[],
+        )
+        .unwrap();
+    assert_eq!(first.len(), 1, "the actor's capacity admits one");
+    // the second job is there but cannot be admitted: calls return, but
+    // not in a busy loop
+    let t = Instant::now();
+    let mut calls = 0;
+    while t.elapsed() < Duration::from_secs(1) {
+        let n = c
+            .query(
+                "SELECT * FROM pgque.dispatch_wait(ARRAY['jb'], 10, 'w', '1 s')",
+                &[],
+            )
+            .unwrap()
+            .len();
+        assert_eq!(n, 0, "capacity 1 holds");
+        calls += 1;
+    }
+    eprintln!("{calls} dispatch_wait calls in 1 s on a blocked queue");
+    assert!(calls <= 40, "{calls} calls in a second: a busy loop");
 }

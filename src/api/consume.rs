@@ -174,15 +174,6 @@ fn receive_with_headers_wait(
     )))
 }
 
-/// The `wait` argument of the waiting forms: 22004 NULL, 22023 negative or
-/// infinite; capped by pgque.max_wait.
-pub(crate) fn wait_arg(wait: Option<Interval>) -> std::time::Duration {
-    let iv = required(wait, "wait");
-    datum::check_nonnegative_interval(&iv, "wait");
-    let us = (datum::interval_ms(&iv) * 1000.0).min(u64::MAX as f64) as u64;
-    waiters::capped(std::time::Duration::from_micros(us))
-}
-
 /// When a waiting form starts to sleep on queue `queue_id`: a tick now if
 /// the queue has events no tick covers (a producer committed within the
 /// worker's coalescing window, before this consumer waited).
@@ -200,7 +191,7 @@ fn receive_batch_waiting(
     wait: Option<Interval>,
 ) -> Option<(i64, Vec<crate::log::events::Event>)> {
     let limit = max_return_arg(max_return);
-    let wait = wait_arg(wait);
+    let wait = waiters::wait_arg(wait);
     let queue: std::cell::RefCell<Option<Queue>> = Default::default();
     waiters::wait_for(
         wait,

@@ -38,7 +38,7 @@ fn next_batch_wait(
     wait: Option<Interval>,
 ) -> Option<i64> {
     use crate::waiters::{self, Key, Look};
-    let wait = super::consume::wait_arg(wait);
+    let wait = waiters::wait_arg(wait);
     let queue: std::cell::RefCell<Option<Queue>> = Default::default();
     waiters::wait_for(
         wait,

@@ -370,190 +370,245 @@ fn dispatch(
     lease: default!(Option<Interval>, "NULL"),
     oversample: default!(Option<i32>, 2),
 ) -> JobRows {
-    let queues = required(queues, "queues");
-    if queues.is_empty() {
-        raise(error::INVALID_PARAMETER_VALUE, "queues must not be empty");
-    }
-    // Same rules as create_job_queue: 22004 NULL, 42602 bad, 42622 too long.
-    for q in &queues {
-        error::valid_name(q.as_deref(), "queue name", error::MAX_QUEUE_NAME);
-    }
-    let limit = required(limit, "limit");
-    if !(1..=MAX_LIMIT).contains(&limit) {
-        raise(
-            error::OUT_OF_RANGE,
-            format!("limit must be between 1 and {MAX_LIMIT}, not {limit}"),
-        );
-    }
-    let worker = required(worker, "worker");
-    if worker.is_empty() {
-        raise(error::INVALID_NAME, "worker must not be empty");
-    }
-    if worker.len() > error::MAX_CONSUMER_NAME {
-        raise(
-            error::NAME_TOO_LONG,
-            format!(
-                "worker is {} bytes long; the limit is {}",
-                worker.len(),
-                error::MAX_CONSUMER_NAME
-            ),
-        );
-    }
-    let oversample = required(oversample, "oversample");
-    if !(1..=MAX_OVERSAMPLE).contains(&oversample) {
-        raise(
-            error::OUT_OF_RANGE,
-            format!("oversample must be between 1 and {MAX_OVERSAMPLE}, not {oversample}"),
-        );
-    }
-    if let Some(l) = &lease {
-        super::args::check_positive_interval(l, "lease");
-    }
-    let names: Vec<String> = queues.into_iter().flatten().collect();
-    let mut out = Vec::new();
-    with_generic_plans(|| {
-        Spi::connect_mut(|client| {
-            let args = |lanes: Option<Vec<i32>>| -> Vec<DatumWithOid<'_>> {
-                let mut a: Vec<DatumWithOid<'_>> = vec![
-                    names.clone().into(),
-                    limit.into(),
-                    worker.into(),
-                    lease.into(),
-                    oversample.into(),
-                ];
-                if let Some(l) = lanes {
-                    a[4] = l.into();
-                }
-                a
-            };
-            // The job log first. Its rotation barrier, shared, before any
-            // lane lock and any statement that reads the log (log/mod.rs):
-            // a lock, not a statement, so the fast path keeps its count.
-            log::enter_log();
-            // Its lanes of these queues: the one lane locked, or the lanes
-            // to test for ready jobs.
-            let rated = super::rate::schema_has_rate_limits();
-            let lock = prepared(
-                client,
-                if rated {
-                    log::dispatch::LOCK_LANES_SQL
-                } else {
-                    log::dispatch::LOCK_LANES_SQL_NO_RATE
-                },
-                &[ty(pg_sys::TEXTARRAYOID)],
+    JobRows(Call::new(queues, limit, worker, lease, oversample).run())
+}
+
+/// A dispatch call's arguments, checked (Call::new raises their errors).
+pub(crate) struct Call<'a> {
+    pub names: Vec<String>,
+    limit: i32,
+    worker: &'a str,
+    lease: Option<Interval>,
+    oversample: i32,
+}
+
+impl<'a> Call<'a> {
+    /// Checks dispatch's arguments: 22004 for a NULL, 22023 / 22003 / 42602
+    /// / 42622 for bad values, as documented for dispatch.
+    pub(crate) fn new(
+        queues: Option<Vec<Option<String>>>,
+        limit: Option<i32>,
+        worker: Option<&'a str>,
+        lease: Option<Interval>,
+        oversample: Option<i32>,
+    ) -> Call<'a> {
+        let queues = required(queues, "queues");
+        if queues.is_empty() {
+            raise(error::INVALID_PARAMETER_VALUE, "queues must not be empty");
+        }
+        // Same rules as create_job_queue: 22004 NULL, 42602 bad, 42622 too long.
+        for q in &queues {
+            error::valid_name(q.as_deref(), "queue name", error::MAX_QUEUE_NAME);
+        }
+        let limit = required(limit, "limit");
+        if !(1..=MAX_LIMIT).contains(&limit) {
+            raise(
+                error::OUT_OF_RANGE,
+                format!("limit must be between 1 and {MAX_LIMIT}, not {limit}"),
             );
-            let locked = client
-                .update(lock, None, &[names.clone().into()])
-                .unwrap_or_else(|e| pgrx::error!("{e}"))
-                .first();
-            let mut lanes: Vec<i32> = locked.get::<Vec<i32>>(1).ok().flatten().unwrap_or_default();
-            let several: Option<Vec<i32>> = locked.get::<Vec<i32>>(5).ok().flatten();
-            // ---- rate limits (issue 18, src/jobs/rate.rs): the call takes
-            // at most the emptiest bucket's whole tokens, debited below.
-            let limited: Vec<String> = locked
-                .get::<Vec<String>>(3)
-                .ok()
-                .flatten()
-                .unwrap_or_default();
-            let tids: Vec<String> = locked
-                .get::<Vec<String>>(4)
-                .ok()
-                .flatten()
-                .unwrap_or_default();
-            let limit = match locked.get::<i32>(2).ok().flatten() {
-                Some(tokens) if !limited.is_empty() => limit.min(tokens.max(0)),
-                _ => limit,
-            };
-            if limit == 0 {
-                return;
-            }
-            if let Some(several) = several {
-                // only the lanes that can have a ready job are locked and read
-                let stmt = prepared(
+        }
+        let worker = required(worker, "worker");
+        if worker.is_empty() {
+            raise(error::INVALID_NAME, "worker must not be empty");
+        }
+        if worker.len() > error::MAX_CONSUMER_NAME {
+            raise(
+                error::NAME_TOO_LONG,
+                format!(
+                    "worker is {} bytes long; the limit is {}",
+                    worker.len(),
+                    error::MAX_CONSUMER_NAME
+                ),
+            );
+        }
+        let oversample = required(oversample, "oversample");
+        if !(1..=MAX_OVERSAMPLE).contains(&oversample) {
+            raise(
+                error::OUT_OF_RANGE,
+                format!("oversample must be between 1 and {MAX_OVERSAMPLE}, not {oversample}"),
+            );
+        }
+        if let Some(l) = &lease {
+            super::args::check_positive_interval(l, "lease");
+        }
+        let names: Vec<String> = queues.into_iter().flatten().collect();
+        Call {
+            names,
+            limit,
+            worker,
+            lease,
+            oversample,
+        }
+    }
+
+    /// Claims the jobs (dispatch's body); returns them in dispatch order.
+    pub(crate) fn run(&self) -> Vec<RawRow> {
+        let Call {
+            names,
+            limit,
+            worker,
+            lease,
+            oversample,
+        } = self;
+        let (names, limit, worker, lease, oversample) =
+            (names, *limit, *worker, *lease, *oversample);
+        let mut out = Vec::new();
+        with_generic_plans(|| {
+            Spi::connect_mut(|client| {
+                let args = |lanes: Option<Vec<i32>>| -> Vec<DatumWithOid<'_>> {
+                    let mut a: Vec<DatumWithOid<'_>> = vec![
+                        names.clone().into(),
+                        limit.into(),
+                        worker.into(),
+                        lease.into(),
+                        oversample.into(),
+                    ];
+                    if let Some(l) = lanes {
+                        a[4] = l.into();
+                    }
+                    a
+                };
+                // The job log first. Its rotation barrier, shared, before any
+                // lane lock and any statement that reads the log (log/mod.rs):
+                // a lock, not a statement, so the fast path keeps its count.
+                log::enter_log();
+                // Its lanes of these queues: the one lane locked, or the lanes
+                // to test for ready jobs.
+                let rated = super::rate::schema_has_rate_limits();
+                let lock = prepared(
                     client,
-                    log::dispatch::READY_LANES_SQL,
-                    &[ty(pg_sys::INT4ARRAYOID), ty(pg_sys::TEXTARRAYOID)],
+                    if rated {
+                        log::dispatch::LOCK_LANES_SQL
+                    } else {
+                        log::dispatch::LOCK_LANES_SQL_NO_RATE
+                    },
+                    &[ty(pg_sys::TEXTARRAYOID)],
                 );
-                let ready = client
-                    .update(stmt, None, &[several.into(), names.clone().into()])
+                let locked = client
+                    .update(lock, None, &[names.clone().into()])
                     .unwrap_or_else(|e| pgrx::error!("{e}"))
                     .first();
-                lanes = ready.get::<Vec<i32>>(1).ok().flatten().unwrap_or_default();
-                let jobs_ready = ready.get::<bool>(2).ok().flatten().unwrap_or(true);
-                if lanes.is_empty() && !jobs_ready {
-                    // an idle poll of queues with several lanes: two probes
-                    // a lane, no DISPATCH_SQL (as before lanes were tested)
+                let mut lanes: Vec<i32> =
+                    locked.get::<Vec<i32>>(1).ok().flatten().unwrap_or_default();
+                let several: Option<Vec<i32>> = locked.get::<Vec<i32>>(5).ok().flatten();
+                // ---- rate limits (issue 18, src/jobs/rate.rs): the call takes
+                // at most the emptiest bucket's whole tokens, debited below.
+                let limited: Vec<String> = locked
+                    .get::<Vec<String>>(3)
+                    .ok()
+                    .flatten()
+                    .unwrap_or_default();
+                let tids: Vec<String> = locked
+                    .get::<Vec<String>>(4)
+                    .ok()
+                    .flatten()
+                    .unwrap_or_default();
+                let limit = match locked.get::<i32>(2).ok().flatten() {
+                    Some(tokens) if !limited.is_empty() => limit.min(tokens.max(0)),
+                    _ => limit,
+                };
+                if limit == 0 {
                     return;
                 }
-            }
-            let args = |lanes: Option<Vec<i32>>| -> Vec<DatumWithOid<'_>> {
-                let mut a = args(lanes);
-                a[1] = limit.into();
-                a
-            };
-            let run = |client: &mut pgrx::spi::SpiClient<'_>| {
-                if !lanes.is_empty() {
-                    log::require_read_committed("dispatch");
-                    let blocked = if let [lane] = lanes[..] {
-                        log::dispatch_one::dispatch_one(
-                            client, &names, lane, limit, worker, lease, &mut out,
-                        )
-                    } else {
-                        let sql = log::dispatch::fit(
-                            log::dispatch::LOG_DISPATCH_SQL,
-                            log::dispatch::LOG_DISPATCH_SQL_V07,
-                        );
-                        let stmt = prepared(client, sql, &log_arg_types());
-                        let table = client
-                            .update(stmt, None, &args(Some(lanes.clone())))
-                            .unwrap_or_else(|e| pgrx::error!("{e}"));
-                        unsafe { take_rows(table.len(), &mut out) }
-                    };
-                    if !blocked {
+                if let Some(several) = several {
+                    // only the lanes that can have a ready job are locked and read
+                    let stmt = prepared(
+                        client,
+                        log::dispatch::READY_LANES_SQL,
+                        &[ty(pg_sys::INT4ARRAYOID), ty(pg_sys::TEXTARRAYOID)],
+                    );
+                    let ready = client
+                        .update(stmt, None, &[several.into(), names.clone().into()])
+                        .unwrap_or_else(|e| pgrx::error!("{e}"))
+                        .first();
+                    lanes = ready.get::<Vec<i32>>(1).ok().flatten().unwrap_or_default();
+                    let jobs_ready = ready.get::<bool>(2).ok().flatten().unwrap_or(true);
+                    if lanes.is_empty() && !jobs_ready {
+                        // an idle poll of queues with several lanes: two probes
+                        // a lane, no DISPATCH_SQL (as before lanes were tested)
                         return;
                     }
-                    let sql = log::dispatch::fit(
-                        log::dispatch::LOG_SPILL_SQL,
-                        log::dispatch::LOG_SPILL_SQL_V07,
-                    );
-                    let spill = prepared(client, sql, &log_arg_types());
-                    client
-                        .update(spill, None, &args(Some(lanes)))
-                        .unwrap_or_else(|e| pgrx::error!("{e}"));
                 }
-                let sql = if !rated {
-                    DISPATCH_SQL_NO_RATE
-                } else if crate::headers::jobs_have_headers() {
-                    DISPATCH_SQL
-                } else {
-                    DISPATCH_SQL_NO_HEADERS
+                let args = |lanes: Option<Vec<i32>>| -> Vec<DatumWithOid<'_>> {
+                    let mut a = args(lanes);
+                    a[1] = limit.into();
+                    a
                 };
-                let stmt = prepared(client, sql, &arg_types());
-                let table = client
-                    .update(stmt, None, &args(None))
-                    .unwrap_or_else(|e| pgrx::error!("{e}"));
-                unsafe { take_rows(table.len(), &mut out) };
-            };
-            run(client);
-            if !limited.is_empty() {
-                super::rate::debit(client, &limited, &tids, &out);
+                let run = |client: &mut pgrx::spi::SpiClient<'_>| {
+                    if !lanes.is_empty() {
+                        log::require_read_committed("dispatch");
+                        let blocked = if let [lane] = lanes[..] {
+                            log::dispatch_one::dispatch_one(
+                                client, names, lane, limit, worker, lease, &mut out,
+                            )
+                        } else {
+                            let sql = log::dispatch::fit(
+                                log::dispatch::LOG_DISPATCH_SQL,
+                                log::dispatch::LOG_DISPATCH_SQL_V07,
+                            );
+                            let stmt = prepared(client, sql, &log_arg_types());
+                            let table = client
+                                .update(stmt, None, &args(Some(lanes.clone())))
+                                .unwrap_or_else(|e| pgrx::error!("{e}"));
+                            unsafe { take_rows(table.len(), &mut out) }
+                        };
+                        if !blocked {
+                            return;
+                        }
+                        let sql = log::dispatch::fit(
+                            log::dispatch::LOG_SPILL_SQL,
+                            log::dispatch::LOG_SPILL_SQL_V07,
+                        );
+                        let spill = prepared(client, sql, &log_arg_types());
+                        client
+                            .update(spill, None, &args(Some(lanes)))
+                            .unwrap_or_else(|e| pgrx::error!("{e}"));
+                    }
+                    let sql = if !rated {
+                        DISPATCH_SQL_NO_RATE
+                    } else if crate::headers::jobs_have_headers() {
+                        DISPATCH_SQL
+                    } else {
+                        DISPATCH_SQL_NO_HEADERS
+                    };
+                    let stmt = prepared(client, sql, &arg_types());
+                    let table = client
+                        .update(stmt, None, &args(None))
+                        .unwrap_or_else(|e| pgrx::error!("{e}"));
+                    unsafe { take_rows(table.len(), &mut out) };
+                };
+                run(client);
+                if !limited.is_empty() {
+                    super::rate::debit(client, &limited, &tids, &out);
+                }
+            })
+        });
+        // Unknown queue names are an error (a typo must not look like an empty
+        // queue); checked only when nothing was dispatched, so the busy path
+        // stays one statement.
+        if out.is_empty() {
+            check_queues_exist(names);
+        } else {
+            // The claims' leases expire at a time an idle worker must learn
+            // (rescue); and a database whose consumers claim is busy (its
+            // worker keeps its process). A poll that claims nothing is neither.
+            match out
+                .iter()
+                .filter(|r| !r.1[LEASE_UNTIL])
+                .map(|r| r.0[LEASE_UNTIL].value() as i64)
+                .min()
+            {
+                Some(at) => crate::wake::lease_due_at_commit(at),
+                None => crate::wake::recheck_at_commit(),
             }
-        })
-    });
-    // Unknown queue names are an error (a typo must not look like an empty
-    // queue); checked only when nothing was dispatched, so the busy path
-    // stays one statement.
-    if out.is_empty() {
-        check_queues_exist(&names);
-    } else {
-        // The claims' leases expire at a time an idle worker must learn
-        // (rescue); and a database whose consumers claim is busy (its
-        // worker keeps its process). A poll that claims nothing is neither.
-        crate::wake::recheck_at_commit();
-        crate::wake::busy_at_commit();
+            crate::wake::busy_at_commit();
+        }
+        out
     }
-    JobRows(out)
 }
+
+/// The index of `lease_until` (timestamptz) among dispatch's result columns.
+const LEASE_UNTIL: usize = 13;
 
 /// LOG_DISPATCH_SQL's and LOG_SPILL_SQL's arguments: DISPATCH_SQL's, with
 /// the locked lanes' ids in place of oversample.
@@ -631,7 +686,7 @@ const BY_REF: [bool; 15] = [
 const QUEUES_EXIST_SQL: &str = "SELECT n FROM unnest($1::text[]) n
      WHERE NOT EXISTS (SELECT 1 FROM pgque.job_queues q WHERE q.queue_name = n) LIMIT 1";
 
-fn check_queues_exist(names: &[String]) {
+pub(crate) fn check_queues_exist(names: &[String]) {
     let missing = Spi::connect(|client| {
         let stmt = prepared(client, QUEUES_EXIST_SQL, &[ty(pg_sys::TEXTARRAYOID)]);
         client

@@ -335,6 +335,8 @@ pub fn run(queue: &str, batch: Batch<'_>, on_duplicate: OnDuplicate) -> Vec<Outc
     }
     if let Some(lanes) = &batch.log_lanes {
         if let Some(out) = super::log::enqueue::run(&batch.args, queue, batch.n, lanes) {
+            // ready jobs in the log: its waiting dispatchers look
+            crate::wake::jobs_at_commit(queue);
             return out;
         }
     }
@@ -401,6 +403,9 @@ pub fn run(queue: &str, batch: Batch<'_>, on_duplicate: OnDuplicate) -> Vec<Outc
     }
     if out.iter().any(|o| o.state == "scheduled") {
         crate::wake::at_commit();
+    }
+    if out.iter().any(|o| o.state == "ready") {
+        crate::wake::jobs_at_commit(queue);
     }
     out
 }

@@ -561,6 +561,10 @@ fn insert(
     if rows.iter().any(|r| r.3 == "scheduled") {
         crate::wake::at_commit();
     }
+    if rows.iter().any(|r| r.3 == "ready") {
+        // a flow's jobs may be in several queues
+        crate::wake::all_jobs_at_commit();
+    }
     rows
 }
 
@@ -1023,6 +1027,8 @@ fn wake(ids: Vec<i64>) {
     if scheduled > 0 {
         crate::wake::at_commit();
     }
+    // children made ready: waiting dispatchers look (in whatever queue)
+    crate::wake::all_jobs_at_commit();
 }
 
 /// The parents `ids` completed (the caller's statement did it and said

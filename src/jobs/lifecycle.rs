@@ -576,7 +576,10 @@ fn retry_job(job_id: Option<i64>) -> bool {
     });
     match was.as_deref() {
         None => raise(error::UNDEFINED_OBJECT, format!("job {id} does not exist")),
-        Some("failed") | Some("cancelled") => true,
+        Some("failed") | Some("cancelled") => {
+            crate::wake::all_jobs_at_commit();
+            true
+        }
         Some(other) => raise(
             error::WRONG_STATE,
             format!("job {id} is {other}; only failed or cancelled jobs can be retried"),

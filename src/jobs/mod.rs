@@ -21,6 +21,7 @@ use pgrx::prelude::*;
 pub mod args;
 pub mod channel;
 pub mod dispatch;
+pub mod dispatch_wait;
 pub mod enqueue;
 pub mod flows;
 pub mod lifecycle;

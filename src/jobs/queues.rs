@@ -317,6 +317,7 @@ fn resume_job_queue(queue_name: Option<&str>) {
         false,
     );
     crate::wake::at_commit();
+    crate::wake::all_jobs_at_commit();
 }
 
 /// Caps how many of `actor`'s jobs may run at once (across all queues and

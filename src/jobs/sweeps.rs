@@ -181,6 +181,10 @@ fn rescue_expired_leases(max_jobs: default!(Option<i32>, 1000)) -> i32 {
         // parents in a flow that failed on their last attempt
         super::flows::propagate(p, "failed");
     }
+    if rescued > 0 {
+        // rescued jobs are ready again: waiting dispatchers look
+        crate::wake::all_jobs_at_commit();
+    }
     rescued
 }
 
@@ -189,7 +193,11 @@ fn rescue_expired_leases(max_jobs: default!(Option<i32>, 1000)) -> i32 {
 #[search_path(pg_catalog, pgque, pg_temp)]
 fn promote_scheduled_jobs(max_jobs: default!(Option<i32>, 1000)) -> i32 {
     let n = check_batch(max_jobs);
-    run_int(PROMOTE_SQL, &[ty(pg_sys::INT4OID)], vec![n.into()])
+    let promoted = run_int(PROMOTE_SQL, &[ty(pg_sys::INT4OID)], vec![n.into()]);
+    if promoted > 0 {
+        crate::wake::all_jobs_at_commit();
+    }
+    promoted
 }
 
 /// Deletes up to `max_events` job events older than pgque.job_event_retention

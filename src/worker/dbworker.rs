@@ -331,7 +331,17 @@ pub extern "C-unwind" fn pgque_db_worker_main(arg: pg_sys::Datum) {
         first_pass = false;
     }
 
+    let job_maint = DUTIES.iter().position(|d| d.name == "job_maint");
     loop {
+        // An idle worker learns a new job lease's expiry from shared memory
+        // (wake::lease_due_at_commit), not by reading duty_due() again.
+        if let (Some(_), Some(j)) = (idle_since, job_maint) {
+            let at = shmem::lease_due(idx);
+            if at != 0 {
+                let when = Instant::now() + Duration::from_micros((at - now_ts()).max(0) as u64);
+                hints[j] = Some(hints[j].map_or(when, |t| t.min(when)));
+            }
+        }
         // A busy database (its consumers claimed jobs lately, though no
         // producer's commit woke the worker) keeps its process like an
         // active one: only a database with work takes it, after a turn.
@@ -551,6 +561,10 @@ pub extern "C-unwind" fn pgque_db_worker_main(arg: pg_sys::Datum) {
             ticked |= d.on_wake;
             if d.on_wake {
                 demanded = false;
+            }
+            if Some(i) == job_maint {
+                // it rescues what is due; later leases are in duty_due()
+                shmem::clear_lease_due(idx);
             }
             run_duty(idx, i, d, s, &dbname);
             let delay = duties::delay(period, s.consecutive_failures, gucs::duty_backoff_max())
