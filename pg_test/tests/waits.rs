@@ -21,6 +21,16 @@ use std::time::{Duration, Instant};
 /// How long a test waiter asks to wait: far beyond every wake-up asserted.
 const LONG: &str = "8 seconds";
 
+/// metrics()' count of backends of this database waiting now.
+fn waiting_now(c: &mut Client) -> f64 {
+    c.query_one(
+        "SELECT value FROM pgque.metrics() WHERE name = 'pgque_waiting_consumers'",
+        &[],
+    )
+    .unwrap()
+    .get(0)
+}
+
 fn setup(c: &mut Client, q: &str) {
     c.batch_execute(&format!(
         "SELECT pgque.create_queue('{q}'); SELECT pgque.subscribe('{q}', 'c')"
@@ -78,14 +88,7 @@ fn a_commit_wakes_a_waiter_and_a_rollback_does_not() {
     let waiter = spawn_receive(&db.name, "w", LONG);
     let ev = waiter_event(&mut c, "w").expect("the waiter sleeps in an Extension wait event");
     assert_eq!(ev.0, "Extension");
-    let waiting: f64 = c
-        .query_one(
-            "SELECT value FROM pgque.metrics() WHERE name = 'pgque_waiting_consumers'",
-            &[],
-        )
-        .unwrap()
-        .get(0);
-    assert_eq!(waiting, 1.0, "metrics() counts the waiter");
+    assert_eq!(waiting_now(&mut c), 1.0, "metrics() counts the waiter");
     // a rolled-back send wakes nothing that returns
     c.batch_execute("BEGIN; SELECT pgque.send('w', 'lost'); ROLLBACK")
         .unwrap();
@@ -191,6 +194,8 @@ fn cancel_and_statement_timeout_end_a_wait() {
     canceller.join().unwrap();
     assert_eq!(sqlstate(r), "57014");
     assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+    // the cancelled waiter gave its shared-memory slot back
+    assert_eq!(waiting_now(&mut c), 0.0, "a cancelled wait left its slot");
     // the session goes on, and its waiter slot is free: a new wait works
     let r = c
         .query("SELECT * FROM pgque.receive('x', 'c', 10, '100 ms')", &[])
@@ -390,7 +395,12 @@ fn a_client_killed_mid_wait_leaves_no_backend() {
         t.elapsed()
     );
     assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
-    // nothing left behind: a new waiter is woken as before
+    // nothing left behind: its slot is free, and a new waiter is woken as before
+    assert_eq!(
+        waiting_now(&mut c),
+        0.0,
+        "the killed client's slot is still taken"
+    );
     let conninfo = cl.conninfo("wait_kill");
     let w = std::thread::spawn(move || {
         let mut w = Client::connect(&conninfo, NoTls).unwrap();
