@@ -76,7 +76,8 @@ if [ "${BENCH_NO_BUILD:-0}" != 1 ]; then
   cargo pgrx package --pg-config "$SYS_PG_CONFIG" --no-default-features --features pg15 \
     >"$WORK/build.log" 2>&1 || { tail -40 "$WORK/build.log"; exit 1; }
 fi
-PKG=$ROOT/target/release/pgque-pg15
+# (cargo builds into CARGO_TARGET_DIR when it is set, as .ci/run sets it)
+PKG=${CARGO_TARGET_DIR:-$ROOT/target}/release/pgque-pg15
 [ -f "$PKG/usr/lib/postgresql/15/lib/pgque.so" ] || { log "no build in $PKG: run without BENCH_NO_BUILD"; exit 1; }
 # cargo pgrx package ships the current script and the upgrade scripts; add the
 # frozen install scripts of released versions.

@@ -31,7 +31,7 @@ GRANT EXECUTE ON FUNCTION
 -- Consuming and observability: pgque_reader.
 GRANT EXECUTE ON FUNCTION
     pgque.subscribe(text, text), pgque.unsubscribe(text, text),
-    pgque.receive(text, text, int4), pgque.ack(bigint),
+    pgque.receive(text, text, int4), pgque.ack(bigint), pgque.ack_receive(bigint, int4),
     pgque.nack(bigint, pgque.message, interval, text),
     pgque.register_consumer(text, text), pgque.register_consumer_at(text, text, bigint),
     pgque.unregister_consumer(text, text),
@@ -183,7 +183,7 @@ BEGIN
               WHERE p.pronamespace = 'pgque'::regnamespace
                 AND p.proname = ANY (ARRAY[
                     'subscribe', 'unsubscribe', 'receive',
-                    'ack', 'nack', 'register_consumer', 'register_consumer_at', 'unregister_consumer',
+                    'ack', 'ack_receive', 'nack', 'register_consumer', 'register_consumer_at', 'unregister_consumer',
                     'next_batch', 'next_batch_info', 'next_batch_custom', 'get_batch_events',
                     'get_batch_cursor', 'finish_batch', 'event_retry', 'batch_retry',
                     'register_subconsumer', 'subscribe_subconsumer', 'unregister_subconsumer',
@@ -222,7 +222,7 @@ BEGIN
                     'receive', 'receive_coop', 'next_batch', 'next_batch_info',
                     'next_batch_custom', 'get_batch_events', 'get_batch_cursor',
                     'receive_partitioned', 'receive_with_headers', 'receive_coop_with_headers',
-                    'receive_partitioned_with_headers', 'next_batch_wait'])
+                    'receive_partitioned_with_headers', 'next_batch_wait', 'ack_receive'])
     LOOP
         EXECUTE format('ALTER FUNCTION %s SET plan_cache_mode = force_generic_plan', f);
     END LOOP;

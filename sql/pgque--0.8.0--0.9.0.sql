@@ -539,3 +539,17 @@ AS 'MODULE_PATHNAME', 'dispatch_wait_wrapper';
 REVOKE ALL ON FUNCTION pgque.dispatch_wait(text[], int, text, interval, interval, int) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION pgque.dispatch_wait(text[], int, text, interval, interval, int) TO pgque_reader;
 ALTER FUNCTION pgque.dispatch_wait(text[], int, text, interval, interval, int) SET jit = off;
+-- ack_receive: ack and the next receive in one call (issue 43 item 3).
+CREATE OR REPLACE FUNCTION "ack_receive"(
+	"batch_id" bigint,
+	"max_return" INT DEFAULT 100
+) RETURNS SETOF pgque.message
+SECURITY DEFINER
+SET search_path TO pg_catalog, pgque, pg_temp
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'ack_receive_wrapper';
+REVOKE ALL ON FUNCTION pgque.ack_receive(bigint, int4) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION pgque.ack_receive(bigint, int4) TO pgque_reader;
+ALTER FUNCTION pgque.ack_receive(bigint, int4) SET enable_seqscan = off;
+ALTER FUNCTION pgque.ack_receive(bigint, int4) SET plan_cache_mode = force_generic_plan;
+ALTER FUNCTION pgque.ack_receive(bigint, int4) SET jit = off;

@@ -449,6 +449,11 @@ fn matrix() -> Vec<Row> {
         .with("NULL wait", "SELECT pgque.next_batch_wait('q', 'c', NULL)", St("22004"))
         .with("negative wait", "SELECT pgque.next_batch_wait('q', 'c', '-1 s')", St("22023")),
         finish_cases(row("pgque.ack(bigint)", "", &[]), "SELECT pgque.ack({X})"),
+        row("pgque.ack_receive(bigint,integer)", "", &[])
+            .with("NULL batch", "SELECT * FROM pgque.ack_receive(NULL)", St("22004"))
+            .with("unknown batch", "SELECT * FROM pgque.ack_receive(987654321)", St("42704"))
+            .with("zero max", "SELECT * FROM pgque.ack_receive(1, 0)", St("22023"))
+            .with("NULL max", "SELECT * FROM pgque.ack_receive(1, NULL)", St("22004")),
         finish_cases(row("pgque.finish_batch(bigint)", "", &[]), "SELECT pgque.finish_batch({X})"),
         batch_cases(
             row("pgque.nack(bigint,pgque.message,interval,text)", "", &[]),

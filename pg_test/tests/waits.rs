@@ -657,3 +657,48 @@ fn dispatch_wait_on_a_blocked_queue_does_not_spin() {
     eprintln!("{calls} dispatch_wait calls in 1 s on a blocked queue");
     assert!(calls <= 40, "{calls} calls in a second: a busy loop");
 }
+
+#[test]
+fn ack_receive_acks_and_opens_the_next_batch_in_one_call() {
+    let db = manual_db("ack_receive");
+    let mut c = db.connect();
+    setup(&mut c, "a");
+    // (each statement its own transaction: a tick in the senders' own
+    // transaction would not cover their events)
+    for s in [
+        "SELECT pgque.send('a', 'x1')",
+        "SELECT pgque.send('a', 'x2')",
+        "SELECT pgque.ticker()",
+    ] {
+        c.batch_execute(s).unwrap();
+    }
+    let (b1, first) = recv(&mut c, "a", "c", 10);
+    let b1 = b1.expect("a first batch");
+    assert_eq!(first.len(), 2);
+    for s in ["SELECT pgque.send('a', 'x3')", "SELECT pgque.ticker()"] {
+        c.batch_execute(s).unwrap();
+    }
+    let rows = c
+        .query(
+            "SELECT msg_id, batch_id, payload FROM pgque.ack_receive($1, 10)",
+            &[&b1],
+        )
+        .unwrap();
+    assert_eq!(rows.len(), 1, "the next batch, with the third event");
+    assert_eq!(rows[0].get::<_, String>(2), "x3");
+    let b2: i64 = rows[0].get(1);
+    assert_ne!(b2, b1);
+    // b1 is finished: acking it again finds nothing
+    let again: i32 = c.query_one("SELECT pgque.ack($1)", &[&b1]).unwrap().get(0);
+    assert_eq!(again, 0);
+    // the last batch acked, nothing new: empty, and the consumer is caught up
+    let rows = c
+        .query("SELECT * FROM pgque.ack_receive($1)", &[&b2])
+        .unwrap();
+    assert!(rows.is_empty());
+    assert_eq!(recv(&mut c, "a", "c", 10).1, Vec::<i64>::new());
+    assert_eq!(
+        sqlstate(c.query("SELECT * FROM pgque.ack_receive(987654321)", &[])),
+        "42704"
+    );
+}

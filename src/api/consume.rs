@@ -174,16 +174,10 @@ fn receive_with_headers_wait(
     )))
 }
 
-/// When a waiting form starts to sleep on queue `queue_id`: a tick now if
-/// the queue has events no tick covers (a producer committed within the
-/// worker's coalescing window, before this consumer waited).
-pub(crate) fn ask_tick_if_new(queue: &Queue) {
-    if Spi::connect_mut(|c| log::tick::ids_since_last_tick(c, queue)) {
-        crate::wake::demand_tick_now();
-    }
-}
-
 /// What the waiting receive returns: receive_batch's batch, waited for.
+/// When it starts to sleep on a queue with event ids no tick covers yet (a
+/// producer committed within the worker's coalescing window, before this
+/// consumer waited), it asks the worker for a tick now.
 fn receive_batch_waiting(
     queue_name: Option<&str>,
     consumer: Option<&str>,
@@ -192,22 +186,24 @@ fn receive_batch_waiting(
 ) -> Option<(i64, Vec<crate::log::events::Event>)> {
     let limit = max_return_arg(max_return);
     let wait = waiters::wait_arg(wait);
-    let queue: std::cell::RefCell<Option<Queue>> = Default::default();
+    let untick = std::cell::Cell::new(false);
     waiters::wait_for(
         wait,
         || {
             Spi::connect_mut(|c| {
-                let (q, opened) = log::look::plain_next(c, queue_name, consumer, limit, true);
-                let found = deliver(c, &q, opened);
-                let key = Key::Events(q.id);
-                *queue.borrow_mut() = Some(q);
-                match found {
+                let (q, opened, ids) = log::look::waiting_next(c, queue_name, consumer, limit);
+                untick.set(ids);
+                match deliver(c, &q, opened) {
                     Some(b) => Look::Found(b),
-                    None => Look::Wait(vec![key]),
+                    None => Look::Wait(vec![Key::Events(q.id)]),
                 }
             })
         },
-        |_| ask_tick_if_new(queue.borrow().as_ref().expect("looked")),
+        |_| {
+            if untick.get() {
+                crate::wake::demand_tick_now();
+            }
+        },
     )
     // the end of the wait: the plain look, which moves past empty ticks
     .or_else(|| receive_batch(queue_name, consumer, max_return))
@@ -221,7 +217,7 @@ fn receive_batch(
 ) -> Option<(i64, Vec<crate::log::events::Event>)> {
     let limit = max_return_arg(max_return);
     Spi::connect_mut(|c| {
-        let (q, opened) = log::look::plain_next(c, queue_name, consumer, limit, false);
+        let (q, opened) = log::look::plain_next(c, queue_name, consumer, limit);
         deliver(c, &q, opened)
     })
 }
@@ -232,6 +228,34 @@ fn receive_batch(
 #[search_path(pg_catalog, pgque, pg_temp)]
 fn ack(batch_id: Option<i64>) -> i32 {
     Spi::connect_mut(|c| batch::finish(c, batch_id))
+}
+
+/// ack_receive(batch_id, max_return default 100) → setof pgque.message: ack
+/// of batch_id and receive for its consumer, in one call (one round trip
+/// and one commit per batch for a consumer that keeps up; it does not wait:
+/// the ack takes an xid). A batch already finished is only received after
+/// (with ack's WARNING); an unknown batch is 42704, a partition slot's 55000
+/// (ack_partitioned checks the lease). Touches what ack and receive touch.
+#[pg_extern(security_definer)]
+#[search_path(pg_catalog, pgque, pg_temp)]
+fn ack_receive(batch_id: Option<i64>, max_return: default!(Option<i32>, 100)) -> Messages {
+    let id = required(batch_id, "batch_id");
+    let limit = max_return_arg(max_return);
+    Messages::new(Spi::connect_mut(|c| {
+        let Some((b, q, consumer)) = batch::batch_by_id(c, id) else {
+            raise(error::UNDEFINED_OBJECT, format!("batch {id} not found"))
+        };
+        if b.member_id.is_some() {
+            raise(
+                error::WRONG_STATE,
+                format!("batch {id} belongs to a cooperative consumer's member of {consumer:?}: use ack and receive_coop"),
+            );
+        }
+        // (a partition slot's batch: finish raises 55000)
+        batch::finish(c, Some(id));
+        let (q, opened) = log::look::plain_next(c, Some(&q.name), Some(&consumer), limit);
+        deliver(c, &q, opened)
+    }))
 }
 
 /// PgQ: finish_batch(x_batch_id).

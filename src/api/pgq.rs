@@ -12,7 +12,7 @@ use pgrx::spi::SpiClient;
 fn next_batch_opened(queue: Option<&str>, consumer: Option<&str>) -> Option<(batch::Batch, Queue)> {
     Spi::connect_mut(|c| {
         let limit = crate::gucs::batch_max_events();
-        let (q, opened) = log::look::plain_next(c, queue, consumer, limit, false);
+        let (q, opened) = log::look::plain_next(c, queue, consumer, limit);
         opened.map(|o| (o.batch, q))
     })
 }
@@ -39,22 +39,25 @@ fn next_batch_wait(
 ) -> Option<i64> {
     use crate::waiters::{self, Key, Look};
     let wait = waiters::wait_arg(wait);
-    let queue: std::cell::RefCell<Option<Queue>> = Default::default();
+    let untick = std::cell::Cell::new(false);
     waiters::wait_for(
         wait,
         || {
             Spi::connect_mut(|c| {
                 let limit = crate::gucs::batch_max_events();
-                let (q, opened) = log::look::plain_next(c, queue_name, consumer_name, limit, true);
-                let key = Key::Events(q.id);
-                *queue.borrow_mut() = Some(q);
+                let (q, opened, ids) = log::look::waiting_next(c, queue_name, consumer_name, limit);
+                untick.set(ids);
                 match opened {
                     Some(o) => Look::Found(o.batch.batch_id),
-                    None => Look::Wait(vec![key]),
+                    None => Look::Wait(vec![Key::Events(q.id)]),
                 }
             })
         },
-        |_| super::consume::ask_tick_if_new(queue.borrow().as_ref().expect("looked")),
+        |_| {
+            if untick.get() {
+                crate::wake::demand_tick_now();
+            }
+        },
     )
     // the end of the wait: the plain look, which moves past empty ticks
     .or_else(|| next_batch_opened(queue_name, consumer_name).map(|(b, _)| b.batch_id))

@@ -210,21 +210,6 @@ pub fn try_insert_tick(
     col(&first_row(t).expect("tick"), 1)
 }
 
-/// Whether queue `q` has taken event ids since its latest tick (events sent,
-/// committed or not yet, that no tick covers): a consumer that starts to
-/// wait then asks the worker for a tick at once. Reads the sequence's last
-/// value, never the event table.
-pub fn ids_since_last_tick(client: &mut SpiClient<'_>, q: &super::queue::Queue) -> bool {
-    let t = exec(
-        client,
-        "SELECT coalesce(pg_catalog.pg_sequence_last_value($2::pg_catalog.regclass) \
-                  > (SELECT t.tick_event_seq FROM pgque.tick t WHERE t.tick_queue = $1 \
-                      ORDER BY t.tick_id DESC LIMIT 1), false)",
-        &[q.id.into(), q.seq.into()],
-    );
-    first_row(t).and_then(|r| col(&r, 1)).unwrap_or(false)
-}
-
 thread_local! {
     /// When this backend last probed each queue (milliseconds since epoch).
     static PROBED: std::cell::RefCell<std::collections::HashMap<i32, u128>> =
