@@ -196,3 +196,29 @@ async fn a_server_without_the_waits_gets_listen_and_poll() {
     sd.trigger();
     h.await.unwrap().unwrap();
 }
+
+/// statement_timeout = 1 s: the waits are 0.5 s, none is cancelled by the
+/// timeout (which would end `run` with an error).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_wait_is_capped_under_statement_timeout() {
+    let (dsn, c) = test_db("wait_stmt").await;
+    c.batch_execute("SELECT pgque.create_queue('ev')").await.unwrap();
+    let app = "rs_wait_stmt";
+    let seen: Seen = Arc::default();
+    let dsn = format!("{dsn} application_name={app} options='-c statement_timeout=1000'");
+    let (cons, sd, h) = start(consumer(&dsn, "ev", &seen));
+    wait_until(10, "the consumer waiting in the server", || waiting_in_server(&c, app)).await;
+    // five waits' ends; two timeouts had the wait not been capped
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert!(!h.is_finished(), "run ended: {:?}", h.await);
+    let id = send(&c, "ev", "t", &json!({}), None).await.unwrap();
+    wait_until(10, "the event handled", || {
+        let n = seen_len(&seen);
+        async move { n == 1 }
+    })
+    .await;
+    assert_eq!(seen.lock().unwrap()[0].0, id);
+    assert!(cons.server_waits());
+    sd.trigger();
+    h.await.unwrap().unwrap();
+}
