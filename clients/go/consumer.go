@@ -331,7 +331,7 @@ func (c *Consumer) Handled() int64 { return c.r.handled.Load() }
 
 // ServerWaits reports whether the running consumer waits for its batches
 // inside the server (the waiting receive; see [WaitTimeout]) rather than
-// on LISTEN and polls.
+// on LISTEN and polls (once Run returned: what its last run did).
 func (c *Consumer) ServerWaits() bool { return c.serverWaits.Load() }
 
 // Run subscribes the consumer (with Subscribe(true), the default; a no-op
@@ -364,7 +364,6 @@ func (c *Consumer) Run(ctx context.Context) error {
 		return err
 	}
 	c.serverWaits.Store(wait > 0)
-	defer c.serverWaits.Store(false)
 	var l *listener
 	if wait == 0 {
 		l = r.listen(ctx)

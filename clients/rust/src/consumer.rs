@@ -413,7 +413,8 @@ impl Consumer {
         &self.stats
     }
     /// True while `run` waits for its batches inside the server (the
-    /// waiting receive), false while it LISTENs and polls.
+    /// waiting receive), false while it LISTENs and polls (once `run`
+    /// returned: what its last run did).
     pub fn server_waits(&self) -> bool {
         self.server_waits.load(Ordering::Relaxed)
     }

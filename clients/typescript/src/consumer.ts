@@ -426,7 +426,8 @@ export class Consumer extends Runner {
   /** The wait of one waiting receive, in ms (0: LISTEN + poll). */
   readonly waitMs: number;
   /** True while run() waits for its batches inside the server (the waiting
-   * receive), false while it LISTENs and polls. */
+   * receive), false while it LISTENs and polls (once run() returned: what
+   * its last run did). */
   serverWaits = false;
   private readonly subconsumer: string | undefined;
   private readonly deadIntervalMs: number | undefined;

@@ -307,7 +307,7 @@ class Consumer(_Runner):
             raise ValueError(f"wait must be a finite number of seconds >= 0 (or None), not {wait!r}")
         self.wait = w or None
         # True while run() waits inside the server (the waiting receive),
-        # False while it LISTENs and polls.
+        # False while it LISTENs and polls (after run(): what it last did).
         self.server_waits = False
         self.handled = 0
 
