@@ -14,9 +14,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// Event consumers: a plain Consumer (receive / ack / nack, woken by the
-// queue's tick NOTIFY) and a PartitionedConsumer whose M worker goroutines
-// cover N slots with the claim_next_slot loop, so every slot is polled.
+// Event consumers: a plain Consumer (receive / ack / nack; on a server with
+// the waiting receive it waits for its batch inside the server, on an older
+// one it is woken by the queue's tick NOTIFY) and a PartitionedConsumer
+// whose M worker goroutines cover N slots with the claim_next_slot loop, so
+// every slot is polled.
 //
 // Delivery is at least once: a batch is acked only after its handler calls
 // returned, and a batch interrupted by a crash, a stop or a lost slot
@@ -137,18 +139,78 @@ type failure struct {
 // _with_headers twin, which adds the events' headers; a server without it
 // (42883) is remembered and read with fn itself from then on.
 func (r *runner) receive(ctx context.Context, fn, casts string, args ...any) ([]*Message, error) {
-	if !r.noHeaders.Load() && tracingActive(r.cfg.tp) {
-		msgs, err := r.query(ctx, "SELECT "+msgCols+", headers FROM pgque."+fn+"_with_headers("+casts+")", true, args)
+	return r.receiveOn(ctx, r.pool, fn, casts, true, args...)
+}
+
+// receiveOn is receive on db; headers false reads fn itself even while
+// tracing is on.
+func (r *runner) receiveOn(ctx context.Context, db DB, fn, casts string, headers bool, args ...any) ([]*Message, error) {
+	if headers && !r.noHeaders.Load() && tracingActive(r.cfg.tp) {
+		msgs, err := r.query(ctx, db, "SELECT "+msgCols+", headers FROM pgque."+fn+"_with_headers("+casts+")", true, args)
 		if SQLState(err) != CodeUndefinedFunction {
 			return msgs, err
 		}
 		r.noHeaders.Store(true)
 	}
-	return r.query(ctx, "SELECT "+msgCols+" FROM pgque."+fn+"("+casts+")", false, args)
+	return r.query(ctx, db, "SELECT "+msgCols+" FROM pgque."+fn+"("+casts+")", false, args)
 }
 
-func (r *runner) query(ctx context.Context, sql string, headers bool, args []any) ([]*Message, error) {
-	rows, err := r.pool.Query(ctx, sql, args...)
+// receiveWaiting runs the waiting receive(queue, consumer, batch size,
+// wait) on a connection of its own from the pool, outside any transaction
+// (one that has written would not sleep). When ctx ends meanwhile it
+// cancels the statement with the server's cancel request, again every
+// 200 ms until the statement returned (a request that reaches the server
+// before the statement is dropped there). pgx's CancelRequest returns once
+// the server acted on it, and the connection goes back to the pool only
+// after the last one, so no cancel lands on a later statement of the pool.
+// A cancelled wait is an empty result.
+func (r *runner) receiveWaiting(ctx context.Context, wait time.Duration, headers bool) ([]*Message, error) {
+	conn, err := r.pool.Acquire(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, nil
+		}
+		return nil, translate(err)
+	}
+	defer conn.Release()
+	done := make(chan struct{})
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		select {
+		case <-done:
+			return
+		case <-ctx.Done():
+		}
+		for {
+			cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			if err := conn.Conn().PgConn().CancelRequest(cctx); err != nil {
+				r.cfg.logger.Warn("pgque consumer: cancelling the waiting receive", "queue", r.queue, "consumer", r.consumer, "error", err)
+			}
+			cancel()
+			select {
+			case <-done:
+				return
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+	}()
+	msgs, err := r.receiveOn(context.WithoutCancel(ctx), conn, "receive",
+		"$1::text, $2::text, $3::int, make_interval(secs => $4::float8)", headers,
+		r.queue, r.consumer, r.cfg.batchSize, wait.Seconds())
+	close(done)
+	<-watched
+	if err != nil && ctx.Err() != nil && SQLState(err) == codeQueryCanceled {
+		return nil, nil
+	}
+	return msgs, err
+}
+
+// codeQueryCanceled is 57014: a cancel request or statement_timeout.
+const codeQueryCanceled = "57014"
+
+func (r *runner) query(ctx context.Context, db DB, sql string, headers bool, args []any) ([]*Message, error) {
+	rows, err := db.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, translate(err)
 	}
@@ -208,10 +270,16 @@ func (r *runner) listen(ctx context.Context) *listener {
 
 // Consumer reads an event queue as one consumer and calls its handler per
 // event, batch by batch. Make it with [NewConsumer] or [NewConsumerTx].
-type Consumer struct{ r *runner }
+type Consumer struct {
+	r           *runner
+	serverWaits atomic.Bool
+}
 
 const consumerOptions = setBatchSize | setPoll | setRetryAfter | setSubscribe | setLogger | setTracer |
-	setSubconsumer | setDeadInterval
+	setSubconsumer | setDeadInterval | setWait
+
+// atOnce: an empty waiting receive quicker than this did not sleep in the server.
+const atOnce = 20 * time.Millisecond
 
 func newRunner(what string, allowed setBits, pool *pgxpool.Pool, queue, consumer string, opts []Option) (*runner, error) {
 	if pool == nil {
@@ -229,7 +297,8 @@ func newRunner(what string, allowed setBits, pool *pgxpool.Pool, queue, consumer
 
 // NewConsumer returns a Consumer of queue as consumer with handler h.
 // Options: BatchSize (100), PollInterval (2 s), RetryAfter (60 s),
-// Subscribe (true), Logger, TracerProvider.
+// Subscribe (true), WaitTimeout (5 s), Subconsumer, DeadInterval, Logger,
+// TracerProvider.
 func NewConsumer(pool *pgxpool.Pool, queue, consumer string, h MessageHandler, opts ...Option) (*Consumer, error) {
 	if h == nil {
 		return nil, errors.New("pgque: NewConsumer needs a handler")
@@ -260,12 +329,20 @@ func NewConsumerTx(pool *pgxpool.Pool, queue, consumer string, h TxMessageHandle
 // nacks) so far.
 func (c *Consumer) Handled() int64 { return c.r.handled.Load() }
 
+// ServerWaits reports whether the running consumer waits for its batches
+// inside the server (the waiting receive; see [WaitTimeout]) rather than
+// on LISTEN and polls (once Run returned: what its last run did).
+func (c *Consumer) ServerWaits() bool { return c.serverWaits.Load() }
+
 // Run subscribes the consumer (with Subscribe(true), the default; a no-op
-// when it is), then receives, handles and acks batches until ctx ends,
-// sleeping between empty receives until the queue's tick NOTIFY or the
-// poll interval. The batch in hand when ctx ends is finished and acked
-// first. It returns nil then; a server error of the call (an unknown
-// queue or consumer) ends it and is returned. Lost connections are retried.
+// when it is), then receives, handles and acks batches until ctx ends. On
+// a server with the waiting receive each receive waits inside the server
+// for a batch (up to [WaitTimeout]), and the end of ctx cancels it;
+// otherwise Run sleeps between empty receives until the queue's tick
+// NOTIFY or the poll interval. The batch in hand when ctx ends is finished
+// and acked first. It returns nil then; a server error of the call (an
+// unknown queue or consumer) ends it and is returned. Lost connections are
+// retried.
 func (c *Consumer) Run(ctx context.Context) error {
 	r := c.r
 	if !r.running.CompareAndSwap(false, true) {
@@ -282,11 +359,33 @@ func (c *Consumer) Run(ctx context.Context) error {
 			return translate(err)
 		}
 	}
-	l := r.listen(ctx)
-	defer l.close()
+	wait, headers, err := c.serverWait(ctx)
+	if err != nil {
+		return err
+	}
+	c.serverWaits.Store(wait > 0)
+	var l *listener
+	if wait == 0 {
+		l = r.listen(ctx)
+	}
+	defer func() {
+		if l != nil {
+			l.close()
+		}
+	}()
 	for ctx.Err() == nil {
 		g := r.notify.gen()
-		n, err := c.RunOnce(ctx)
+		t0 := time.Now()
+		var n int
+		if wait > 0 {
+			var msgs []*Message
+			msgs, err = r.receiveWaiting(ctx, wait, headers)
+			if err == nil {
+				n, err = c.handle(ctx, msgs)
+			}
+		} else {
+			n, err = c.RunOnce(ctx)
+		}
 		if err != nil {
 			var pe *Error
 			if errors.As(err, &pe) {
@@ -299,11 +398,50 @@ func (c *Consumer) Run(ctx context.Context) error {
 			sleep(ctx, time.Second)
 			continue
 		}
+		if wait > 0 {
+			if n == 0 && time.Since(t0) < atOnce && ctx.Err() == nil {
+				r.cfg.logger.Warn("pgque consumer: the waiting receive returned at once (pgque.max_wait = 0, or a "+
+					"REPEATABLE READ / SERIALIZABLE default isolation?); LISTEN and poll from now on",
+					"queue", r.queue, "consumer", r.consumer)
+				wait = 0
+				c.serverWaits.Store(false)
+				l = r.listen(ctx)
+			}
+			continue
+		}
 		if n == 0 {
 			waitOn(ctx, g, r.cfg.poll)
 		}
 	}
 	return nil
+}
+
+// serverWait returns the wait of Run's waiting receives (0: Run LISTENs:
+// WaitTimeout(0), a cooperative member, a server without the waiting
+// receive), at most half the session's statement_timeout so that the
+// timeout never cancels a wait, and whether the traced form (with headers)
+// may wait too.
+func (c *Consumer) serverWait(ctx context.Context) (time.Duration, bool, error) {
+	r := c.r
+	if r.cfg.wait == 0 || r.cfg.subconsumer != "" {
+		return 0, false, nil
+	}
+	f, err := FeaturesOf(ctx, r.pool)
+	if err != nil {
+		return 0, false, err
+	}
+	if !f.ReceiveWait {
+		return 0, false, nil
+	}
+	var st int64
+	if err := r.pool.QueryRow(ctx, "SELECT setting::int8 FROM pg_catalog.pg_settings WHERE name = 'statement_timeout'").Scan(&st); err != nil {
+		return 0, false, translate(err)
+	}
+	w := r.cfg.wait
+	if st > 0 {
+		w = min(w, time.Duration(st)*time.Millisecond/2)
+	}
+	return w, f.ReceiveWithHeadersWait, nil
 }
 
 // RunOnce receives one batch (pgque.receive), handles it and acks it (the
@@ -325,8 +463,18 @@ func (c *Consumer) RunOnce(ctx context.Context) (int, error) {
 		msgs, err = r.receive(ctx, "receive_coop", "$1::text, $2::text, $3::text, $4::int, $5::float8 * interval '1 second'",
 			r.queue, r.consumer, r.cfg.subconsumer, r.cfg.batchSize, dead)
 	}
-	if err != nil || len(msgs) == 0 {
+	if err != nil {
 		return 0, err
+	}
+	return c.handle(ctx, msgs)
+}
+
+// handle handles a received batch and acks it (with its nacks) in one
+// transaction; it returns the batch's size.
+func (c *Consumer) handle(ctx context.Context, msgs []*Message) (int, error) {
+	r := c.r
+	if len(msgs) == 0 {
+		return 0, nil
 	}
 	ctx = context.WithoutCancel(ctx)
 	var failed []failure
@@ -335,7 +483,7 @@ func (c *Consumer) RunOnce(ctx context.Context) (int, error) {
 			r.call(ctx, nil, m, &failed)
 		}
 	}
-	err = pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
 		if r.txh != nil {
 			for _, m := range msgs {
 				r.call(ctx, tx, m, &failed)

@@ -11,7 +11,8 @@
 // queues' job channels plus a poll fallback, dispatch in batches,
 // heartbeats while a handler runs, batched completions with outputs,
 // failures retried by the server with backoff, a graceful drain when its
-// context ends). A [Consumer] reads an event queue batch by batch; a
+// context ends). A [Consumer] reads an event queue batch by batch, waiting
+// for each batch inside the server where the server can ([WaitTimeout]); a
 // [PartitionedConsumer] runs the claim_next_slot loop over N slots with M
 // goroutines, in order per partition key, following online resizes.
 // Each has an exactly-once form whose handler gets the pgx.Tx that

@@ -31,7 +31,7 @@ SELECT p.proname::text, p.pronargs::int,
 FROM pg_catalog.pg_proc p
 JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
 WHERE n.nspname = 'pgque'
-  AND p.proname = ANY ('{enqueue,enqueue_ready_rows,complete,complete_many,set_progress,enqueue_flow,job_channel,send}')`
+  AND p.proname = ANY ('{enqueue,enqueue_ready_rows,complete,complete_many,set_progress,enqueue_flow,job_channel,send,receive,receive_with_headers}')`
 
 // Features is what the connected server's pgque offers, read once per
 // connection (or pool) from pg_proc. The client works with servers of
@@ -50,6 +50,13 @@ type Features struct {
 	// EventHeaders: send(queue, type, payload, partition_key, headers) and
 	// its siblings take headers, receive_with_headers returns them (0.8).
 	EventHeaders bool
+	// ReceiveWait: the waiting receive(queue, consumer, max_return, wait
+	// interval), which sleeps in the server until the consumer has a batch
+	// (pgque 0.9, docs/waits.md).
+	ReceiveWait bool
+	// ReceiveWithHeadersWait: its receive_with_headers(queue, consumer,
+	// max_return, wait interval) twin.
+	ReceiveWithHeadersWait bool
 	// Params maps each named parameter of the widest overload of a function
 	// to its SQL type (as format_type writes it).
 	Params map[string]map[string]string
@@ -74,6 +81,10 @@ func featuresFromRows(rows pgx.Rows) (*Features, error) {
 			f.Flows = true
 		case name == "job_channel":
 			f.JobChannel = true
+		case name == "receive" && nargs == 4 && len(argtypes) == 4 && argtypes[3] == "interval":
+			f.ReceiveWait = true
+		case name == "receive_with_headers" && nargs == 4 && len(argtypes) == 4 && argtypes[3] == "interval":
+			f.ReceiveWithHeadersWait = true
 		}
 		if w, ok := widest[name]; !ok || nargs > w {
 			widest[name] = nargs

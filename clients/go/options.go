@@ -34,6 +34,7 @@ const (
 	setTracer
 	setSubconsumer
 	setDeadInterval
+	setWait
 )
 
 var optionNames = map[setBits]string{
@@ -41,7 +42,7 @@ var optionNames = map[setBits]string{
 	setPoll: "PollInterval", setShutdown: "ShutdownTimeout", setWorkerID: "WorkerID", setRetryAfter: "RetryAfter",
 	setSubscribe: "Subscribe", setWorkers: "Workers", setTTL: "TTL", setMaxBatches: "MaxBatchesPerClaim",
 	setFailurePolicy: "FailurePolicy", setLogger: "Logger", setTracer: "TracerProvider",
-	setSubconsumer: "Subconsumer", setDeadInterval: "DeadInterval",
+	setSubconsumer: "Subconsumer", setDeadInterval: "DeadInterval", setWait: "WaitTimeout",
 }
 
 type config struct {
@@ -64,6 +65,7 @@ type config struct {
 	tp                 trace.TracerProvider
 	subconsumer        string
 	deadInterval       *time.Duration
+	wait               time.Duration
 	err                error
 }
 
@@ -93,6 +95,7 @@ func newConfig(what string, allowed setBits, opts []Option) (*config, error) {
 		failurePolicy:      "skip",
 		onDeadLetter:       "resume",
 		logger:             slog.Default(),
+		wait:               5 * time.Second,
 	}
 	for _, o := range opts {
 		o.apply(c)
@@ -225,6 +228,24 @@ func DeadInterval(d time.Duration) Option {
 			c.fail("DeadInterval must not be negative, not %s", d)
 		}
 		c.deadInterval, c.set = &d, c.set|setDeadInterval
+	})
+}
+
+// WaitTimeout is how long one waiting receive of a Consumer waits inside
+// the server for a batch (default 5 s; the server caps it at
+// pgque.max_wait, and Run at half the session's statement_timeout). On a
+// server with the waiting receive (pgque 0.9, docs/waits.md) Run loops on
+// it instead of LISTEN + poll: an event arrives within a few milliseconds
+// and no LISTEN connection is held (it works through transaction-mode
+// poolers). 0 keeps LISTEN + poll, which is also what an older server, a
+// cooperative member (no waiting receive_coop yet) and a server that does
+// not sleep (pgque.max_wait = 0, a REPEATABLE READ default isolation) get.
+func WaitTimeout(d time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if d < 0 {
+			c.fail("WaitTimeout must not be negative, not %s", d)
+		}
+		c.wait, c.set = d, c.set|setWait
 	})
 }
 

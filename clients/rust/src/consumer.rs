@@ -1,6 +1,8 @@
-//! Event consumers: [`Consumer`] (receive / ack / nack, woken by the queue's
-//! tick NOTIFY) and [`PartitionedConsumer`], whose M tasks cover N slots
-//! with the `claim_next_slot` loop so every slot is polled.
+//! Event consumers: [`Consumer`] (receive / ack / nack; on a server with the
+//! waiting receive it waits for its batch inside the server, on an older one
+//! it is woken by the queue's tick NOTIFY) and [`PartitionedConsumer`], whose
+//! M tasks cover N slots with the `claim_next_slot` loop so every slot is
+//! polled.
 //!
 //! At least once: a batch is acked after its handler calls returned; a batch
 //! cut short (a crash, a lost slot lease) is delivered again. A handler error
@@ -17,7 +19,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -27,6 +29,7 @@ use tokio::sync::watch;
 use tokio_postgres::{Client, Config, NoTls, Row, Transaction};
 
 use crate::error::{Error, ErrorKind, Result};
+use crate::features::Features;
 use crate::worker::BoxError;
 use crate::{listen, Shutdown};
 
@@ -253,6 +256,13 @@ async fn wait_tick(rx: &mut watch::Receiver<u64>, poll: Duration, shutdown: &Shu
     }
 }
 
+/// What a waiting receive ended with.
+enum Waited {
+    Rows(Vec<Row>),
+    /// The shutdown came first, or cancelled the wait.
+    Stopped,
+}
+
 /// Counters of a consumer (live while it runs).
 #[derive(Debug, Default)]
 pub struct ConsumerStats {
@@ -277,7 +287,14 @@ pub struct Consumer {
     /// A cooperative consumer's member name ([`Consumer::cooperative`]).
     subconsumer: Option<String>,
     dead_interval: Option<Duration>,
+    /// The wait of one waiting receive ([`Consumer::wait`]); zero: LISTEN.
+    wait: Duration,
+    /// True while `run` waits inside the server.
+    server_waits: AtomicBool,
 }
+
+/// An empty waiting receive quicker than this did not sleep in the server.
+const AT_ONCE: Duration = Duration::from_millis(20);
 
 impl Consumer {
     /// A consumer (subscribed on `run` if it is not yet).
@@ -328,6 +345,8 @@ impl Consumer {
             server_headers: true.into(),
             subconsumer: None,
             dead_interval: None,
+            wait: Duration::from_secs(5),
+            server_waits: AtomicBool::new(false),
         })
     }
     /// Events per receive (default 100).
@@ -370,6 +389,20 @@ impl Consumer {
         self.poll_interval = d;
         self
     }
+    /// How long one waiting receive waits inside the server for a batch
+    /// (default 5 s; the server caps it at `pgque.max_wait`, and `run` at
+    /// half the session's `statement_timeout`). On a server with the waiting
+    /// receive (pgque 0.9, docs/waits.md) `run` loops on it instead of
+    /// LISTEN + poll: an event arrives within a few milliseconds and no
+    /// LISTEN connection is held (it works through transaction-mode
+    /// poolers). `Duration::ZERO` keeps LISTEN + poll, which is also what an
+    /// older server, a cooperative member (no waiting `receive_coop` yet)
+    /// and a server that does not sleep (`pgque.max_wait = 0`, a REPEATABLE
+    /// READ default isolation) get.
+    pub fn wait(mut self, d: Duration) -> Self {
+        self.wait = d;
+        self
+    }
     /// Redelivery delay of a failed event (default 60 s).
     pub fn retry_after(mut self, d: Duration) -> Self {
         self.retry_after = d;
@@ -379,8 +412,16 @@ impl Consumer {
     pub fn stats(&self) -> &Arc<ConsumerStats> {
         &self.stats
     }
+    /// True while `run` waits for its batches inside the server (the
+    /// waiting receive), false while it LISTENs and polls (once `run`
+    /// returned: what its last run did).
+    pub fn server_waits(&self) -> bool {
+        self.server_waits.load(Ordering::Relaxed)
+    }
 
-    /// Consumes until `shutdown`; the batch in hand is finished and acked first.
+    /// Consumes until `shutdown`; the batch in hand is finished and acked
+    /// first. A waiting receive in flight is cancelled (the server's cancel
+    /// request), so `run` returns at once.
     pub async fn run(&self, shutdown: Shutdown) -> Result<()> {
         let pool = pool_for(&self.config, 1)?;
         let mut c = pool.get().await?;
@@ -400,17 +441,46 @@ impl Consumer {
                 .await?
             }
         };
+        let features = Features::read(&c).await?;
+        let mut wait = self.server_wait(&c, &features).await?;
+        self.server_waits.store(wait.is_some(), Ordering::Relaxed);
         let (gen_tx, mut gen_rx) = watch::channel(0u64);
         let stop = Shutdown::new();
-        let listener = listen::spawn(
-            self.config.clone(),
-            vec![format!("pgque_{}", self.queue)],
-            gen_tx,
-            stop.clone(),
-        )
-        .await;
+        let listen = || {
+            listen::spawn(
+                self.config.clone(),
+                vec![format!("pgque_{}", self.queue)],
+                gen_tx.clone(),
+                stop.clone(),
+            )
+        };
+        let mut listener = match wait {
+            None => Some(listen().await),
+            Some(_) => None,
+        };
         let result = async {
             while !shutdown.is_triggered() {
+                if let Some(w) = wait {
+                    let t0 = Instant::now();
+                    let got = match self
+                        .receive_waiting(&c, w, features.receive_with_headers_wait, &shutdown)
+                        .await?
+                    {
+                        Waited::Rows(rows) => self.handle_rows(&mut c, rows, SystemTime::now()).await?,
+                        Waited::Stopped => break,
+                    };
+                    if got == 0 && t0.elapsed() < AT_ONCE && !shutdown.is_triggered() {
+                        eprintln!(
+                            "pgque consumer {}: the waiting receive returned at once (pgque.max_wait = 0, or a \
+                             REPEATABLE READ / SERIALIZABLE default isolation?); LISTEN and poll from now on",
+                            self.consumer
+                        );
+                        wait = None;
+                        self.server_waits.store(false, Ordering::Relaxed);
+                        listener = Some(listen().await);
+                    }
+                    continue;
+                }
                 gen_rx.borrow_and_update();
                 if self.run_once(&mut c).await? == 0 {
                     wait_tick(&mut gen_rx, self.poll_interval, &shutdown).await;
@@ -420,8 +490,75 @@ impl Consumer {
         }
         .await;
         stop.trigger();
-        let _ = listener.await;
+        if let Some(l) = listener {
+            let _ = l.await;
+        }
         result
+    }
+
+    /// The wait of `run`'s waiting receives, or None when `run` LISTENs
+    /// ([`Consumer::wait`]). Half the session's statement_timeout at most,
+    /// so that the timeout never cancels a wait.
+    async fn server_wait(&self, c: &Client, f: &Features) -> Result<Option<Duration>> {
+        if self.wait.is_zero() || self.subconsumer.is_some() || !f.receive_wait {
+            return Ok(None);
+        }
+        let st: i64 = c
+            .query_one(
+                "SELECT setting::int8 FROM pg_catalog.pg_settings WHERE name = 'statement_timeout'",
+                &[],
+            )
+            .await?
+            .get(0);
+        let mut w = self.wait;
+        if st > 0 {
+            w = w.min(Duration::from_millis(st as u64) / 2);
+        }
+        Ok(Some(w))
+    }
+
+    /// The waiting `receive(queue, consumer, batch_size, wait)` on `c` (an
+    /// autocommit connection: a transaction that has written would not
+    /// sleep). `shutdown` cancels it with the server's cancel request, sent
+    /// again every 200 ms until the statement ended (a request that reaches
+    /// the server before the statement is dropped there). Rows that arrive
+    /// once a cancel was sent are left unhandled (`Stopped`): tokio-postgres'
+    /// cancel does not wait for the server to act on it, so the request may
+    /// still be on its way and would cancel the next statement (the ack); the
+    /// open batch is delivered again, whole, to the consumer's next receive.
+    async fn receive_waiting(&self, c: &Client, wait: Duration, headers: bool, shutdown: &Shutdown) -> Result<Waited> {
+        if shutdown.is_triggered() {
+            return Ok(Waited::Stopped);
+        }
+        let no_headers = AtomicBool::new(false);
+        let secs = wait.as_secs_f64();
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 4] =
+            [&self.queue, &self.consumer, &self.batch_size, &secs];
+        let q = receive(
+            c,
+            if headers { &self.server_headers } else { &no_headers },
+            "receive",
+            "$1::text, $2::text, $3::int4, make_interval(secs => $4::float8)",
+            &params,
+        );
+        tokio::pin!(q);
+        let token = c.cancel_token();
+        let r = tokio::select! {
+            biased;
+            r = &mut q => r,
+            _ = shutdown.wait() => {
+                loop {
+                    let _ = token.cancel_query(NoTls).await;
+                    tokio::select! {
+                        biased;
+                        _ = &mut q => break,
+                        _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+                    }
+                }
+                return Ok(Waited::Stopped);
+            }
+        };
+        Ok(Waited::Rows(r?))
     }
 
     async fn run_once(&self, c: &mut Object) -> Result<usize> {
@@ -449,6 +586,12 @@ impl Consumer {
                 .await?
             }
         };
+        self.handle_rows(c, rows, started).await
+    }
+
+    /// Handles a received batch and acks it (with its nacks) in one
+    /// transaction; returns its size.
+    async fn handle_rows(&self, c: &mut Object, rows: Vec<Row>, started: SystemTime) -> Result<usize> {
         if rows.is_empty() {
             return Ok(0);
         }

@@ -1,6 +1,7 @@
-//! What the connected server's pgque offers, read once per worker run from
-//! pg_proc, so the client works with servers with and without the functions
-//! of later versions (outputs, progress, flows, job_channel).
+//! What the connected server's pgque offers, read once per worker or
+//! consumer run from pg_proc, so the client works with servers with and
+//! without the functions of later versions (outputs, progress, flows,
+//! job_channel, the waiting receive).
 
 use tokio_postgres::Client;
 
@@ -20,6 +21,12 @@ pub struct Features {
     /// Job headers (trace context): `enqueue(..., headers)`, and dispatch
     /// returns them.
     pub headers: bool,
+    /// The waiting `receive(queue, consumer, max_return, wait interval)`,
+    /// which sleeps in the server until the consumer has a batch (pgque 0.9,
+    /// docs/waits.md).
+    pub receive_wait: bool,
+    /// Its `receive_with_headers(queue, consumer, max_return, wait interval)` twin.
+    pub receive_with_headers_wait: bool,
 }
 
 impl Features {
@@ -27,10 +34,13 @@ impl Features {
     pub async fn read(client: &Client) -> Result<Features> {
         let rows = client
             .query(
-                "SELECT p.proname::text, p.pronargs::int4 FROM pg_catalog.pg_proc p \
+                "SELECT p.proname::text, p.pronargs::int4, \
+                        p.pronargs = 4 AND p.proargtypes[3] = 'pg_catalog.interval'::pg_catalog.regtype \
+                 FROM pg_catalog.pg_proc p \
                  JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace \
                  WHERE n.nspname = 'pgque' \
-                   AND p.proname = ANY ('{complete_many,set_progress,enqueue_flow,job_channel,enqueue}')",
+                   AND p.proname = ANY ('{complete_many,set_progress,enqueue_flow,job_channel,enqueue,\
+                                          receive,receive_with_headers}')",
                 &[],
             )
             .await?;
@@ -38,12 +48,15 @@ impl Features {
         for r in rows {
             let name: String = r.get(0);
             let nargs: i32 = r.get(1);
+            let waits: bool = r.get(2);
             match name.as_str() {
                 "complete_many" if nargs >= 3 => f.outputs = true,
                 "set_progress" => f.progress = true,
                 "enqueue_flow" => f.flows = true,
                 "job_channel" => f.job_channel = true,
                 "enqueue" if nargs >= 13 => f.headers = true,
+                "receive" if waits => f.receive_wait = true,
+                "receive_with_headers" if waits => f.receive_with_headers_wait = true,
                 _ => {}
             }
         }

@@ -1,7 +1,9 @@
 /**
- * Event consumers: a plain {@link Consumer} (receive / ack / nack, woken by
- * the queue's tick NOTIFY) and a {@link PartitionedConsumer} whose M loops
- * cover N slots with the `claim_next_slot` loop, so every slot is polled.
+ * Event consumers: a plain {@link Consumer} (receive / ack / nack; on a
+ * server with the waiting receive it waits for its batch inside the server,
+ * on an older one it is woken by the queue's tick NOTIFY) and a
+ * {@link PartitionedConsumer} whose M loops cover N slots with the
+ * `claim_next_slot` loop, so every slot is polled.
  *
  * Delivery is at least once: a batch is acked only after its handler calls
  * returned, and a batch interrupted by a crash, a stop or a lost slot lease
@@ -22,9 +24,11 @@ import { hostname } from "node:os";
 import type pg from "pg";
 
 import { InvalidParameterValue, NumericValueOutOfRange, SlotLost, WrongState, isConnectionError } from "./errors.js";
+import { features } from "./features.js";
 import { Listener } from "./listen.js";
 import { eventSpan, tracingActive } from "./otel.js";
 import {
+  cancelRequest,
   closeQuietly,
   connect,
   consoleLogger,
@@ -171,6 +175,11 @@ abstract class Runner {
   protected stopping = false;
   private readonly handleSignals: boolean;
   private readonly handlers: Handlers;
+  private listener: Listener | undefined;
+  /** The connection whose waiting receive is in flight (stop() cancels it). */
+  private waiting: { conn: pg.Client; done: Promise<void> } | undefined;
+  /** stop()'s cancel of that receive, while it runs. */
+  private cancelling: Promise<void> | undefined;
   /** False once the server turned out to lack the *_with_headers receives
    * (42883, a 0.7 schema): the plain ones from then on. */
   private serverHeaders = true;
@@ -196,23 +205,79 @@ abstract class Runner {
   stop(): void {
     this.stopping = true;
     this.waker.notify();
+    if (this.waiting !== undefined && this.cancelling === undefined) this.cancelling = this.cancelWait();
   }
 
-  /** Runs `body` with the stop plumbing (signal, SIGTERM, the tick listener). */
-  protected async runWith(signal: AbortSignal | undefined, body: () => Promise<void>): Promise<void> {
+  /** Cancels the waiting receive in flight, again every 200 ms until it
+   * returned (a cancel request that reaches the server before the statement
+   * is dropped there). The receiving side awaits this before its next
+   * statement, so a cancel never lands on the ack. */
+  private async cancelWait(): Promise<void> {
+    try {
+      while (this.waiting !== undefined) {
+        const { conn, done } = this.waiting;
+        try {
+          await cancelRequest(conn);
+        } catch (err) {
+          this.log.warn(`consumer ${this.consumer}: cancelling the waiting receive: ${(err as Error).message}`);
+        }
+        await Promise.race([done, sleep(200)]);
+      }
+    } finally {
+      this.cancelling = undefined;
+    }
+  }
+
+  /** Runs `body` with the stop plumbing (signal, SIGTERM, the tick listener,
+   * started first unless `listen` is false: then {@link listen} starts it). */
+  protected async runWith(signal: AbortSignal | undefined, body: () => Promise<void>, listen = true): Promise<void> {
     this.stopping = signal?.aborted ?? false;
     const onAbort = (): void => this.stop();
     signal?.addEventListener("abort", onAbort, { once: true });
     const restore = this.handleSignals ? onSignals(() => this.stop()) : () => undefined;
-    const listener = new Listener(this.connection, [`pgque_${this.queue}`], () => this.waker.notify(), this.log);
     try {
-      await listener.start();
+      if (listen) await this.listen();
       await body();
     } finally {
-      await listener.close();
+      await this.listener?.close();
+      this.listener = undefined;
       signal?.removeEventListener("abort", onAbort);
       restore();
       this.stopping = false;
+    }
+  }
+
+  /** Starts the tick listener (once per run). */
+  protected async listen(): Promise<void> {
+    if (this.listener !== undefined) return;
+    this.listener = new Listener(this.connection, [`pgque_${this.queue}`], () => this.waker.notify(), this.log);
+    await this.listener.start();
+  }
+
+  /**
+   * The waiting `receive(args..., wait)` on `conn` (autocommit: a
+   * transaction that has written would not sleep), cancellable by stop();
+   * empty when stop() came first or cancelled it.
+   */
+  protected async receiveWaiting(conn: pg.Client, args: unknown[], waitMs: number, headers: boolean): Promise<Message[]> {
+    let settled!: () => void;
+    this.waiting = { conn, done: new Promise<void>((r) => (settled = r)) };
+    try {
+      if (this.stopping) return [];
+      return await this.receive(
+        conn,
+        "receive",
+        "$1::text, $2::text, $3::int4, make_interval(secs => $4::float8)",
+        [...args, waitMs / 1000],
+        headers,
+      );
+    } catch (err) {
+      if (this.stopping && (err as { code?: unknown }).code === "57014") return [];
+      throw err;
+    } finally {
+      this.waiting = undefined;
+      settled();
+      await this.cancelling;
     }
   }
 
@@ -222,8 +287,8 @@ abstract class Runner {
    * events' headers; a server without it (42883) is remembered and read
    * with `fn` itself from then on.
    */
-  protected async receive(conn: pg.Client, fn: string, args: string, params: unknown[]): Promise<Message[]> {
-    if (this.serverHeaders && (await tracingActive())) {
+  protected async receive(conn: pg.Client, fn: string, args: string, params: unknown[], headers = true): Promise<Message[]> {
+    if (headers && this.serverHeaders && (await tracingActive())) {
       try {
         const { rows } = await query<MessageRow>(
           conn,
@@ -330,7 +395,22 @@ export interface ConsumerOptions extends ConsumerOptionsBase {
   /** A cooperative member also takes over the open batch of a member idle
    * longer than this, in ms (`receive_coop`'s dead_interval; default never). */
   deadIntervalMs?: number;
+  /**
+   * How long one waiting receive waits inside the server for a batch, in ms
+   * (default 5 s; the server caps it at `pgque.max_wait`, and run() at half
+   * the session's `statement_timeout`). On a server with the waiting receive
+   * (pgque 0.9, docs/waits.md) run() loops on it instead of LISTEN + poll:
+   * an event arrives within a few milliseconds and no LISTEN connection is
+   * held (it works through transaction-mode poolers). 0 keeps LISTEN + poll,
+   * which is also what an older server, a cooperative member (no waiting
+   * `receive_coop` yet) and a server that does not sleep (`pgque.max_wait =
+   * 0`, a REPEATABLE READ default isolation) get.
+   */
+  waitMs?: number;
 }
+
+/** An empty waiting receive quicker than this (ms) did not sleep in the server. */
+const AT_ONCE_MS = 20;
 
 /**
  * Reads `queue` as `consumer` and calls the handler per event, acking each
@@ -343,6 +423,12 @@ export interface ConsumerOptions extends ConsumerOptionsBase {
  * ```
  */
 export class Consumer extends Runner {
+  /** The wait of one waiting receive, in ms (0: LISTEN + poll). */
+  readonly waitMs: number;
+  /** True while run() waits for its batches inside the server (the waiting
+   * receive), false while it LISTENs and polls (once run() returned: what
+   * its last run did). */
+  serverWaits = false;
   private readonly subconsumer: string | undefined;
   private readonly deadIntervalMs: number | undefined;
 
@@ -351,50 +437,98 @@ export class Consumer extends Runner {
     super(options);
     this.subconsumer = options.subconsumer;
     this.deadIntervalMs = options.deadIntervalMs;
+    this.waitMs = options.waitMs ?? 5_000;
+    secs(this.waitMs, "waitMs");
   }
 
   /** Subscribes (unless `subscribe: false`), then receives, handles and acks
    * batches until stop(), `signal` aborts or SIGTERM / SIGINT; the batch in
-   * hand is finished and acked first. Sleeps on the tick NOTIFY between
-   * empty polls. */
+   * hand is finished and acked first. Waits for each batch inside the server
+   * where it can ({@link ConsumerOptions.waitMs}; stop() cancels the waiting
+   * statement), else sleeps on the tick NOTIFY between empty polls. */
   async run(options: { signal?: AbortSignal } = {}): Promise<void> {
-    await this.runWith(options.signal, async () => {
-      let conn = await connect(this.connection);
-      try {
-        if (this.subscribe && this.subconsumer === undefined) {
-          await query(conn, "SELECT pgque.subscribe($1::text, $2::text)", [this.queue, this.consumer]);
-        } else if (this.subscribe) {
-          await query(conn, "SELECT pgque.register_subconsumer($1::text, $2::text, $3::text)", [
-            this.queue,
-            this.consumer,
-            this.subconsumer,
-          ]);
-        }
-        while (!this.stopping) {
-          const gen = this.waker.gen;
-          let got: number;
-          try {
-            got = await this.runOnce(conn);
-          } catch (err) {
-            if (!isConnectionError(err)) throw err;
-            this.log.warn(`consumer ${this.consumer}: ${(err as Error).message}; reconnecting`);
-            await closeQuietly(conn);
-            await sleep(1000);
-            conn = await connect(this.connection);
-            continue;
-          }
-          if (got === 0) await this.waitTick(gen);
-        }
-      } finally {
-        await closeQuietly(conn);
-      }
-    });
+    await this.runWith(options.signal, () => this.consume(), false);
   }
 
-  /** Receives one batch on `conn`, handles it, acks it; returns its size (0: none). */
-  async runOnce(conn: pg.Client): Promise<number> {
+  private async consume(): Promise<void> {
+    let conn = await connect(this.connection);
+    try {
+      if (this.subscribe && this.subconsumer === undefined) {
+        await query(conn, "SELECT pgque.subscribe($1::text, $2::text)", [this.queue, this.consumer]);
+      } else if (this.subscribe) {
+        await query(conn, "SELECT pgque.register_subconsumer($1::text, $2::text, $3::text)", [
+          this.queue,
+          this.consumer,
+          this.subconsumer,
+        ]);
+      }
+      let wait = await this.serverWait(conn);
+      this.serverWaits = wait !== undefined;
+      if (wait === undefined) await this.listen();
+      while (!this.stopping) {
+        const gen = this.waker.gen;
+        const t0 = Date.now();
+        let got: number;
+        try {
+          got = await this.runOnce(conn, wait);
+        } catch (err) {
+          if (!isConnectionError(err)) throw err;
+          this.log.warn(`consumer ${this.consumer}: ${(err as Error).message}; reconnecting`);
+          await closeQuietly(conn);
+          await sleep(1000);
+          conn = await connect(this.connection);
+          continue;
+        }
+        if (wait !== undefined) {
+          if (got === 0 && Date.now() - t0 < AT_ONCE_MS && !this.stopping) {
+            this.log.warn(
+              `consumer ${this.consumer}: the waiting receive returned at once (pgque.max_wait = 0, or a ` +
+                "REPEATABLE READ / SERIALIZABLE default isolation?); LISTEN and poll from now on",
+            );
+            wait = undefined;
+            this.serverWaits = false;
+            await this.listen();
+          }
+          continue;
+        }
+        if (got === 0) await this.waitTick(gen);
+      }
+    } finally {
+      await closeQuietly(conn);
+    }
+  }
+
+  /** The wait of run()'s waiting receives in ms, or undefined when run()
+   * LISTENs ({@link ConsumerOptions.waitMs}). Half the session's
+   * statement_timeout at most, so that the timeout never cancels a wait. */
+  private async serverWait(conn: pg.Client): Promise<number | undefined> {
+    if (this.waitMs === 0 || this.subconsumer !== undefined || !(await features(conn)).receiveWait) return undefined;
+    const { rows } = await query<{ st: string }>(
+      conn,
+      "SELECT setting::int8 AS st FROM pg_catalog.pg_settings WHERE name = 'statement_timeout'",
+    );
+    const st = Number(rows[0]?.st ?? 0);
+    return st > 0 ? Math.min(this.waitMs, st / 2) : this.waitMs;
+  }
+
+  /** Receives one batch on `conn`, handles it, acks it; returns its size (0:
+   * none). With `waitMs` (a server with the waiting receive; not for a
+   * cooperative member) the receive waits up to that long inside the server
+   * for a batch; `conn` must then be outside a transaction that has written,
+   * or it does not sleep. */
+  async runOnce(conn: pg.Client, waitMs?: number): Promise<number> {
+    if (waitMs !== undefined && this.subconsumer !== undefined) {
+      throw new TypeError("a cooperative member has no waiting receive (receive_coop); call runOnce without waitMs");
+    }
     const msgs =
-      this.subconsumer === undefined
+      waitMs !== undefined
+        ? await this.receiveWaiting(
+            conn,
+            [this.queue, this.consumer, this.batchSize],
+            waitMs,
+            (await features(conn)).receiveWithHeadersWait,
+          )
+        : this.subconsumer === undefined
         ? await this.receive(conn, "receive", "$1::text, $2::text, $3::int4", [this.queue, this.consumer, this.batchSize])
         : await this.receive(
             conn,

@@ -3,8 +3,8 @@
  *
  * The client works with servers of several pgque versions: functions added
  * later (outputs on `complete_many`, `set_progress`, `enqueue_flow`,
- * `job_channel`, the `headers` of `send`) are looked up in `pg_proc` and
- * used when present. The parameter names and types of the functions whose options go by name
+ * `job_channel`, the `headers` of `send`, the waiting `receive`) are looked
+ * up in `pg_proc` and used when present. The parameter names and types of the functions whose options go by name
  * (`enqueue`, `enqueue_ready_rows`) come from the same read, so an option the
  * server does not know is refused before any SQL is sent, and each value is
  * cast to the parameter's own type.
@@ -30,6 +30,8 @@ const FUNCTIONS = [
   "enqueue_flow",
   "job_channel",
   "send",
+  "receive",
+  "receive_with_headers",
 ];
 
 /** Server capabilities. `params[fn]` maps each named parameter of the widest
@@ -48,6 +50,12 @@ export interface Features {
   /** Events carry headers: `send(queue, type, payload, partition_key,
    * headers)` and its siblings take them (pgque 0.8). */
   eventHeaders: boolean;
+  /** The waiting `receive(queue, consumer, max_return, wait interval)`,
+   * which sleeps in the server until the consumer has a batch (pgque 0.9,
+   * docs/waits.md). */
+  receiveWait: boolean;
+  /** Its `receive_with_headers(queue, consumer, max_return, wait interval)` twin. */
+  receiveWithHeadersWait: boolean;
   /** Named parameters and their SQL types per function. */
   params: Record<string, Record<string, string>>;
 }
@@ -75,13 +83,25 @@ export function features(client: Queryable): Promise<Features> {
 
 async function readFeatures(client: Queryable): Promise<Features> {
   const { rows } = await query<CatalogRow>(client, CATALOG_SQL, [FUNCTIONS]);
-  const f: Features = { outputs: false, progress: false, flows: false, jobChannel: false, headers: false, eventHeaders: false, params: {} };
+  const f: Features = {
+    outputs: false,
+    progress: false,
+    flows: false,
+    jobChannel: false,
+    headers: false,
+    eventHeaders: false,
+    receiveWait: false,
+    receiveWithHeadersWait: false,
+    params: {},
+  };
   const widest: Record<string, number> = {};
   for (const r of rows) {
     if (r.name === "complete_many" && r.nargs >= 3) f.outputs = true;
     else if (r.name === "set_progress") f.progress = true;
     else if (r.name === "enqueue_flow") f.flows = true;
     else if (r.name === "job_channel") f.jobChannel = true;
+    else if (r.name === "receive" && r.nargs === 4 && r.argtypes[3] === "interval") f.receiveWait = true;
+    else if (r.name === "receive_with_headers" && r.nargs === 4 && r.argtypes[3] === "interval") f.receiveWithHeadersWait = true;
     if (r.nargs > (widest[r.name] ?? -1)) {
       widest[r.name] = r.nargs;
       const params: Record<string, string> = {};

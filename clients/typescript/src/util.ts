@@ -3,6 +3,8 @@
  * wrapper that translates errors, id conversion, and the wake-up primitive
  * the worker and consumers sleep on.
  */
+import net from "node:net";
+
 import type { QueryResult, QueryResultRow } from "pg";
 import pg from "pg";
 
@@ -66,6 +68,34 @@ export async function connect(options: ConnectionOptions, onError?: (err: Error)
   client.on("error", (err) => onError?.(err));
   await client.connect();
   return client;
+}
+
+/**
+ * Sends the server a cancel request for the statement running on `client`
+ * (the protocol's CancelRequest with the connection's process id and secret
+ * key, on a socket of its own: no login, no privilege, and it reaches the
+ * right backend through a pooler) and resolves once the server closed that
+ * socket, which it does after it signalled the backend: a request sent
+ * while the backend is idle is dropped there, so once this resolves the
+ * client's next statement is safe from it.
+ */
+export function cancelRequest(client: pg.Client): Promise<void> {
+  const c = client as unknown as { host: string; port: number; processID: number | null; secretKey: number | null };
+  const { processID, secretKey } = c;
+  if (processID === null || secretKey === null) return Promise.resolve();
+  return new Promise((resolve, reject) => {
+    const sock = c.host.startsWith("/") ? net.connect(`${c.host}/.s.PGSQL.${c.port}`) : net.connect(c.port, c.host);
+    const packet = Buffer.alloc(16);
+    packet.writeInt32BE(16, 0);
+    packet.writeInt32BE(80877102, 4); // the cancel request code
+    packet.writeInt32BE(processID, 8);
+    packet.writeInt32BE(secretKey, 12);
+    sock.setTimeout(5_000, () => sock.destroy(new Error("cancel request: no answer in 5 s")));
+    sock.on("connect", () => sock.end(packet));
+    sock.on("error", reject);
+    sock.on("close", () => resolve());
+    sock.resume();
+  });
 }
 
 /** Closes a client, ignoring errors (it may be broken already). */

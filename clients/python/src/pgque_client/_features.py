@@ -2,7 +2,7 @@
 
 The client works with servers of several pgque versions: functions added
 later (outputs on ``complete_many``, ``set_progress``, ``enqueue_flow``,
-``job_channel``, the ``headers`` of ``send``) are looked up in ``pg_proc``
+``job_channel``, the ``headers`` of ``send``, the waiting ``receive``) are looked up in ``pg_proc``
 and used when present. The
 parameter names and types of the functions whose options are passed by name
 (``enqueue``, ``enqueue_ready_rows``) come from the same read, so a keyword
@@ -26,7 +26,7 @@ SELECT p.proname::text, p.pronargs::int,
 FROM pg_catalog.pg_proc p
 JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
 WHERE n.nspname = 'pgque'
-  AND p.proname = ANY ('{enqueue,enqueue_ready_rows,complete,complete_many,set_progress,enqueue_flow,job_channel,send}')
+  AND p.proname = ANY ('{enqueue,enqueue_ready_rows,complete,complete_many,set_progress,enqueue_flow,job_channel,send,receive,receive_with_headers}')
 """
 
 
@@ -44,6 +44,11 @@ class Features:
     # events carry headers: send(queue, type, payload, partition_key, headers)
     # and its siblings take them, receive_with_headers returns them (0.8)
     event_headers: bool = False
+    # the waiting receive(queue, consumer, max_return, wait interval), which
+    # sleeps in the server until the consumer has a batch (0.9, docs/waits.md)
+    receive_wait: bool = False
+    # its receive_with_headers(queue, consumer, max_return, wait interval) twin
+    receive_with_headers_wait: bool = False
     params: dict[str, dict[str, str]] = field(default_factory=dict)
 
     @classmethod
@@ -59,6 +64,11 @@ class Features:
                 f.flows = True
             elif name == "job_channel":
                 f.job_channel = True
+            elif name in ("receive", "receive_with_headers") and argtypes[3:] == ["interval"]:
+                if name == "receive":
+                    f.receive_wait = True
+                else:
+                    f.receive_with_headers_wait = True
             if nargs > widest.get(name, -1):
                 widest[name] = nargs
                 f.params[name] = dict(zip(argnames, argtypes))

@@ -1,6 +1,8 @@
-"""Event consumers: a plain ``Consumer`` (receive / ack / nack, woken by the
-queue's tick NOTIFY) and a ``PartitionedConsumer`` whose M worker threads
-cover N slots with the ``claim_next_slot`` loop, so every slot is polled.
+"""Event consumers: a plain ``Consumer`` (receive / ack / nack; on a server
+with the waiting receive it waits for its batch inside the server, on an
+older one it is woken by the queue's tick NOTIFY) and a
+``PartitionedConsumer`` whose M worker threads cover N slots with the
+``claim_next_slot`` loop, so every slot is polled.
 
 Delivery is at least once: a batch is acked only after its handler calls
 returned, and a batch interrupted by a crash, a stop or a lost slot lease is
@@ -38,6 +40,7 @@ from typing import Any
 import psycopg
 
 from . import _otel
+from ._features import features
 from ._listen import Listener
 from .worker import wants_transaction
 from .errors import InvalidParameterValue, NumericValueOutOfRange, PgqueError, SlotLost, WrongState, translated
@@ -90,6 +93,10 @@ def _msg_params(m: Message) -> tuple[Any, ...]:
     )  # fmt: skip
 
 
+# An empty waiting receive quicker than this did not sleep in the server.
+_AT_ONCE = 0.02
+
+
 def _seconds(v: float | timedelta) -> float:
     return v.total_seconds() if isinstance(v, timedelta) else float(v)
 
@@ -117,12 +124,37 @@ class _Runner:
         # False once the server turned out to lack the *_with_headers
         # receives (42883, a 0.7 schema): the plain ones from then on.
         self._server_headers = True
+        # The connection whose waiting receive is in flight (stop() cancels
+        # it), under _wait_lock.
+        self._waiting: psycopg.Connection[Any] | None = None
+        self._wait_lock = threading.Lock()
 
     def stop(self) -> None:
         """Asks run() to finish the batches in hand and return. Any thread."""
         self._stopping.set()
         with self._cond:
             self._cond.notify_all()
+        with self._wait_lock:
+            waiting = self._waiting is not None
+        if waiting:
+            threading.Thread(target=self._cancel_wait, name="pgque-cancel", daemon=True).start()
+
+    def _cancel_wait(self) -> None:
+        """Cancels the waiting receive in flight, again every 0.2 s until it
+        returned: a cancel request that reaches the server before the
+        statement does is dropped there. Each cancel is sent under
+        _wait_lock, which the receiving thread takes before its next
+        statement, so a cancel never lands on the ack that follows."""
+        while True:
+            with self._wait_lock:
+                conn = self._waiting
+                if conn is None:
+                    return
+                try:
+                    conn.cancel_safe(timeout=2.0)
+                except Exception as e:  # noqa: BLE001 - the wait ends by itself at its end
+                    log.warning("pgque consumer: cancelling the waiting receive: %s", e)
+            time.sleep(0.2)
 
     def _wake(self) -> None:
         with self._cond:
@@ -148,13 +180,15 @@ class _Runner:
         except Exception as e:  # noqa: BLE001 - a failing handler nacks its event
             failed.append((m, _reason(e)))
 
-    def _receive(self, conn: psycopg.Connection[Any], fn: str, args: tuple[Any, ...]) -> list[Message]:
+    def _receive(
+        self, conn: psycopg.Connection[Any], fn: str, args: tuple[Any, ...], headers: bool = True
+    ) -> list[Message]:
         """One batch from ``pgque.<fn>(args)``. While OpenTelemetry is active
         (docs/tracing.md) from its ``_with_headers`` twin, which adds the
-        events' headers; a server without it (42883) is remembered and read
-        with ``fn`` itself from then on."""
+        events' headers (unless ``headers`` is false); a server without it
+        (42883) is remembered and read with ``fn`` itself from then on."""
         marks = ", ".join(["%s"] * len(args))
-        if self._server_headers and _otel.active():
+        if headers and self._server_headers and _otel.active():
             try:
                 with translated():
                     rows = conn.execute(
@@ -171,6 +205,27 @@ class _Runner:
 
     def _connect(self) -> psycopg.Connection[Any]:
         return psycopg.connect(self.dsn, autocommit=True, **self.connect_kwargs)
+
+    def _receive_waiting(
+        self, conn: psycopg.Connection[Any], args: tuple[Any, ...], wait: timedelta, headers: bool
+    ) -> list[Message]:
+        """The waiting ``receive(*args, wait)`` on ``conn`` (autocommit: a
+        transaction that has written would not sleep), cancellable by
+        stop(); empty when stop() cancelled it or came first."""
+        with self._wait_lock:
+            self._waiting = conn
+        try:
+            if self._stopping.is_set():
+                return []
+            try:
+                return self._receive(conn, "receive", (*args, wait), headers)
+            except psycopg.errors.QueryCanceled:
+                if self._stopping.is_set():
+                    return []
+                raise
+        finally:
+            with self._wait_lock:
+                self._waiting = None
 
     def _listener(self) -> Listener:
         return Listener(self.dsn, [f"pgque_{self.queue}"], self._wake, self.connect_kwargs)
@@ -206,7 +261,21 @@ class Consumer(_Runner):
     take over the open batch of a member idle that long): the members share
     the consumer's stream, each batch to one of them. ``run()`` registers
     the member (``register_subconsumer``) when ``subscribe``; a normal
-    consumer of that name is not converted (55000)."""
+    consumer of that name is not converted (55000).
+
+    Waiting: on a server with the waiting receive (pgque 0.9,
+    docs/waits.md) ``run()`` loops on ``pgque.receive(..., wait)``, which
+    sleeps inside the server until the consumer has a batch, for at most
+    ``wait`` seconds (default 5; the server caps it at ``pgque.max_wait``, and
+    the client at half the session's ``statement_timeout``): a new event
+    arrives within a few milliseconds, with no LISTEN connection (so it
+    works through transaction-mode poolers). ``stop()`` cancels the
+    waiting statement, so run() returns at once. On an older server, with
+    ``wait=None`` (or 0), and for a cooperative member (no waiting
+    ``receive_coop`` yet) it LISTENs for the queue's tick NOTIFY and polls
+    every ``poll_interval``, as before; also when the server turns out not
+    to sleep (``pgque.max_wait = 0``, a REPEATABLE READ default isolation).
+    ``server_waits`` says which of the two the running consumer does."""
 
     def __init__(
         self,
@@ -224,6 +293,7 @@ class Consumer(_Runner):
         handle_signals: bool = True,
         connect_kwargs: dict[str, Any] | None = None,
         transactional: bool | None = None,
+        wait: float | timedelta | None = 5.0,
     ):
         super().__init__(dsn, queue, _seconds(poll_interval), handle_signals, connect_kwargs, handler, transactional)
         self.consumer = consumer
@@ -232,6 +302,13 @@ class Consumer(_Runner):
         self.subscribe = subscribe
         self.subconsumer = subconsumer
         self.dead_interval = None if dead_interval is None else timedelta(seconds=_seconds(dead_interval))
+        w = None if wait is None else _seconds(wait)
+        if w is not None and (w < 0 or not math.isfinite(w)):
+            raise ValueError(f"wait must be a finite number of seconds >= 0 (or None), not {wait!r}")
+        self.wait = w or None
+        # True while run() waits inside the server (the waiting receive),
+        # False while it LISTENs and polls (after run(): what it last did).
+        self.server_waits = False
         self.handled = 0
 
     def run(self) -> None:
@@ -248,8 +325,24 @@ class Consumer(_Runner):
                                 "SELECT pgque.register_subconsumer(%s, %s, %s)",
                                 (self.queue, self.consumer, self.subconsumer),
                             )
-                listener.start()
+                wait = self._server_wait(conn)
+                self.server_waits = wait is not None
+                if not self.server_waits:
+                    listener.start()
                 while not self._stopping.is_set():
+                    if wait is not None:
+                        t0 = time.monotonic()
+                        if (not self.run_once(conn, wait=wait) and time.monotonic() - t0 < _AT_ONCE
+                                and not self._stopping.is_set()):  # fmt: skip
+                            log.warning(
+                                "pgque consumer %s: the waiting receive returned at once (pgque.max_wait = 0, or "
+                                "a REPEATABLE READ / SERIALIZABLE default isolation?); LISTEN and poll from now on",
+                                self.consumer,
+                            )
+                            wait = None
+                            self.server_waits = False
+                            listener.start()
+                        continue
                     with self._cond:
                         gen = self._gen
                     if not self.run_once(conn):
@@ -259,10 +352,34 @@ class Consumer(_Runner):
             restore()
             self._stopping.clear()
 
-    def run_once(self, conn: psycopg.Connection[Any]) -> int:
-        """Receives one batch, handles it, acks it; returns its size (0: none)."""
-        if self.subconsumer is None:
+    def _server_wait(self, conn: psycopg.Connection[Any]) -> timedelta | None:
+        """The wait of run()'s waiting receives, or None when run() LISTENs:
+        ``wait`` not set, a cooperative member, a server without the
+        waiting receive. Half the session's statement_timeout at most, so
+        that a wait ends before the timeout cancels it."""
+        if self.wait is None or self.subconsumer is not None or not features(conn).receive_wait:
+            return None
+        row = conn.execute(
+            "SELECT setting::int8 FROM pg_catalog.pg_settings WHERE name = 'statement_timeout'"
+        ).fetchone()
+        w = self.wait
+        if row is not None and row[0] > 0:
+            w = min(w, row[0] / 2000)
+        return timedelta(seconds=w)
+
+    def run_once(self, conn: psycopg.Connection[Any], wait: timedelta | None = None) -> int:
+        """Receives one batch, handles it, acks it; returns its size (0: none).
+        With ``wait`` (a server with the waiting receive; not for a
+        cooperative member) the receive waits that long inside the server
+        for a batch; ``conn`` must then be outside a transaction that has
+        written (autocommit), or it does not sleep."""
+        if self.subconsumer is None and wait is not None:
+            args = (self.queue, self.consumer, self.batch_size)
+            msgs = self._receive_waiting(conn, args, wait, features(conn).receive_with_headers_wait)
+        elif self.subconsumer is None:
             msgs = self._receive(conn, "receive", (self.queue, self.consumer, self.batch_size))
+        elif wait is not None:
+            raise ValueError("a cooperative member has no waiting receive (receive_coop); call run_once without wait")
         else:
             args = (self.queue, self.consumer, self.subconsumer, self.batch_size, self.dead_interval)
             msgs = self._receive(conn, "receive_coop", args)
