@@ -151,7 +151,8 @@ GRANT EXECUTE ON FUNCTION
 GRANT EXECUTE ON FUNCTION
     pgque.receive(text, text, int4, interval),
     pgque.receive_with_headers(text, text, int4, interval),
-    pgque.next_batch_wait(text, text, interval)
+    pgque.next_batch_wait(text, text, interval),
+    pgque.receive_partitioned(text, text, int4, int4, text, int4, interval)
   TO pgque_reader;
 GRANT SELECT ON pgque.partition_slot_status TO pgque_reader;
 -- The pause failure policy (src/log/pause.rs): a consumer chooses it at

@@ -553,3 +553,22 @@ GRANT EXECUTE ON FUNCTION pgque.ack_receive(bigint, int4) TO pgque_reader;
 ALTER FUNCTION pgque.ack_receive(bigint, int4) SET enable_seqscan = off;
 ALTER FUNCTION pgque.ack_receive(bigint, int4) SET plan_cache_mode = force_generic_plan;
 ALTER FUNCTION pgque.ack_receive(bigint, int4) SET jit = off;
+-- receive_partitioned with a wait (src/api/slots.rs).
+CREATE OR REPLACE FUNCTION "receive_partitioned"(
+	"queue_name" TEXT,
+	"consumer" TEXT,
+	"slot" INT,
+	"n" INT,
+	"worker" TEXT,
+	"max_return" INT,
+	"wait" interval
+) RETURNS SETOF pgque.message
+SECURITY DEFINER
+SET search_path TO pg_catalog, pgque, pg_temp
+LANGUAGE c
+AS 'MODULE_PATHNAME', 'receive_partitioned_wait_wrapper';
+REVOKE ALL ON FUNCTION pgque.receive_partitioned(text, text, int4, int4, text, int4, interval) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION pgque.receive_partitioned(text, text, int4, int4, text, int4, interval) TO pgque_reader;
+ALTER FUNCTION pgque.receive_partitioned(text, text, int4, int4, text, int4, interval) SET enable_seqscan = off;
+ALTER FUNCTION pgque.receive_partitioned(text, text, int4, int4, text, int4, interval) SET plan_cache_mode = force_generic_plan;
+ALTER FUNCTION pgque.receive_partitioned(text, text, int4, int4, text, int4, interval) SET jit = off;

@@ -751,6 +751,16 @@ fn matrix() -> Vec<Row> {
         .with("NULL worker", "SELECT * FROM pgque.receive_partitioned('q', 'pc', 0, 4, NULL)", St("22004"))
         .with("zero max_return", "SELECT * FROM pgque.receive_partitioned('q', 'pc', 0, 4, 'w1', 0)", St("22023")),
         row(
+            "pgque.receive_partitioned(text,text,integer,integer,text,integer,interval)",
+            "SELECT * FROM pgque.receive_partitioned({Q}::text, {C}::text, 0, 4, 'w1', 10, '0 s')",
+            QC,
+        )
+        .with("not the lease holder", "SELECT * FROM pgque.receive_partitioned('q', 'pc', 0, 4, 'w2', 10, '0 s')", St("55000"))
+        .with("different n", "SELECT * FROM pgque.receive_partitioned('q', 'pc', 0, 8, 'w1', 10, '0 s')", St("22023"))
+        .with("zero max_return", "SELECT * FROM pgque.receive_partitioned('q', 'pc', 0, 4, 'w1', 0, '0 s')", St("22023"))
+        .with("NULL wait", "SELECT * FROM pgque.receive_partitioned('q', 'pc', 0, 4, 'w1', 10, NULL)", St("22004"))
+        .with("negative wait", "SELECT * FROM pgque.receive_partitioned('q', 'pc', 0, 4, 'w1', 10, '-1 s')", St("22023")),
+        row(
             "pgque.ack_partitioned(text,text,integer,integer,text)",
             "SELECT pgque.ack_partitioned({Q}::text, {C}::text, 0, 4, 'w1')",
             QC,

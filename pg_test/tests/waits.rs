@@ -702,3 +702,74 @@ fn ack_receive_acks_and_opens_the_next_batch_in_one_call() {
         "42704"
     );
 }
+
+#[test]
+fn a_waiting_slot_wakes_for_its_own_keys_only() {
+    let db = new_db("wait_slot");
+    let mut c = db.connect();
+    c.batch_execute(
+        "SELECT pgque.create_queue('pw'); SELECT pgque.subscribe_partitioned('pw', 'pc', 4);",
+    )
+    .unwrap();
+    let k: i32 = c
+        .query_one("SELECT pgque.partition_slot('key-a', 4)", &[])
+        .unwrap()
+        .get(0);
+    // a key of another slot
+    let other: String = (0..100)
+        .map(|i| format!("key-{i}"))
+        .find(|key| {
+            c.query_one("SELECT pgque.partition_slot($1, 4)", &[key])
+                .unwrap()
+                .get::<_, i32>(0)
+                != k
+        })
+        .unwrap();
+    c.execute("SELECT pgque.claim_slot('pw', 'pc', $1, 'w1')", &[&k])
+        .unwrap();
+    let name = db.name.clone();
+    let waiter = std::thread::spawn(move || {
+        let mut w = connect_to(&name);
+        let t = Instant::now();
+        let payloads: Vec<String> = w
+            .query(
+                "SELECT payload FROM pgque.receive_partitioned('pw', 'pc', $1, 4, 'w1', 10, '8 s') /* slotwait */",
+                &[&k],
+            )
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        (payloads, t.elapsed())
+    });
+    let slept = wait_until(Duration::from_secs(5), || {
+        !c.query(
+            "SELECT 1 FROM pg_stat_activity WHERE query LIKE '%/* slotwait */%' \
+               AND wait_event_type = 'Extension' AND pid <> pg_backend_pid()",
+            &[],
+        )
+        .unwrap()
+        .is_empty()
+    });
+    assert!(
+        slept,
+        "the slot's consumer sleeps in an Extension wait event"
+    );
+    // another slot's event is ticked and wakes it, but it is not its batch
+    c.execute(
+        "SELECT pgque.send('pw', 't', 'not mine'::text, $1::text)",
+        &[&other],
+    )
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(700));
+    assert!(!waiter.is_finished(), "another slot's event ended the wait");
+    let t = Instant::now();
+    c.execute(
+        "SELECT pgque.send('pw', 't', 'mine'::text, 'key-a'::text)",
+        &[],
+    )
+    .unwrap();
+    let (payloads, _) = waiter.join().unwrap();
+    assert_eq!(payloads, vec!["mine".to_string()]);
+    assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+}

@@ -380,6 +380,65 @@ fn receive_partitioned(
     ))
 }
 
+/// receive_partitioned(queue_name, consumer, slot, n, worker, max_return,
+/// wait) → receive_partitioned that waits inside the server, for at most
+/// `wait` (capped by pgque.max_wait), until the slot has a batch (docs/waits.md).
+/// The wait reads only (the lease as the plain call checks it, the slot's
+/// frontier, one probe of its events past it); then, or at the end of the
+/// wait, the plain call runs once and its rows are returned. A lease due
+/// for renewal is renewed by a look, a write, which ends the wait.
+#[pg_extern(name = "receive_partitioned", security_definer)]
+#[search_path(pg_catalog, pgque, pg_temp)]
+fn receive_partitioned_wait(
+    queue_name: Option<&str>,
+    consumer: Option<&str>,
+    slot: Option<i32>,
+    n: Option<i32>,
+    worker: Option<&str>,
+    max_return: Option<i32>,
+    wait: Option<Interval>,
+) -> Messages {
+    use crate::waiters::{self, Key, Look};
+    max_return_arg(max_return);
+    let wait = waiters::wait_arg(wait);
+    waiters::wait_for(
+        wait,
+        || {
+            Spi::connect_mut(|c| {
+                let (q, _, _, s, f) = fenced(c, queue_name, consumer, slot, n, worker, false);
+                if slot_may_have_batch(c, &q, &f, s) {
+                    Look::Found(())
+                } else {
+                    Look::Wait(vec![Key::Events(q.id)])
+                }
+            })
+        },
+        |_| {},
+    );
+    Messages::new(partitioned_batch(
+        queue_name, consumer, slot, n, worker, max_return,
+    ))
+}
+
+/// Whether slot `s` has an open batch, a cut with more above it, or an
+/// event of its keys past its frontier (up to its seal): read-only.
+fn slot_may_have_batch(c: &mut SpiClient<'_>, q: &Queue, f: &slots::Fenced, s: Slot) -> bool {
+    let latest = batch::latest_batch(c, f.sub_id);
+    if let Some(b) = &latest {
+        if !b.done || b.ceiling.is_some() {
+            return true;
+        }
+    }
+    let from = match &latest {
+        Some(b) => b.tick,
+        None => log::look::start_tick(c, f.sub_id),
+    };
+    if f.seal.is_some_and(|t| from >= t) {
+        return false;
+    }
+    log::look::has_events_after(c, q, f.sub_id, Some(s), from, f.seal)
+}
+
 /// receive_partitioned_with_headers(queue_name, consumer, slot, n, worker,
 /// max_return default 100) → receive_partitioned's rows with the events'
 /// trace-context headers as a last column (`headers jsonb`).

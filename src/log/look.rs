@@ -10,6 +10,7 @@
 //! path of batch.rs (which looks again under the subscription's lock).
 use super::batch::{self, Batch, Opened};
 use super::queue::{queue_by_name, sub_by_name, Queue};
+use super::slot::Slot;
 use super::spi::{col, exec, first_row};
 use crate::error;
 use pgrx::spi::SpiClient;
@@ -184,7 +185,7 @@ fn look_next(
                 let from = latest
                     .as_ref()
                     .map_or_else(|| start_tick(c, sub_id), |b| b.tick);
-                if !has_events_after(c, &q, sub_id, from) {
+                if !has_events_after(c, &q, sub_id, None, from, None) {
                     return (q, None, untick);
                 }
             }
@@ -195,7 +196,7 @@ fn look_next(
 }
 
 /// The subscription's start tick.
-fn start_tick(c: &mut SpiClient<'_>, sub_id: i32) -> i64 {
+pub fn start_tick(c: &mut SpiClient<'_>, sub_id: i32) -> i64 {
     let t = exec(
         c,
         "SELECT sub_start_tick FROM pgque.subscription WHERE sub_id = $1",
@@ -205,11 +206,19 @@ fn start_tick(c: &mut SpiClient<'_>, sub_id: i32) -> i64 {
 }
 
 /// Whether the queue has an event between tick `from` and its latest tick
-/// for subscription `sub_id`: read-only, so a waiting consumer skips the
-/// empty ticks (a pending tick's follow-up, an idle tick, a rolled-back
-/// send's) without opening and finishing an empty batch, which would take a
-/// transaction id and end its wait.
-fn has_events_after(c: &mut SpiClient<'_>, q: &Queue, sub_id: i32, from: i64) -> bool {
+/// (no further than tick `cap`) for subscription `sub_id` (of partition
+/// slot `slot`): read-only, so a waiting consumer skips the empty ticks (a
+/// pending tick's follow-up, an idle tick, a rolled-back send's; for a
+/// slot, ticks with nothing of its keys) without opening and finishing an
+/// empty batch, which would take a transaction id and end its wait.
+pub fn has_events_after(
+    c: &mut SpiClient<'_>,
+    q: &Queue,
+    sub_id: i32,
+    slot: Option<Slot>,
+    from: i64,
+    cap: Option<i64>,
+) -> bool {
     let t = exec(
         c,
         "SELECT tick_id FROM pgque.tick WHERE tick_queue = $1 ORDER BY tick_id DESC LIMIT 1",
@@ -218,5 +227,6 @@ fn has_events_after(c: &mut SpiClient<'_>, q: &Queue, sub_id: i32, from: i64) ->
     let Some(last) = first_row(t).and_then(|r| col::<i64>(&r, 1)) else {
         return false;
     };
-    last > from && !batch::read_events(c, q, sub_id, None, from, last, 0, None, 1, None).is_empty()
+    let to = cap.map_or(last, |c| c.min(last));
+    to > from && !batch::read_events(c, q, sub_id, slot, from, to, 0, None, 1, None).is_empty()
 }
