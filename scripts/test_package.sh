@@ -70,8 +70,16 @@ build_old() {
     mkdir -p "$(dirname "$old_deb")"
     mv "$out/postgresql-15-pgque_${OLD_VERSION}_amd64.deb" "$old_deb"
     rm -rf "$src"
-    # The new package's build was overwritten by the old one in the shared stage; rebuild.
-    bash "$ROOT/scripts/package.sh" --tier 15 >/tmp/pgque_pkgtest_build.log 2>&1 || fail "package.sh (again)"
+    # The new package's build was overwritten by the old one in the shared
+    # stage, and so was the library cargo uplifts to $target/tier/: both
+    # crates are `pgque`, and cargo takes the new one for fresh (its own
+    # fingerprint is untouched) and does not copy it there again. Forget
+    # pgque's fingerprints so the rebuild compiles this tree (package.sh's
+    # symbol check caught the stale library once the new release named C
+    # symbols the old one lacks).
+    find "$target/tier/.fingerprint" -maxdepth 1 -regex '.*/pgque-[0-9a-f]+' -exec rm -rf {} +
+    bash "$ROOT/scripts/package.sh" --tier 15 >/tmp/pgque_pkgtest_build.log 2>&1 \
+      || { tail -30 /tmp/pgque_pkgtest_build.log; fail "package.sh (again)"; }
   fi
 }
 [ "${PKG_SKIP_UPGRADE:-0}" = 1 ] || build_old
