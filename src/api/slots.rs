@@ -431,7 +431,7 @@ fn slot_may_have_batch(c: &mut SpiClient<'_>, q: &Queue, f: &slots::Fenced, s: S
     }
     let from = match &latest {
         Some(b) => b.tick,
-        None => log::look::start_tick(c, f.sub_id),
+        None => batch::start_tick(c, f.sub_id),
     };
     if f.seal.is_some_and(|t| from >= t) {
         return false;

@@ -381,7 +381,8 @@ pub struct Opened {
     pub events: Option<Vec<Event>>,
 }
 
-fn start_tick(client: &mut SpiClient<'_>, sub_id: i32) -> i64 {
+/// The subscription's start tick (where its first batch begins).
+pub fn start_tick(client: &mut SpiClient<'_>, sub_id: i32) -> i64 {
     let t = exec(
         client,
         "SELECT sub_start_tick FROM pgque.subscription WHERE sub_id = $1",

@@ -184,7 +184,7 @@ fn look_next(
             _ => {
                 let from = latest
                     .as_ref()
-                    .map_or_else(|| start_tick(c, sub_id), |b| b.tick);
+                    .map_or_else(|| batch::start_tick(c, sub_id), |b| b.tick);
                 if !has_events_after(c, &q, sub_id, None, from, None) {
                     return (q, None, untick);
                 }
@@ -193,16 +193,6 @@ fn look_next(
     }
     let opened = batch::next_batch_locked(c, &q, sub_id, None, limit, &mut |_| None);
     (q, opened, untick)
-}
-
-/// The subscription's start tick.
-pub fn start_tick(c: &mut SpiClient<'_>, sub_id: i32) -> i64 {
-    let t = exec(
-        c,
-        "SELECT sub_start_tick FROM pgque.subscription WHERE sub_id = $1",
-        &[sub_id.into()],
-    );
-    col(&first_row(t).expect("subscription"), 1).unwrap()
 }
 
 /// Whether the queue has an event between tick `from` and its latest tick
